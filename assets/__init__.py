@@ -1,0 +1,1 @@
+"""Dagster asset definitions, one module per lifecycle stage (filled in by the pipeline work)."""

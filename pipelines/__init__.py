@@ -1,0 +1,1 @@
+"""The Dagster code location: Definitions, jobs, schedules and example generators."""

@@ -1,0 +1,1 @@
+"""Dagster ConfigurableResources: object store and dataset spec."""

@@ -1,0 +1,116 @@
+"""TrainVault: configuration in; savers, manifests and loaders out."""
+
+from __future__ import annotations
+
+from trainvault.errors import ManifestError
+from trainvault.formats import DEFAULT_BLOCK_BYTES
+from trainvault.manifest import MANIFEST_NAME, DataManifest, ShardEntry, SplitManifest
+from trainvault.saver import DatasetSaver
+from trainvault.storage import (
+    Storage,
+    StorageConfig,
+    is_within,
+    join_uri,
+    normalize_uri,
+    parent_uri,
+    parse_uri,
+)
+
+
+class TrainVault:
+    """The entry point. Create once; it holds configuration, not clients, so it pickles.
+
+    With no arguments it serves local paths, ``file://`` and ``memory://`` URIs; ``s3://``
+    URIs use `s3_base_url` (the endpoint of any S3-compatible service), `region` and the
+    keys. Credentials never appear in a repr, log line or error message.
+    """
+
+    def __init__(
+        self,
+        s3_base_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        *,
+        storage: StorageConfig | None = None,
+    ):
+        if storage is not None and any(v is not None for v in (s3_base_url, region, access_key_id, secret_access_key)):
+            raise ValueError("pass either storage=StorageConfig(...) or the individual settings, not both")
+        self.storage_config = storage or StorageConfig(
+            s3_base_url=s3_base_url,
+            region=region,
+            access_key_id=access_key_id,
+            secret_access_key=secret_access_key,
+        )
+        self.storage = Storage(self.storage_config)
+
+    def __repr__(self) -> str:
+        return f"TrainVault({self.storage_config!r})"
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"storage_config": self.storage_config}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        config = state["storage_config"]
+        assert isinstance(config, StorageConfig)
+        self.storage_config = config
+        self.storage = Storage(config)
+
+    # -- saving -----------------------------------------------------------------
+
+    def dataset_saver(
+        self, manifest_uri: str, *, data_format: str = "msgpack.zst", block_bytes: int = DEFAULT_BLOCK_BYTES
+    ) -> DatasetSaver:
+        """A saver for the publication whose manifest will live at `manifest_uri`."""
+        return DatasetSaver(self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes)
+
+    # -- manifests --------------------------------------------------------------
+
+    def load_manifest(self, uri: str) -> DataManifest:
+        """Read and validate a data manifest. Relative shard URIs resolve against its folder."""
+        uri = normalize_uri(uri)
+        manifest = DataManifest.from_json_bytes(self.storage.get(uri), source=uri)
+        return resolve_manifest_uris(manifest, parent_uri(uri))
+
+    def save_manifest(self, uri: str, manifest: DataManifest) -> DataManifest:
+        """Write a copy of `manifest` at `uri`, create-only.
+
+        Every shard URI is written absolute, so the copy still reads the original data.
+        Writing the same copy again is a no-op; a different manifest there is a `ConflictError`.
+        """
+        if not isinstance(manifest, DataManifest):
+            raise ManifestError(f"save_manifest needs a DataManifest, got {type(manifest).__name__}")
+        uri = normalize_uri(uri)
+        # Validate the (possibly edited) copy the same way a reader will.
+        copy = DataManifest.from_obj(manifest.model_dump(mode="json"), source=uri)
+        self.storage.put_create(uri, copy.to_json_bytes())
+        return copy
+
+
+def _resolve(uri: str, base: str) -> str:
+    if "://" in uri or uri.startswith("/"):
+        return normalize_uri(uri)
+    resolved = join_uri(base, uri)
+    if ".." in uri.split("/") or not is_within(resolved, base):
+        raise ManifestError(f"shard URI {uri!r} escapes the manifest folder {base}")
+    return resolved
+
+
+def resolve_manifest_uris(manifest: DataManifest, base: str) -> DataManifest:
+    """The same manifest with every shard and descriptor URI absolute."""
+    parse_uri(base)
+    splits = {}
+    changed = False
+    for name, split in manifest.splits.items():
+        shards = []
+        for s in split.shards:
+            uri, desc = _resolve(s.uri, base), _resolve(s.descriptor_uri, base)
+            changed |= uri != s.uri or desc != s.descriptor_uri
+            shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
+        splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
+    if not changed:
+        return manifest
+    return manifest.model_copy(update={"splits": splits})
+
+
+__all__ = ["MANIFEST_NAME", "ShardEntry", "TrainVault"]

@@ -1,0 +1,75 @@
+"""Versioned on-storage documents: strict pydantic models written as canonical JSON.
+
+Every document carries ``format`` (what it is) and ``version`` (its major version).
+Parsing checks both before the fields, so a document from a newer trainvault fails with
+"upgrade" advice instead of a wall of field errors.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import ManifestError
+
+D = TypeVar("D", bound="Document")
+
+
+class Document(BaseModel):
+    """Base of every published JSON document."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    KIND: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+
+    def to_json_bytes(self) -> bytes:
+        """The canonical JSON bytes: what is written and what is hashed."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    def document_sha256(self) -> str:
+        """SHA-256 of the canonical bytes."""
+        return sha256_hex(self.to_json_bytes())
+
+    @classmethod
+    def from_json_bytes(cls: type[D], data: bytes | str, *, source: str = "document") -> D:
+        """Parse and validate; raise `ManifestError` naming `source` and the bad field."""
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{source}: not valid JSON ({exc}); the object is damaged or not a {cls.KIND}") from None
+        return cls.from_obj(obj, source=source)
+
+    @classmethod
+    def from_obj(cls: type[D], obj: Any, *, source: str = "document") -> D:
+        if not isinstance(obj, dict):
+            raise ManifestError(f"{source}: expected a JSON object for {cls.KIND}, got {type(obj).__name__}")
+        kind, version = obj.get("format"), obj.get("version")
+        if kind != cls.KIND:
+            raise ManifestError(f"{source}: field 'format' is {kind!r}, expected {cls.KIND!r}")
+        if type(version) is not int:
+            raise ManifestError(f"{source}: field 'version' must be an integer, got {version!r}")
+        if version != cls.VERSION:
+            raise ManifestError(
+                f"{source}: {cls.KIND} version {version} is not supported (this trainvault reads version "
+                f"{cls.VERSION}); upgrade trainvault to read it"
+            )
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise ManifestError(f"{source}: invalid {cls.KIND}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError, limit: int = 5) -> str:
+    """One line per bad field: ``field a.b.0.c: message``."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(document)"
+        parts.append(f"field {loc}: {err['msg']}")
+    more = len(exc.errors()) - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)

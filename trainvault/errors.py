@@ -1,0 +1,71 @@
+"""The trainvault exception family.
+
+Every error names the object it concerns and what to do about it. Callers catch
+`TrainVaultError` to handle anything trainvault refuses.
+"""
+
+from __future__ import annotations
+
+
+class TrainVaultError(Exception):
+    """Base class of every error trainvault raises on purpose."""
+
+
+class StorageError(TrainVaultError):
+    """An object store operation failed."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object does not exist (also a `FileNotFoundError`)."""
+
+
+class AuthenticationError(StorageError):
+    """The store refused the credentials."""
+
+
+class StorageTimeoutError(StorageError, TimeoutError):
+    """A read or write made no progress within its time window."""
+
+
+class ObjectTooLargeError(StorageError):
+    """An object exceeds the single-put limit of create-only writes."""
+
+
+class IntegrityError(TrainVaultError):
+    """Bytes on storage do not match the digest or size that binds them."""
+
+
+class ConflictError(TrainVaultError):
+    """A create-only object already exists with different content."""
+
+
+class ManifestError(TrainVaultError, ValueError):
+    """A manifest, descriptor or other document is malformed or unsupported."""
+
+
+class InvalidNameError(ManifestError):
+    """A split, stage or shard id is not a safe name."""
+
+
+class EncodeError(TrainVaultError, ValueError):
+    """A record cannot be encoded in the shard format."""
+
+
+class DecodeError(IntegrityError):
+    """Stored bytes do not decode in their declared format."""
+
+
+class ApprovalError(TrainVaultError):
+    """The approval gate refused a dataset."""
+
+
+class ContaminationError(TrainVaultError):
+    """Contamination inputs are malformed or inconsistent."""
+
+
+class SelectionError(TrainVaultError, ValueError):
+    """A selection (split, stage, source, ...) names something that is not published."""
+
+
+class ResumeStateError(TrainVaultError, ValueError):
+    """A loader state does not belong to this manifest or selection."""
