@@ -1,0 +1,53 @@
+"""Contamination scanning: normalisation, evaluation index, per-shard scan, report reduce.
+
+Importing this package needs no numpy; building an index does (``trainvault[contamination]``).
+"""
+
+from trainvault.contamination.bound import Bound, publish_document, read_document
+from trainvault.contamination.contract import DEFAULT_CONTRACT, MethodSpec, Policy, VerifierContract
+from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
+from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.normalize import NormalizationSpec, Normalizer
+from trainvault.contamination.progress import ScanProgress, terminal_progress
+from trainvault.contamination.release import (
+    BenchmarkItems,
+    EvaluationRelease,
+    LoadedRelease,
+    humaneval_benchmark,
+    jsonl_benchmark,
+    load_release,
+    publish_release,
+)
+from trainvault.contamination.report import ContaminationReport, reduce_report
+from trainvault.contamination.scan import ShardScanResult, scan_records, scan_shard
+
+__all__ = [
+    "DEFAULT_CONTRACT",
+    "BenchmarkItems",
+    "Bound",
+    "ContaminationReport",
+    "EvalIndex",
+    "EvaluationRelease",
+    "LoadedRelease",
+    "MethodSpec",
+    "NormalizationSpec",
+    "Normalizer",
+    "Policy",
+    "ScanProgress",
+    "ShardScanResult",
+    "VerifierContract",
+    "humaneval_benchmark",
+    "jsonl_benchmark",
+    "load_index",
+    "load_release",
+    "publish_document",
+    "publish_release",
+    "read_document",
+    "read_report",
+    "reduce_report",
+    "scan_dataset",
+    "scan_records",
+    "scan_shard",
+    "terminal_progress",
+    "write_report",
+]

@@ -1,0 +1,145 @@
+"""The verifier contract (verifier-contract-v1.json): what a contamination scan means.
+
+The contract fixes the method, the normalisation, the n-gram size, which record fields
+are scanned, and the policy that turns counts into pass or fail. Its SHA-256 is bound
+into every per-shard result and into the report, so a scan cannot be re-judged under
+looser rules without the change showing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trainvault.contamination.normalize import NormalizationSpec
+from trainvault.documents import Document
+
+METHOD_ID = "ngram-exact-v1"
+HASH_ID = "blake2b64+poly64"
+
+#: A non-negative fraction as ``[numerator, denominator]`` integers: no floats anywhere.
+Ratio = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+def check_ratio(value: list[int], what: str) -> list[int]:
+    """Validate a fraction ``[n, d]`` with ``0 <= n <= d`` and ``d >= 1``."""
+    n, d = value
+    if d < 1 or n < 0 or n > d:
+        raise ValueError(
+            f"{what} must be [numerator, denominator] with 0 <= numerator <= denominator and "
+            f"denominator >= 1, got {list(value)}"
+        )
+    return value
+
+
+def ratio_at_most(count: int, total: int, limit: list[int]) -> bool:
+    """``count / total <= limit`` in exact integer arithmetic (an empty total passes)."""
+    n, d = limit
+    return count * d <= n * total
+
+
+class Policy(BaseModel):
+    """When a benchmark passes: contaminated and uncheckable fractions at most these limits."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    #: Per benchmark name, with ``"*"`` for every benchmark not named. Default: none contaminated.
+    max_contaminated_fraction: dict[str, Ratio] = Field(default_factory=lambda: {"*": [0, 1]})
+    #: Uncheckable items (too short, or only template n-grams) over all items.
+    max_uncheckable_fraction: Ratio = Field(default_factory=lambda: [1, 20])
+
+    @field_validator("max_contaminated_fraction")
+    @classmethod
+    def _contaminated(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        if "*" not in value:
+            raise ValueError("max_contaminated_fraction needs a '*' entry (the limit for benchmarks not named)")
+        for name, r in value.items():
+            check_ratio(r, f"max_contaminated_fraction[{name!r}]")
+        return value
+
+    @field_validator("max_uncheckable_fraction")
+    @classmethod
+    def _uncheckable(cls, value: list[int]) -> list[int]:
+        return check_ratio(value, "max_uncheckable_fraction")
+
+    def contaminated_limit(self, benchmark: str) -> list[int]:
+        return self.max_contaminated_fraction.get(benchmark, self.max_contaminated_fraction["*"])
+
+    def benchmark_passes(
+        self, benchmark: str, n_items: int, n_checkable: int, n_uncheckable: int, n_contaminated: int
+    ) -> bool:
+        """Pass for one benchmark, from its counts alone (what a gate recomputes)."""
+        return (
+            n_items >= 1
+            and ratio_at_most(n_contaminated, n_checkable, self.contaminated_limit(benchmark))
+            and ratio_at_most(n_uncheckable, n_items, self.max_uncheckable_fraction)
+        )
+
+
+class MethodSpec(BaseModel):
+    """The matching method and its parameters, copied verbatim into the report."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: Literal["ngram-exact-v1"] = METHOD_ID
+    #: n-gram size in tokens.
+    n: int = Field(default=13, ge=2, le=64)
+    #: Items with fewer tokens are uncheckable; items with at least this many but fewer than
+    #: `n` are matched whole.
+    min_item_tokens: int = Field(default=8, ge=1, le=64)
+    #: An n-gram found in more than this many items of one benchmark (a template) is excluded.
+    max_item_df: int = Field(default=10, ge=1)
+    normalization: NormalizationSpec = Field(default_factory=NormalizationSpec)
+    unit: Literal["word"] = "word"
+    tokenizer_sha256: None = None
+    hash: Literal["blake2b64+poly64"] = HASH_ID
+    exhaustive: Literal[True] = True
+
+    @model_validator(mode="after")
+    def _sizes(self) -> MethodSpec:
+        if self.min_item_tokens > self.n:
+            raise ValueError(f"min_item_tokens ({self.min_item_tokens}) must not exceed n ({self.n})")
+        return self
+
+
+class VerifierContract(Document):
+    """verifier-contract-v1: method, scanned fields, hit cap and pass policy."""
+
+    KIND = "trainvault.verifier-contract"
+
+    format: Literal["trainvault.verifier-contract"] = "trainvault.verifier-contract"
+    version: Literal[1] = 1
+    method: MethodSpec = Field(default_factory=MethodSpec)
+    #: Record fields scanned, each on its own (a match never spans two fields or records).
+    #: A record without one of them, or with a non-string value, fails the scan.
+    fields: list[str] = Field(default_factory=lambda: ["text"])
+    #: Record field copied into hit coordinates when present (a string or integer).
+    record_id_field: str | None = "id"
+    #: Training coordinates kept per contaminated item; `hits_total` stays exact.
+    max_hits_per_item: int = Field(default=100, ge=1, le=100_000)
+    policy: Policy = Field(default_factory=Policy)
+
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("fields must name at least one record field to scan")
+        if len(set(value)) != len(value) or any(not f for f in value):
+            raise ValueError("fields must be distinct, non-empty field names")
+        return value
+
+
+DEFAULT_CONTRACT = VerifierContract()
+
+__all__ = [
+    "DEFAULT_CONTRACT",
+    "HASH_ID",
+    "METHOD_ID",
+    "MethodSpec",
+    "Policy",
+    "Ratio",
+    "VerifierContract",
+    "check_ratio",
+    "ratio_at_most",
+]

@@ -1,0 +1,224 @@
+"""The evaluation index: every fingerprinted n-gram of a release as a sorted uint64 array.
+
+Token fingerprints are 64-bit BLAKE2b digests of the normalised token's UTF-8 bytes; an
+n-gram's fingerprint is a polynomial over them modulo 2**64 ("blake2b64+poly64"). Python's
+salted `hash()` is never used, so fingerprints are the same in every process. A
+fingerprint only selects candidates: every candidate is compared token by token with the
+n-gram it claims to be, so a collision never becomes a match.
+
+Training tokens that occur in no indexed n-gram map to id 0, and a window holding a 0 is
+never looked up; record and field boundaries are 0 as well, so no match crosses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.contamination.contract import VerifierContract
+from trainvault.contamination.normalize import Normalizer
+from trainvault.contamination.release import BenchmarkItems, LoadedRelease
+from trainvault.extras import require
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Multiplier of the n-gram polynomial (odd, so every power is invertible mod 2**64).
+POLY = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+UNCHECKABLE_TOO_SHORT = "too-short"
+UNCHECKABLE_TEMPLATE_ONLY = "template-only"
+
+
+def _numpy() -> Any:
+    return require("numpy", "contamination")
+
+
+def token_fingerprint(token: bytes) -> int:
+    """64-bit BLAKE2b of a normalised token (never 0: 0 means "not in the index")."""
+    return int.from_bytes(hashlib.blake2b(token, digest_size=8).digest(), "little") or 1
+
+
+def gram_fingerprint(fingerprints: Sequence[int]) -> int:
+    """The polynomial fingerprint of an n-gram from its token fingerprints."""
+    h = 0
+    for f in fingerprints:
+        h = (h * POLY + f) & _MASK
+    return h
+
+
+@dataclass(frozen=True)
+class IndexedItem:
+    """One benchmark item as the index sees it."""
+
+    benchmark: str
+    item_id: str
+    item_sha256: str
+    n_tokens: int
+    #: Distinct n-grams searched for (whole-item items: 1); template n-grams excluded.
+    total_ngrams: int
+    #: Why the item cannot be checked (`too-short`, `template-only`), or None.
+    uncheckable: str | None
+
+
+@dataclass(frozen=True)
+class IndexedBenchmark:
+    name: str
+    split: str
+    items: tuple[IndexedItem, ...]
+    #: Distinct n-grams left out because more than `max_item_df` items share them.
+    n_hot_ngrams_excluded: int
+
+
+class EvalIndex:
+    """Fingerprints of every searched n-gram of a release, under one contract.
+
+    `postings[g]` lists ``(benchmark index, item index, position of g in the item)`` for
+    gram `g`; the position is the gram's first occurrence, so it names the gram within
+    its item independently of how the index was built.
+    """
+
+    def __init__(self, contract: VerifierContract, release: LoadedRelease, *, contract_sha256: str):
+        np = _numpy()
+        self.contract = contract
+        self.contract_sha256 = contract_sha256
+        self.release = release
+        self.release_sha256 = release.sha256
+        self.release_id = release.release.id
+        method = contract.method
+        self.normalizer = Normalizer(method.normalization)
+        grams: dict[tuple[bytes, ...], int] = {}
+        postings: list[list[tuple[int, int, int]]] = []
+        benchmarks = []
+        for b_idx, bench in enumerate(release.benchmarks):
+            infos, item_grams, hot = self._item_grams(bench)
+            for i_idx, kept in enumerate(item_grams):
+                for g, pos in kept.items():
+                    gid = grams.setdefault(g, len(grams))
+                    if gid == len(postings):
+                        postings.append([])
+                    postings[gid].append((b_idx, i_idx, pos))
+            benchmarks.append(IndexedBenchmark(bench.name, bench.split, tuple(infos), hot))
+        self.benchmarks: tuple[IndexedBenchmark, ...] = tuple(benchmarks)
+        self.grams: list[tuple[bytes, ...]] = list(grams)
+        self.postings = postings
+
+        # Vocabulary: every token of a searched gram gets a small id; its fingerprint is a
+        # table entry, so training text needs one dict lookup per token and no hashing.
+        self.vocab: dict[bytes, int] = {}
+        for g in self.grams:
+            for t in g:
+                self.vocab.setdefault(t, len(self.vocab) + 1)
+        fps = [0] * (len(self.vocab) + 1)
+        for t, i in self.vocab.items():
+            fps[i] = token_fingerprint(t)
+        self.token_fps = np.array(fps, dtype=np.uint64)
+
+        by_len: dict[int, list[int]] = {}
+        for gid, g in enumerate(self.grams):
+            by_len.setdefault(len(g), []).append(gid)
+        #: Per gram length: (sorted distinct fingerprints, start offsets, gram ids by fingerprint).
+        self.tables: dict[int, tuple[Any, Any, Any]] = {}
+        for k, gids in sorted(by_len.items()):
+            h = np.array(
+                [gram_fingerprint([fps[self.vocab[t]] for t in self.grams[g]]) for g in gids], dtype=np.uint64
+            )
+            order = np.argsort(h, kind="stable")
+            h_sorted = h[order]
+            keys, starts = np.unique(h_sorted, return_index=True)
+            starts = np.append(starts, len(h_sorted)).astype(np.int64)
+            self.tables[k] = (keys, starts, np.array(gids, dtype=np.int64)[order])
+        self._poly = np.uint64(POLY)
+
+    def _item_grams(self, bench: BenchmarkItems) -> tuple[list[IndexedItem], list[dict[tuple[bytes, ...], int]], int]:
+        method = self.contract.method
+        n, min_tokens = method.n, method.min_item_tokens
+        per_item: list[dict[tuple[bytes, ...], int]] = []
+        lengths: list[int] = []
+        df: dict[tuple[bytes, ...], int] = {}
+        for item in bench.items:
+            toks: list[bytes] = []
+            for f in bench.text_fields:
+                # Fields are tokenised one by one: joining them is like a space between.
+                toks.extend(self.normalizer.tokens(item[f]))
+            grams: dict[tuple[bytes, ...], int] = {}
+            if len(toks) < min_tokens:
+                pass
+            elif len(toks) < n:
+                grams[tuple(toks)] = 0
+            else:
+                for p in range(len(toks) - n + 1):
+                    grams.setdefault(tuple(toks[p : p + n]), p)
+            for g in grams:
+                df[g] = df.get(g, 0) + 1
+            per_item.append(grams)
+            lengths.append(len(toks))
+        hot = {g for g, c in df.items() if c > method.max_item_df}
+        infos = []
+        kept_all = []
+        for item, grams, length in zip(bench.items, per_item, lengths):
+            kept = {g: p for g, p in grams.items() if g not in hot}
+            reason = None
+            if length < min_tokens:
+                reason = UNCHECKABLE_TOO_SHORT
+            elif not kept:
+                reason = UNCHECKABLE_TEMPLATE_ONLY
+            infos.append(
+                IndexedItem(
+                    benchmark=bench.name,
+                    item_id=item[bench.id_field],
+                    item_sha256=sha256_hex(canonical_json(item)),
+                    n_tokens=length,
+                    total_ngrams=len(kept),
+                    uncheckable=reason,
+                )
+            )
+            kept_all.append(kept)
+        return infos, kept_all, len(hot)
+
+    @property
+    def lengths(self) -> list[int]:
+        """The gram lengths searched for (n, plus the lengths of whole-item items)."""
+        return list(self.tables)
+
+    def token_ids(self, tokens: list[bytes]) -> Any:
+        """Vocabulary ids of `tokens` as an int32 array (0: in no searched gram)."""
+        np = _numpy()
+        return np.fromiter(map(self.vocab.get, tokens, repeat(0)), dtype=np.int32, count=len(tokens))
+
+    def find(self, tokens: list[bytes], ids: Any) -> list[tuple[int, int]]:
+        """Verified matches ``(start position, gram id)`` in a token stream.
+
+        `tokens` holds the normalised tokens of many texts, each followed by ``b""``
+        (id 0), so no window spans two texts. Every candidate is checked token by token.
+        """
+        np = _numpy()
+        if not len(ids):
+            return []
+        zero = np.concatenate(([0], np.cumsum(ids == 0, dtype=np.int64)))
+        found: list[tuple[int, int]] = []
+        for k, (keys, starts, gids) in self.tables.items():
+            if len(ids) < k:
+                continue
+            # A window [i, i+k) is searchable when it holds no 0 id.
+            cand = np.flatnonzero(zero[k:] == zero[:-k])
+            if not len(cand):
+                continue
+            fps = self.token_fps
+            h = fps[ids[cand]]
+            for j in range(1, k):
+                h = h * self._poly + fps[ids[cand + j]]
+            pos = np.searchsorted(keys, h)
+            pos[pos == len(keys)] = 0
+            hit = np.flatnonzero(keys[pos] == h)
+            for c, p in zip(cand[hit].tolist(), pos[hit].tolist()):
+                window = tuple(tokens[c : c + k])
+                for g in gids[starts[p] : starts[p + 1]].tolist():
+                    if self.grams[g] == window:
+                        found.append((c, g))
+        return found

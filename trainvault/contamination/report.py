@@ -1,0 +1,343 @@
+"""The contamination report (contamination-report-v1.json) and the deterministic reduce.
+
+The reduce merges per-shard results into one report: per-benchmark counts and verdicts,
+contaminated items with training coordinates (capped per item, with exact totals),
+uncheckable items, coverage totals, and the digests of the five inputs it judged. The
+same inputs give the same bytes whatever order the shard results arrive in: everything
+is sorted, fractions are integer pairs, and there is no timestamp.
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainvault.canonical import canonical_json, is_sha256_hex
+from trainvault.contamination.contract import MethodSpec, Policy
+from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.scan import ShardScanResult
+from trainvault.documents import Document
+from trainvault.errors import ContaminationError
+from trainvault.manifest import DataManifest, natural_key
+from trainvault.version import __version__
+
+REPORT_NAME = "contamination-report-v1.json"
+_SHA = r"^[0-9a-f]{64}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ReleaseRef(_Model):
+    id: str
+    sha256: str = Field(pattern=_SHA)
+
+
+class TrainingRef(_Model):
+    data_manifest_sha256: str = Field(pattern=_SHA)
+    scan_manifest_sha256: str = Field(pattern=_SHA)
+
+
+class DigestRef(_Model):
+    sha256: str = Field(pattern=_SHA)
+
+
+class Coverage(_Model):
+    """What was scanned: must equal the scan manifest's totals."""
+
+    shards: int = Field(ge=0)
+    records: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+class BenchmarkResult(_Model):
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    split: str
+    n_items: int = Field(ge=0)
+    n_checkable: int = Field(ge=0)
+    n_uncheckable: int = Field(ge=0)
+    n_hot_ngrams_excluded: int = Field(ge=0)
+    n_contaminated: int = Field(ge=0)
+    #: ``[n_contaminated, n_checkable]``.
+    contaminated_fraction: list[int] = Field(min_length=2, max_length=2)
+    #: ``[n_uncheckable, n_items]``.
+    uncheckable_fraction: list[int] = Field(min_length=2, max_length=2)
+    passed: bool = Field(alias="pass")
+
+
+class ReportHit(_Model):
+    """Training coordinates of one match (see `ShardHit` for the offsets)."""
+
+    split: str
+    shard: str
+    shard_sha256: str = Field(pattern=_SHA)
+    record_index: int = Field(ge=0)
+    record_id: str | None
+    field: str
+    token_start: int = Field(ge=0)
+    token_end: int = Field(ge=0)
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+
+
+class ContaminatedItem(_Model):
+    benchmark: str
+    item_id: str
+    item_sha256: str = Field(pattern=_SHA)
+    #: Distinct item n-grams found anywhere in the training data, of `total_ngrams`.
+    matched_ngrams: int = Field(ge=1)
+    total_ngrams: int = Field(ge=1)
+    #: Longest run of training tokens covered by overlapping matched n-grams.
+    longest_match_tokens: int = Field(ge=1)
+    hits_total: int = Field(ge=1)
+    hits: list[ReportHit] = Field(min_length=1)
+
+
+class UncheckableItem(_Model):
+    benchmark: str
+    item_id: str
+    item_sha256: str = Field(pattern=_SHA)
+    tokens: int = Field(ge=0)
+    reason: Literal["too-short", "template-only"]
+
+
+class ToolInfo(_Model):
+    name: str
+    version: str
+    python: str
+    unicode: str
+
+
+def item_sort_key(item_id: str) -> tuple[Any, ...]:
+    """Order item ids naturally (``HumanEval/2`` before ``HumanEval/10``), ties by the raw id."""
+    return (natural_key(item_id), item_id)
+
+
+class ContaminationReport(Document):
+    """contamination-report-v1. `pass` is stored for people; a gate recomputes it."""
+
+    KIND = "trainvault.contamination-report"
+    model_config = ConfigDict(populate_by_name=True)
+
+    format: Literal["trainvault.contamination-report"] = "trainvault.contamination-report"
+    version: Literal[1] = 1
+    method: MethodSpec
+    fields: list[str]
+    eval_release: ReleaseRef
+    training: TrainingRef
+    verifier_contract: DigestRef
+    producer_pins: DigestRef
+    coverage: Coverage
+    policy: Policy
+    benchmarks: list[BenchmarkResult] = Field(min_length=1)
+    contaminated_items: list[ContaminatedItem]
+    uncheckable_items: list[UncheckableItem]
+    passed: bool = Field(alias="pass")
+    tool: ToolInfo
+
+    def to_json_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json", by_alias=True))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContaminationReport:
+        names = [b.name for b in self.benchmarks]
+        if names != sorted(set(names)):
+            raise ValueError("benchmarks must be sorted by name, each once")
+        contaminated: dict[str, int] = {}
+        for it in self.contaminated_items:
+            contaminated[it.benchmark] = contaminated.get(it.benchmark, 0) + 1
+            if it.hits_total < len(it.hits) or it.matched_ngrams > it.total_ngrams:
+                raise ValueError(f"item {it.item_id!r}: counts are inconsistent")
+        uncheckable: dict[str, int] = {}
+        for u in self.uncheckable_items:
+            uncheckable[u.benchmark] = uncheckable.get(u.benchmark, 0) + 1
+        for b in self.benchmarks:
+            if (
+                b.n_checkable + b.n_uncheckable != b.n_items
+                or b.n_contaminated > b.n_checkable
+                or b.contaminated_fraction != [b.n_contaminated, b.n_checkable]
+                or b.uncheckable_fraction != [b.n_uncheckable, b.n_items]
+                or contaminated.pop(b.name, 0) != b.n_contaminated
+                or uncheckable.pop(b.name, 0) != b.n_uncheckable
+            ):
+                raise ValueError(f"benchmark {b.name!r}: counts disagree with each other or with the item lists")
+        if contaminated or uncheckable:
+            raise ValueError(f"items listed for unknown benchmarks: {sorted({*contaminated, *uncheckable})}")
+        keys = [(it.benchmark, item_sort_key(it.item_id)) for it in self.contaminated_items]
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            raise ValueError("contaminated_items must be sorted by benchmark and item id, each once")
+        return self
+
+    def recompute_pass(self, policy: Policy | None = None) -> bool:
+        """The verdict from the counts alone, under `policy` (default: the report's own).
+
+        A gate passes the policy of the contract it trusts and ignores the stored flags.
+        """
+        policy = policy or self.policy
+        return self.method.exhaustive and all(
+            policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
+            for b in self.benchmarks
+        )
+
+
+def _check_sha(value: str, what: str) -> None:
+    if not isinstance(value, str) or not is_sha256_hex(value):
+        raise ContaminationError(f"{what} must be a 64-character lowercase hex sha256, got {value!r}")
+
+
+def reduce_report(
+    index: EvalIndex,
+    manifest: DataManifest,
+    results: Iterable[ShardScanResult],
+    *,
+    data_manifest_sha256: str,
+    scan_manifest_sha256: str,
+    producer_pins_sha256: str,
+) -> ContaminationReport:
+    """Merge per-shard results into the report, deterministically.
+
+    Needs exactly one result for every distinct shard of `manifest` (matched by the
+    shard's sha256), each made under the index's contract and release, with the shard's
+    record count and size; anything else raises `ContaminationError`. Digests are of the
+    documents' bytes as stored.
+    """
+    _check_sha(data_manifest_sha256, "data_manifest_sha256")
+    _check_sha(scan_manifest_sha256, "scan_manifest_sha256")
+    _check_sha(producer_pins_sha256, "producer_pins_sha256")
+    contract = index.contract
+    by_sha: dict[str, ShardScanResult] = {}
+    for r in results:
+        if not isinstance(r, ShardScanResult):
+            raise ContaminationError(f"reduce_report needs ShardScanResult objects, got {type(r).__name__}")
+        if r.contract_sha256 != index.contract_sha256 or r.release_sha256 != index.release_sha256:
+            raise ContaminationError(
+                f"result for shard {r.shard_sha256} was made under contract {r.contract_sha256} and release "
+                f"{r.release_sha256}, not {index.contract_sha256} and {index.release_sha256}: rescan it"
+            )
+        if r.shard_sha256 in by_sha and by_sha[r.shard_sha256] != r:
+            raise ContaminationError(f"two different results for shard {r.shard_sha256}: results are not deterministic")
+        by_sha[r.shard_sha256] = r
+
+    field_pos = {f: i for i, f in enumerate(contract.fields)}
+    shards = records = tokens = size = 0
+    used: set[str] = set()
+    # (benchmark, item_id) -> [matched grams, hits_total, longest, [(sort key, hit)]]
+    merged: dict[tuple[str, str], list[Any]] = {}
+    for split_name in sorted(manifest.splits):
+        for entry in manifest.splits[split_name].shards:
+            where = f"shard {split_name}/{entry.key}"
+            r = by_sha.get(entry.sha256)
+            if r is None:
+                raise ContaminationError(f"{where} (sha256 {entry.sha256}) was not scanned: scan it, then reduce again")
+            if r.records != entry.record_count or r.bytes != entry.size_bytes:
+                raise ContaminationError(
+                    f"{where}: the scan saw {r.records} records and {r.bytes} bytes, the manifest says "
+                    f"{entry.record_count} and {entry.size_bytes}"
+                )
+            used.add(entry.sha256)
+            shards += 1
+            records += r.records
+            tokens += r.tokens
+            size += r.bytes
+            shard_order = (split_name, natural_key(entry.key), entry.key)
+            for it in r.items:
+                state = merged.setdefault((it.benchmark, it.item_id), [set(), 0, 0, []])
+                state[0].update(it.matched_grams)
+                state[1] += it.hits_total
+                state[2] = max(state[2], it.longest_match_tokens)
+                for h in it.hits:
+                    key = (*shard_order, h.record_index, field_pos.get(h.field, -1), h.token_start, h.token_end)
+                    state[3].append((key, ReportHit(split=split_name, shard=entry.key, shard_sha256=entry.sha256, **h.model_dump())))
+    extra = sorted(set(by_sha) - used)
+    if extra:
+        raise ContaminationError(
+            f"results for {len(extra)} shard(s) not in the data manifest (first: {extra[0]}): "
+            "they belong to another publication"
+        )
+
+    benchmarks: list[BenchmarkResult] = []
+    contaminated_items: list[ContaminatedItem] = []
+    uncheckable_items: list[UncheckableItem] = []
+    known: set[tuple[str, str]] = set()
+    for bench in sorted(index.benchmarks, key=lambda b: b.name):
+        n_items = len(bench.items)
+        n_unc = n_cont = 0
+        for item in sorted(bench.items, key=lambda i: item_sort_key(i.item_id)):
+            key = (bench.name, item.item_id)
+            known.add(key)
+            if item.uncheckable is not None:
+                n_unc += 1
+                uncheckable_items.append(
+                    UncheckableItem(
+                        benchmark=bench.name,
+                        item_id=item.item_id,
+                        item_sha256=item.item_sha256,
+                        tokens=item.n_tokens,
+                        reason=item.uncheckable,  # type: ignore[arg-type]
+                    )
+                )
+                continue
+            state = merged.get(key)
+            if state is None:
+                continue
+            n_cont += 1
+            hits = [h for _, h in sorted(state[3], key=lambda kh: kh[0])][: contract.max_hits_per_item]
+            contaminated_items.append(
+                ContaminatedItem(
+                    benchmark=bench.name,
+                    item_id=item.item_id,
+                    item_sha256=item.item_sha256,
+                    matched_ngrams=len(state[0]),
+                    total_ngrams=item.total_ngrams,
+                    longest_match_tokens=state[2],
+                    hits_total=state[1],
+                    hits=hits,
+                )
+            )
+        n_check = n_items - n_unc
+        benchmarks.append(
+            BenchmarkResult(
+                name=bench.name,
+                split=bench.split,
+                n_items=n_items,
+                n_checkable=n_check,
+                n_uncheckable=n_unc,
+                n_hot_ngrams_excluded=bench.n_hot_ngrams_excluded,
+                n_contaminated=n_cont,
+                contaminated_fraction=[n_cont, n_check],
+                uncheckable_fraction=[n_unc, n_items],
+                passed=contract.policy.benchmark_passes(bench.name, n_items, n_check, n_unc, n_cont),
+            )
+        )
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        raise ContaminationError(f"shard results name items the release does not hold: {unknown[:3]}")
+
+    return ContaminationReport(
+        method=contract.method,
+        fields=list(contract.fields),
+        eval_release=ReleaseRef(id=index.release_id, sha256=index.release_sha256),
+        training=TrainingRef(data_manifest_sha256=data_manifest_sha256, scan_manifest_sha256=scan_manifest_sha256),
+        verifier_contract=DigestRef(sha256=index.contract_sha256),
+        producer_pins=DigestRef(sha256=producer_pins_sha256),
+        coverage=Coverage(shards=shards, records=records, tokens=tokens, bytes=size),
+        policy=contract.policy,
+        benchmarks=benchmarks,
+        contaminated_items=contaminated_items,
+        uncheckable_items=uncheckable_items,
+        passed=all(b.passed for b in benchmarks),
+        tool=ToolInfo(
+            name="trainvault",
+            version=__version__,
+            python=f"{sys.version_info.major}.{sys.version_info.minor}",
+            unicode=unicodedata.unidata_version,
+        ),
+    )

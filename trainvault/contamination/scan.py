@@ -1,0 +1,287 @@
+"""The per-shard scan: stream one shard's records, return its candidate hits and totals.
+
+A `ShardScanResult` is a pure function of (shard sha256, contract sha256, release sha256):
+it names no split, key or URI, so it can be cached under those three digests and shards
+can be scanned in any order, in parallel, by different processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainvault.contamination.index import EvalIndex
+from trainvault.documents import Document
+from trainvault.errors import ContaminationError, IntegrityError
+from trainvault.manifest import ShardEntry
+from trainvault.reader import ShardReader
+from trainvault.storage import Storage
+
+_SHA = r"^[0-9a-f]{64}$"
+#: Bytes requested per streamed chunk while reading a shard.
+STREAM_CHUNK = 8 << 20
+
+
+class ShardHit(BaseModel):
+    """Where in a shard a benchmark item's text was found.
+
+    Token offsets index the field's normalised tokens; character offsets index the
+    field's original text, both as half-open ranges.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    record_index: int = Field(ge=0)
+    record_id: str | None
+    field: str
+    token_start: int = Field(ge=0)
+    token_end: int = Field(ge=0)
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+
+
+class ShardItemHits(BaseModel):
+    """One item's matches in one shard: the first hits in record order, and exact totals."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    benchmark: str
+    item_id: str
+    #: Positions (in the item) of the distinct item n-grams found in this shard.
+    matched_grams: list[int]
+    hits_total: int = Field(ge=1)
+    longest_match_tokens: int = Field(ge=1)
+    hits: list[ShardHit]
+
+
+class ShardScanResult(Document):
+    """contamination-shard-scan-v1: one shard's totals and hits under one contract and release."""
+
+    KIND = "trainvault.contamination-shard-scan"
+
+    format: Literal["trainvault.contamination-shard-scan"] = "trainvault.contamination-shard-scan"
+    version: Literal[1] = 1
+    shard_sha256: str = Field(pattern=_SHA)
+    contract_sha256: str = Field(pattern=_SHA)
+    release_sha256: str = Field(pattern=_SHA)
+    records: int = Field(ge=0)
+    #: Normalised tokens over the scanned fields.
+    tokens: int = Field(ge=0)
+    #: Bytes of the shard object read (and hashed).
+    bytes: int = Field(ge=0)
+    #: UTF-8 bytes of the scanned field text.
+    text_bytes: int = Field(ge=0)
+    items: list[ShardItemHits]
+
+
+def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """Merge (field, start, end) windows of one record into maximal overlapping runs."""
+    out: list[tuple[int, int, int]] = []
+    for f, s, e in sorted(windows):
+        if out and out[-1][0] == f and s <= out[-1][2]:
+            if e > out[-1][2]:
+                out[-1] = (f, out[-1][1], e)
+        else:
+            out.append((f, s, e))
+    return out  # type: ignore[return-value]
+
+
+class _Accumulator:
+    """Per-shard state: totals, and per item the matched grams and the capped hit list."""
+
+    def __init__(self, index: EvalIndex):
+        self.index = index
+        c = index.contract
+        self.fields = list(c.fields)
+        self.record_id_field = c.record_id_field
+        self.cap = c.max_hits_per_item
+        self.records = 0
+        self.tokens = 0
+        self.text_bytes = 0
+        # (benchmark index, item index) -> [matched positions, hits_total, longest, hits]
+        self.items: dict[tuple[int, int], list[Any]] = {}
+
+    def add(self, records: Iterable[Mapping[str, Any]], where: str) -> None:
+        """Scan a batch of records (typically one block), in shard order."""
+        index = self.index
+        tokens_of = index.normalizer.tokens_utf8
+        stream: list[bytes] = []
+        starts: list[int] = []
+        texts: list[tuple[int, int, str, Mapping[str, Any]]] = []
+        r = self.records - 1
+        text_bytes = 0
+        for r, record in enumerate(records, self.records):
+            for f, name in enumerate(self.fields):
+                value = record.get(name) if isinstance(record, Mapping) else None
+                if not isinstance(value, str):
+                    raise ContaminationError(
+                        f"{where}: record {r} has no string field {name!r} (got {type(value).__name__}); "
+                        "every scanned field must be text: fix the records or the contract's fields"
+                    )
+                raw = value.encode("utf-8")
+                text_bytes += len(raw)
+                starts.append(len(stream))
+                stream += tokens_of(raw)
+                stream.append(b"")  # id 0: no window crosses a field or record boundary
+                texts.append((r, f, value, record))
+        self.records = r + 1
+        self.tokens += len(stream) - len(texts)
+        self.text_bytes += text_bytes
+        if not stream:
+            return
+        found = index.find(stream, index.token_ids(stream))
+        if not found:
+            return
+        # Group verified windows by (item, text).
+        windows: dict[tuple[int, int], dict[int, list[tuple[int, int, int]]]] = {}
+        grams_found: dict[tuple[int, int], set[int]] = {}
+        for pos, g in found:
+            t = bisect_right(starts, pos) - 1
+            start = pos - starts[t]
+            k = len(index.grams[g])
+            for b, i, gram_pos in index.postings[g]:
+                key = (b, i)
+                windows.setdefault(key, {}).setdefault(t, []).append((texts[t][1], start, start + k))
+                grams_found.setdefault(key, set()).add(gram_pos)
+        spans_cache: dict[int, list[tuple[int, int]]] = {}
+        for key in sorted(windows):
+            state = self.items.setdefault(key, [set(), 0, 0, []])
+            state[0] |= grams_found[key]
+            for t in sorted(windows[key]):
+                r, _, value, record = texts[t]
+                for f, s, e in _merge(windows[key][t]):
+                    state[1] += 1
+                    state[2] = max(state[2], e - s)
+                    if len(state[3]) >= self.cap:
+                        continue
+                    spans = spans_cache.get(t)
+                    if spans is None:
+                        spans = spans_cache[t] = index.normalizer.tokens_with_spans(value)[1]
+                    state[3].append(
+                        ShardHit(
+                            record_index=r,
+                            record_id=self._record_id(record),
+                            field=self.fields[f],
+                            token_start=s,
+                            token_end=e,
+                            char_start=spans[s][0],
+                            char_end=spans[e - 1][1],
+                        )
+                    )
+
+    def _record_id(self, record: Mapping[str, Any]) -> str | None:
+        if self.record_id_field is None:
+            return None
+        value = record.get(self.record_id_field)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return None
+        return str(value)
+
+    def result(self, shard_sha256: str, size: int) -> ShardScanResult:
+        index = self.index
+        items = []
+        for (b, i), (grams, total, longest, hits) in sorted(
+            self.items.items(), key=lambda kv: (index.benchmarks[kv[0][0]].name, kv[0][1])
+        ):
+            bench = index.benchmarks[b]
+            items.append(
+                ShardItemHits(
+                    benchmark=bench.name,
+                    item_id=bench.items[i].item_id,
+                    matched_grams=sorted(grams),
+                    hits_total=total,
+                    longest_match_tokens=longest,
+                    hits=hits,
+                )
+            )
+        return ShardScanResult(
+            shard_sha256=shard_sha256,
+            contract_sha256=index.contract_sha256,
+            release_sha256=index.release_sha256,
+            records=self.records,
+            tokens=self.tokens,
+            bytes=size,
+            text_bytes=self.text_bytes,
+            items=items,
+        )
+
+
+def scan_records(
+    index: EvalIndex, records: Iterable[Mapping[str, Any]], *, shard_sha256: str, size_bytes: int = 0, batch: int = 1024
+) -> ShardScanResult:
+    """Scan records already in memory (tests, benchmarks, data not yet published).
+
+    `shard_sha256` and `size_bytes` describe the bytes the records came from.
+    """
+    acc = _Accumulator(index)
+    buf: list[Mapping[str, Any]] = []
+    for record in records:
+        buf.append(record)
+        if len(buf) >= batch:
+            acc.add(buf, f"shard {shard_sha256[:12]}")
+            buf = []
+    if buf:
+        acc.add(buf, f"shard {shard_sha256[:12]}")
+    return acc.result(shard_sha256, size_bytes)
+
+
+def scan_shard(
+    storage: Storage,
+    data_format: str,
+    entry: ShardEntry,
+    index: EvalIndex,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+) -> ShardScanResult:
+    """Scan one published shard: read it once, verify it, and match every record.
+
+    The whole object is streamed and hashed; each block is checked against its
+    descriptor digest before it is decoded, and the object's SHA-256 and size must
+    equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
+    number of shard bytes read since its last call.
+    """
+    reader = ShardReader(storage, entry, data_format)
+    blocks = reader.blocks
+    size = entry.size_bytes
+    acc = _Accumulator(index)
+    whole = hashlib.sha256()
+    seen = 0
+    buf = bytearray()
+    buf_start = 0  # shard offset of buf[0]
+    k = 0
+    chunks = storage.stream(entry.uri, chunk_size=STREAM_CHUNK) if size else iter(())
+    for chunk in chunks:
+        whole.update(chunk)
+        seen += len(chunk)
+        if seen > size:
+            break
+        buf.extend(chunk)
+        while k < len(blocks) and blocks[k].offset + blocks[k].length <= buf_start + len(buf):
+            b = blocks[k]
+            lo = b.offset - buf_start
+            data = bytes(buf[lo : lo + b.length])
+            del buf[: lo + b.length]
+            buf_start = b.offset + b.length
+            if hashlib.sha256(data).hexdigest() != b.sha256:
+                raise IntegrityError(
+                    f"{entry.uri}: block {k} sha256 does not match the descriptor; the shard was changed after "
+                    "it was published: rebuild it before scanning"
+                )
+            acc.add(reader.decode(k, data), entry.uri)
+            k += 1
+        if on_bytes is not None:
+            on_bytes(len(chunk))
+    if seen != size or whole.hexdigest() != entry.sha256 or k != len(blocks):
+        raise IntegrityError(
+            f"{entry.uri}: read {seen} bytes with sha256 {whole.hexdigest()}, the manifest binds {size} bytes "
+            f"with sha256 {entry.sha256}; the shard is truncated, extended or replaced: rebuild the publication"
+        )
+    if acc.records != entry.record_count:
+        raise IntegrityError(
+            f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
+        )
+    return acc.result(entry.sha256, size)
