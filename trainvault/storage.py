@@ -21,10 +21,11 @@ from urllib.parse import unquote, urlsplit
 
 import obstore
 import obstore.exceptions as obx
-from obstore.store import LocalStore, MemoryStore, S3Store
+from obstore.store import MemoryStore, S3Store
 
 from trainvault.errors import (
     AuthenticationError,
+    IntegrityError,
     ConflictError,
     ObjectNotFoundError,
     ObjectTooLargeError,
@@ -144,6 +145,143 @@ def _timedelta(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+# obstore drives I/O on a tokio runtime whose threads do not survive fork(): a forked
+# child that touches obstore after its parent did hangs for ever. We remember which
+# process first used it and fail fast, with advice, instead of hanging.
+_OBSTORE_PID: int | None = None
+
+
+def _claim_obstore(uri: str) -> None:
+    global _OBSTORE_PID
+    pid = os.getpid()
+    if _OBSTORE_PID is None:
+        _OBSTORE_PID = pid
+    elif _OBSTORE_PID != pid:
+        raise StorageError(
+            f"cannot read {uri} in a process forked after its parent used object storage: the storage "
+            "client does not survive fork(). Start workers with the 'spawn' or 'forkserver' multiprocessing "
+            "context (DataLoader(multiprocessing_context='forkserver'), "
+            "ProcessPoolExecutor(mp_context=multiprocessing.get_context('forkserver'))), or create the pool "
+            "before the parent's first storage access"
+        )
+
+
+class _ObstoreBackend:
+    """S3 and memory:// through obstore."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def get(self, path: str) -> bytes:
+        return obstore.get(self.store, path).bytes().to_bytes()
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        return obstore.get_range(self.store, path, start=start, end=end).to_bytes()
+
+    def stream(self, path: str, start: int, end: int | None, chunk_size: int) -> Iterator[bytes]:
+        options: dict[str, Any] = {}
+        if start or end is not None:
+            options["range"] = (start, end) if end is not None else {"offset": start}
+        yield from obstore.get(self.store, path, options=options).stream(min_chunk_size=chunk_size)
+
+    def head(self, path: str) -> tuple[int, str | None]:
+        meta = obstore.head(self.store, path)
+        return int(meta["size"]), meta.get("e_tag")
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None]]:
+        for batch in obstore.list(self.store, prefix=prefix or None):
+            for meta in batch:
+                yield meta["path"], int(meta["size"]), meta.get("e_tag")
+
+    def put(self, path: str, data: Any) -> str | None:
+        return obstore.put(self.store, path, data).get("e_tag")
+
+    def create(self, path: str, data: Any) -> bool:
+        try:
+            obstore.put(self.store, path, data, mode="create")
+        except obx.AlreadyExistsError:
+            return False
+        return True
+
+    def delete(self, path: str) -> None:
+        obstore.delete(self.store, path)
+
+
+class _FileBackend:
+    """Local folders with plain file I/O: fork-safe, so DataLoader workers may fork freely."""
+
+    _TMP = ".tv-tmp-"
+
+    def get(self, path: str) -> bytes:
+        with open("/" + path, "rb") as f:
+            return f.read()
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        fd = os.open("/" + path, os.O_RDONLY)
+        try:
+            return os.pread(fd, end - start, start)
+        finally:
+            os.close(fd)
+
+    def stream(self, path: str, start: int, end: int | None, chunk_size: int) -> Iterator[bytes]:
+        with open("/" + path, "rb") as f:
+            f.seek(start)
+            remaining = None if end is None else end - start
+            while remaining is None or remaining > 0:
+                chunk = f.read(chunk_size if remaining is None else min(chunk_size, remaining))
+                if not chunk:
+                    return
+                if remaining is not None:
+                    remaining -= len(chunk)
+                yield chunk
+
+    def head(self, path: str) -> tuple[int, str | None]:
+        st = os.stat("/" + path)
+        if not os.path.isfile("/" + path):
+            raise FileNotFoundError(path)
+        return st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None]]:
+        top = "/" + prefix
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith(self._TMP):
+                    continue  # an interrupted write's leftovers are not objects
+                full = os.path.join(dirpath, name)
+                st = os.stat(full)
+                yield full.lstrip("/"), st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+    def _write_tmp(self, path: str, data: Any) -> str:
+        folder, name = os.path.split("/" + path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f"{self._TMP}{name}.{os.getpid()}.{threading.get_ident()}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def put(self, path: str, data: Any) -> str | None:
+        tmp = self._write_tmp(path, data)
+        os.replace(tmp, "/" + path)
+        return self.head(path)[1]
+
+    def create(self, path: str, data: Any) -> bool:
+        # link() is atomic and fails if the name exists: readers never see a partial object.
+        tmp = self._write_tmp(path, data)
+        try:
+            os.link(tmp, "/" + path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
+
+    def delete(self, path: str) -> None:
+        os.unlink("/" + path)
+
+
 class Storage:
     """Reads and writes objects by URI with trainvault's timeouts and error types.
 
@@ -152,7 +290,7 @@ class Storage:
 
     def __init__(self, config: StorageConfig | None = None):
         self.config = config or StorageConfig()
-        self._stores: dict[tuple[str, str], Any] = {}
+        self._backends: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -164,25 +302,27 @@ class Storage:
     def __repr__(self) -> str:
         return f"Storage({self.config!r})"
 
-    # -- stores -----------------------------------------------------------------
+    # -- backends ---------------------------------------------------------------
 
-    def _store(self, loc: Location) -> Any:
+    def _backend(self, loc: Location) -> Any:
+        if loc.scheme != "file":
+            _claim_obstore(loc.uri)
         key = (loc.scheme, loc.bucket)
-        store = self._stores.get(key)
-        if store is None:
+        backend = self._backends.get(key)
+        if backend is None:
             with self._lock:
-                store = self._stores.get(key)
-                if store is None:
-                    store = self._make_store(loc)
-                    self._stores[key] = store
-        return store
+                backend = self._backends.get(key)
+                if backend is None:
+                    backend = self._make_backend(loc)
+                    self._backends[key] = backend
+        return backend
 
-    def _make_store(self, loc: Location) -> Any:
+    def _make_backend(self, loc: Location) -> Any:
+        if loc.scheme == "file":
+            return _FileBackend()
         if loc.scheme == "memory":
             with _MEMORY_LOCK:
-                return _MEMORY_STORES.setdefault(loc.bucket, MemoryStore())
-        if loc.scheme == "file":
-            return LocalStore("/", mkdir=True)
+                return _ObstoreBackend(_MEMORY_STORES.setdefault(loc.bucket, MemoryStore()))
         cfg = self.config
         client_options: dict[str, Any] = {
             "connect_timeout": _timedelta(cfg.connect_timeout_s),
@@ -212,32 +352,31 @@ class Storage:
             kwargs["access_key_id"] = cfg.access_key_id
         if cfg.secret_access_key:
             kwargs["secret_access_key"] = cfg.secret_access_key
-        return S3Store(loc.bucket, **kwargs)
+        return _ObstoreBackend(S3Store(loc.bucket, **kwargs))
 
     def _resolve(self, uri: str) -> tuple[Any, str, Location]:
         loc = parse_uri(uri)
-        return self._store(loc), loc.path, loc
+        return self._backend(loc), loc.path, loc
 
     # -- reads ------------------------------------------------------------------
 
     def get(self, uri: str) -> bytes:
         """The whole object."""
-        store, path, loc = self._resolve(uri)
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, "read"):
-            return obstore.get(store, path).bytes().to_bytes()
+            return backend.get(path)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object."""
+        """Bytes [start, end) of the object; `IntegrityError` if the object is shorter."""
         if end <= start:
             return b""
-        store, path, loc = self._resolve(uri)
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, f"read bytes {start}-{end} of"):
-            data = obstore.get_range(store, path, start=start, end=end).to_bytes()
+            data = backend.get_range(path, start, end)
         if len(data) != end - start:
-            from trainvault.errors import IntegrityError
-
             raise IntegrityError(
-                f"{loc.uri}: asked for bytes {start}-{end} but got {len(data)} bytes; the object is shorter than its index says"
+                f"{loc.uri}: asked for bytes {start}-{end} but got {len(data)}; the object is shorter than "
+                "its index says (truncated)"
             )
         return data
 
@@ -245,20 +384,15 @@ class Storage:
         self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20
     ) -> Iterator[bytes]:
         """Stream bytes [start, end) (to the end of the object when `end` is None)."""
-        store, path, loc = self._resolve(uri)
-        options: dict[str, Any] = {}
-        if start or end is not None:
-            options["range"] = (start, end) if end is not None else {"offset": start}
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, "stream"):
-            result = obstore.get(store, path, options=options)
-            for chunk in result.stream(min_chunk_size=chunk_size):
-                yield chunk
+            yield from backend.stream(path, start, end, chunk_size)
 
     def head(self, uri: str) -> ObjectInfo:
-        store, path, loc = self._resolve(uri)
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, "inspect"):
-            meta = obstore.head(store, path)
-        return ObjectInfo(loc.uri, int(meta["size"]), meta.get("e_tag"))
+            size, etag = backend.head(path)
+        return ObjectInfo(loc.uri, size, etag)
 
     def exists(self, uri: str) -> bool:
         try:
@@ -269,27 +403,25 @@ class Storage:
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
         """Every object under the folder `prefix_uri`, sorted by URI."""
-        store, path, loc = self._resolve(prefix_uri)
-        out: list[ObjectInfo] = []
+        backend, path, loc = self._resolve(prefix_uri)
         with _translate(loc.uri, "list"):
             try:
-                for batch in obstore.list(store, prefix=path.rstrip("/") or None):
-                    for meta in batch:
-                        out.append(
-                            ObjectInfo(replace(loc, path=meta["path"]).uri, int(meta["size"]), meta.get("e_tag"))
-                        )
+                found = [
+                    ObjectInfo(replace(loc, path=p).uri, size, etag)
+                    for p, size, etag in backend.list(path.rstrip("/"))
+                ]
             except FileNotFoundError:
-                return []  # a local folder that does not exist yet holds nothing
-        return sorted(out, key=lambda o: o.uri)
+                return []  # a folder that does not exist yet holds nothing
+        return sorted(found, key=lambda o: o.uri)
 
     # -- writes -----------------------------------------------------------------
 
     def put(self, uri: str, data: bytes) -> ObjectInfo:
         """Write (or overwrite) an object. Publications use `put_create` instead."""
-        store, path, loc = self._resolve(uri)
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, "write"):
-            res = obstore.put(store, path, data)
-        return ObjectInfo(loc.uri, len(data), res.get("e_tag"))
+            etag = backend.put(path, data)
+        return ObjectInfo(loc.uri, len(data), etag)
 
     def put_create(self, uri: str, data: bytes | bytearray | memoryview) -> bool:
         """Create `uri` with `data` unless it exists. True when this call created it.
@@ -303,14 +435,11 @@ class Storage:
                 f"{uri}: {size} bytes exceeds the 5 GiB limit of a create-only write; "
                 "split the data over more shard ids"
             )
-        store, path, loc = self._resolve(uri)
+        backend, path, loc = self._resolve(uri)
+        with _translate(loc.uri, "create"):
+            if backend.create(path, data):
+                return True
         try:
-            with _translate(loc.uri, "create"):
-                try:
-                    obstore.put(store, path, data, mode="create")
-                    return True
-                except obx.AlreadyExistsError:
-                    pass
             existing = self.get(loc.uri)
         except ObjectNotFoundError:
             raise StorageError(f"{loc.uri}: the store reported the object exists, then could not find it; retry") from None
@@ -322,12 +451,13 @@ class Storage:
         return False
 
     def delete(self, uri: str) -> None:
-        store, path, loc = self._resolve(uri)
+        """Delete an object; deleting a missing object is not an error."""
+        backend, path, loc = self._resolve(uri)
         with _translate(loc.uri, "delete"):
             try:
-                obstore.delete(store, path)
+                backend.delete(path)
             except FileNotFoundError:
-                pass  # LocalStore alone reports this; S3 and memory are silent
+                pass
 
 
 class _translate:

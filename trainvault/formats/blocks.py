@@ -8,7 +8,9 @@ decided in one place for all formats.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,6 +47,10 @@ class BlockEncoder(Protocol):
     def flush_block(self) -> bytes:
         """Encode the buffered records as one block and clear the buffer."""
 
+    # Optional: ``cut_block() -> Callable[[], bytes]`` detaches the buffered records and
+    # returns a job that encodes them as one block, safe to run on another thread while
+    # `add` fills the next block. Formats whose block encoding releases the GIL have it.
+
     def finish(self) -> bytes:
         """Bytes that follow the last block (a format's footer), or b""."""
 
@@ -75,6 +81,14 @@ class EncodedShard:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _compress_job(job: Callable[[], bytes], whole: Any) -> tuple[bytes, str]:
+    """Run a detached block's compression and hash it; on the shard's one worker thread."""
+    data = job()
+    # The single worker runs blocks in order, so the whole-shard digest can advance here.
+    whole.update(data)
+    return data, hashlib.sha256(data).hexdigest()
+
+
 def encode_shard(
     fmt: ShardFormat,
     records: Iterable[Mapping[str, Any]],
@@ -88,7 +102,11 @@ def encode_shard(
     A block is cut once the buffered records reach `block_bytes` of raw payload, so
     cut points depend only on the records and the setting. Raises `EncodeError` naming
     the record index for a record the format cannot hold, and `ObjectTooLargeError`
-    as soon as the shard passes `max_bytes`.
+    once the shard passes `max_bytes`.
+
+    An encoder with ``cut_block`` has each block compressed and hashed on one worker
+    thread while the next block's records are encoded: the codecs release the GIL, so
+    the two overlap. Blocks still complete in order, so the bytes are the same.
     """
     if block_bytes < 1:
         raise ValueError("block_bytes must be positive")
@@ -100,47 +118,71 @@ def encode_shard(
     first = 0
     count = 0
     raw_total = 0
+    cut_block = getattr(encoder, "cut_block", None)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="trainvault-encode") if cut_block else None
+    # Blocks handed to the worker and not yet placed: (first record, record count, future).
+    inflight: deque[tuple[int, int, Future[tuple[bytes, str]]]] = deque()
 
-    def emit_block() -> None:
-        nonlocal pending, first
-        data = encoder.flush_block()
-        blocks.append(
-            BlockRef(
-                offset=len(out),
-                length=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-                first_record=first,
-                record_count=count - first,
-            )
-        )
+    def place(start: int, n: int, data: bytes, digest: str) -> None:
+        blocks.append(BlockRef(offset=len(out), length=len(data), sha256=digest, first_record=start, record_count=n))
         out.extend(data)
-        whole.update(data)
-        pending = 0
-        first = count
         if max_bytes is not None and len(out) > max_bytes:
             raise ObjectTooLargeError(
-                f"{name}: more than {max_bytes} bytes after {count} records; a create-only shard must stay "
+                f"{name}: more than {max_bytes} bytes after {start + n} records; a create-only shard must stay "
                 "under the single-put limit, so spread the records over more shard ids"
             )
 
-    for record in records:
-        if not isinstance(record, Mapping):
-            raise EncodeError(
-                f"{name}: record {count} is a {type(record).__name__}, not a mapping; records are dicts"
-            )
+    def place_oldest() -> None:
+        start, n, future = inflight.popleft()
         try:
-            size = encoder.add(record)
+            data, digest = future.result()
         except EncodeError as exc:
-            raise EncodeError(f"{name}: record {count}: {exc}") from None
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise EncodeError(f"{name}: record {count} cannot be encoded: {exc}") from None
-        count += 1
-        pending += size
-        raw_total += size
-        if pending >= block_bytes:
+            raise EncodeError(f"{name}: records {start}-{start + n - 1}: {exc}") from None
+        place(start, n, data, digest)
+
+    def emit_block() -> None:
+        nonlocal pending, first
+        start, n = first, count - first
+        pending = 0
+        first = count
+        if pool is not None:
+            inflight.append((start, n, pool.submit(_compress_job, cut_block(), whole)))
+            # One block compresses while the next fills; waiting here bounds memory to two blocks.
+            while len(inflight) > 1:
+                place_oldest()
+            return
+        try:
+            data = encoder.flush_block()
+        except EncodeError as exc:  # columnar formats find bad values per block
+            raise EncodeError(f"{name}: records {start}-{start + n - 1}: {exc}") from None
+        whole.update(data)
+        place(start, n, data, hashlib.sha256(data).hexdigest())
+
+    try:
+        for record in records:
+            if type(record) is not dict and not isinstance(record, Mapping):
+                raise EncodeError(
+                    f"{name}: record {count} is a {type(record).__name__}, not a mapping; records are dicts"
+                )
+            try:
+                size = encoder.add(record)
+            except EncodeError as exc:
+                raise EncodeError(f"{name}: record {count}: {exc}") from None
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise EncodeError(f"{name}: record {count} cannot be encoded: {exc}") from None
+            count += 1
+            pending += size
+            raw_total += size
+            if pending >= block_bytes:
+                emit_block()
+        if count > first:
             emit_block()
-    if count > first:
-        emit_block()
+        while inflight:
+            place_oldest()
+    finally:
+        if pool is not None:
+            # On an error, drop blocks not started and let the running one finish.
+            pool.shutdown(wait=True, cancel_futures=True)
     trailer_bytes = encoder.finish() if count else b""
     trailer = None
     if trailer_bytes:

@@ -7,7 +7,7 @@ per-element Python loop; a reader without NumPy sees an `ExtType`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -25,12 +25,29 @@ def _is_ndarray(value: Any) -> bool:
     return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
 
 
+def _new_ext(data: bytes) -> msgpack.ExtType:
+    # ExtType's own __new__ re-validates code and data in Python on every record; both
+    # are known good here, so build the namedtuple directly (same type, same bytes).
+    return tuple.__new__(msgpack.ExtType, (NDARRAY_EXT, data))
+
+
+_header_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+# (dtype.str, shape) -> packed header; token arrays repeat a few hundred shapes.
+_headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
 def _pack_default(value: Any) -> Any:
     if _is_ndarray(value):
-        if value.dtype.hasobject:
+        dtype = value.dtype
+        if dtype.hasobject:
             raise EncodeError("object arrays cannot be encoded; use a numeric dtype")
-        header = msgpack.packb([value.dtype.str, list(value.shape)])
-        return msgpack.ExtType(NDARRAY_EXT, header + value.tobytes(order="C"))
+        key = (dtype.str, value.shape)
+        header = _headers.get(key)
+        if header is None:
+            header = _header_packb([dtype.str, list(value.shape)])
+            if len(_headers) < 4096:  # bounded: odd shapes must not grow it forever
+                _headers[key] = header
+        return _new_ext(header + value.tobytes(order="C"))
     module = type(value).__module__
     if module == "numpy" and hasattr(value, "item"):
         return value.item()  # NumPy scalars become plain numbers
@@ -58,19 +75,32 @@ def unpack_records(payload: bytes) -> list[dict[str, Any]]:
 class _Encoder:
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_pack_default, use_bin_type=True, autoreset=True)
+        self._pack = self._packer.pack
         self._buf = bytearray()
         self._zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=False)
+        # Field names already checked: records of one shard nearly always share them.
+        self._checked_keys: frozenset[Any] = frozenset()
 
     def add(self, record: Mapping[str, Any]) -> int:
-        check_record_keys(record)
-        packed = self._packer.pack(record if type(record) is dict else dict(record))
-        self._buf.extend(packed)
+        if type(record) is not dict:
+            record = dict(record)
+        if record.keys() != self._checked_keys:
+            check_record_keys(record)
+            self._checked_keys = frozenset(record)
+        packed = self._pack(record)
+        self._buf += packed
         return len(packed)
 
     def flush_block(self) -> bytes:
         data = self._zstd.compress(self._buf)
         self._buf.clear()
         return data
+
+    def cut_block(self) -> Callable[[], bytes]:
+        # zstd releases the GIL, so this job overlaps packing of the next block. One
+        # worker runs the jobs in turn, so the one compressor is never used concurrently.
+        payload, self._buf = self._buf, bytearray()
+        return lambda: self._zstd.compress(payload)
 
     def finish(self) -> bytes:
         return b""
