@@ -1,0 +1,156 @@
+"""Storage over real stores: URIs, create-only writes, ranged and streaming reads, errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from trainvault import (
+    ConflictError,
+    IntegrityError,
+    ObjectNotFoundError,
+    StorageConfig,
+    StorageError,
+    TrainVault,
+)
+from trainvault.storage import Storage, is_within, join_uri, normalize_uri, parent_uri, parse_uri
+
+from conftest import S3_KEY, S3_SECRET, s3_config
+
+
+def test_uri_parsing(tmp_path) -> None:
+    assert parse_uri("s3://bucket/a/b.json").path == "a/b.json"
+    assert normalize_uri(str(tmp_path / "x")) == "file://" + str(tmp_path / "x")
+    assert normalize_uri("file:///data/../data/x") == "file:///data/x"
+    assert normalize_uri("memory://ns/a/b") == "memory://ns/a/b"
+    assert join_uri("s3://b/root/", "shards", "train") == "s3://b/root/shards/train"
+    assert parent_uri("s3://b/root/m.json") == "s3://b/root"
+    assert is_within("s3://b/root/shards/x", "s3://b/root")
+    assert not is_within("s3://b/rootx/y", "s3://b/root")
+    assert not is_within("s3://other/root/y", "s3://b/root")
+    for bad in ["ftp://x/y", "", "s3:///nobucket", "file://host/x"]:
+        with pytest.raises(StorageError):
+            parse_uri(bad)
+
+
+def test_object_operations(vault_root) -> None:
+    vault, root = vault_root
+    st = vault.storage
+    uri = join_uri(root, "dir", "obj.bin")
+    data = bytes(range(256)) * 100
+    assert st.put_create(uri, data) is True
+    assert st.put_create(uri, data) is False  # identical: idempotent
+    with pytest.raises(ConflictError, match="immutable"):
+        st.put_create(uri, data + b"!")
+    assert st.get(uri) == data
+    assert st.get_range(uri, 10, 20) == data[10:20]
+    assert b"".join(st.stream(uri, start=5, end=5000, chunk_size=1000)) == data[5:5000]
+    assert b"".join(st.stream(uri, chunk_size=4096)) == data
+    assert st.head(uri).size == len(data)
+    assert [o.uri for o in st.list(root)] == [normalize_uri(uri)]
+    with pytest.raises(IntegrityError, match="truncated"):
+        st.get_range(uri, len(data) - 5, len(data) + 5)
+    missing = join_uri(root, "nope")
+    for op in (st.get, st.head):
+        with pytest.raises(ObjectNotFoundError, match="does not exist"):
+            op(missing)
+    assert not st.exists(missing)
+    st.delete(uri)
+    st.delete(uri)  # deleting a missing object is not an error
+    assert st.list(root) == []
+
+
+def test_local_create_is_atomic_and_hides_temp_files(tmp_path) -> None:
+    st = Storage()
+    uri = str(tmp_path / "a" / "b.bin")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / ".tv-tmp-b.bin.1.2").write_bytes(b"half")  # a crashed writer's leftover
+    st.put_create(uri, b"whole")
+    assert [o.uri for o in st.list(str(tmp_path))] == [normalize_uri(uri)]
+
+
+def test_default_timeouts() -> None:
+    cfg = StorageConfig()
+    assert (cfg.connect_timeout_s, cfg.read_timeout_s, cfg.request_timeout_s) == (10.0, 60.0, 600.0)
+
+
+def test_credentials_never_shown(s3_server) -> None:
+    vault = TrainVault(s3_server, "us-east-1", S3_KEY, S3_SECRET)
+    for text in (repr(vault), repr(vault.storage_config), repr(vault.storage), str(vault.storage_config)):
+        assert S3_SECRET not in text and S3_KEY not in text
+    # Errors name the object, never the keys.
+    with pytest.raises(ObjectNotFoundError) as info:
+        vault.storage.get(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/x")
+    assert S3_SECRET not in str(info.value) and S3_KEY not in str(info.value)
+    # Picklable: configuration travels, clients do not.
+    clone = pickle.loads(pickle.dumps(vault))
+    assert clone.storage_config == vault.storage_config
+
+
+def test_s3_create_only_is_exclusive(s3_server, s3_bucket) -> None:
+    st = Storage(s3_config(s3_server))
+    uri = f"s3://{s3_bucket}/m.json"
+    assert st.put_create(uri, b"a")
+    with pytest.raises(ConflictError):
+        st.put_create(uri, b"b")
+    assert st.get(uri) == b"a"
+
+
+def test_unreachable_endpoint_fails_with_storage_error() -> None:
+    st = Storage(StorageConfig(s3_base_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
+                               secret_access_key="s", max_retries=0, connect_timeout_s=1, retry_window_s=2))
+    with pytest.raises(StorageError, match="s3://b/x"):
+        st.get("s3://b/x")
+
+
+def test_forked_child_gets_clear_error_instead_of_hanging(tmp_path) -> None:
+    # obstore's runtime does not survive fork(); trainvault refuses with advice.
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from trainvault.storage import Storage
+        st = Storage()
+        st.put("memory://f/x", b"1")
+        st.put(sys.argv[1], b"local")
+        pid = os.fork()
+        if pid == 0:
+            assert st.get(sys.argv[1]) == b"local"   # local files work in the child
+            try:
+                st.get("memory://f/x")
+            except Exception as exc:
+                print(type(exc).__name__, "forkserver" in str(exc))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "l.bin")], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "StorageError True", out.stderr
+
+
+def test_import_pulls_no_heavy_dependency() -> None:
+    code = (
+        "import sys, trainvault, trainvault.formats, trainvault.saver, trainvault.reader;"
+        "heavy = [m for m in ('dagster', 'torch', 'pyarrow', 'safetensors', 'numpy') if m in sys.modules];"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.strip() == "[]"
+
+
+def test_missing_extra_names_it() -> None:
+    code = (
+        "import sys; sys.modules['pyarrow'] = None\n"
+        "from trainvault.formats import get_format\n"
+        "try:\n    get_format('parquet').new_encoder()\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'trainvault[parquet]'" in out.stdout
