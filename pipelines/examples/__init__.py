@@ -1,0 +1,1 @@
+"""Example dataset generators used by the demo and the example pipeline."""
