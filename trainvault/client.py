@@ -64,6 +64,37 @@ class TrainVault:
         """A saver for the publication whose manifest will live at `manifest_uri`."""
         return DatasetSaver(self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes)
 
+    # -- loading ----------------------------------------------------------------
+
+    def split_data_loader(
+        self,
+        manifest_uri: str,
+        *,
+        collate_fn: object = None,
+        dataloader_args: dict[str, object] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):  # -> trainvault.loading.SplitDataLoader, imported on use so torch stays optional
+        """A `SplitDataLoader` over the manifest at `manifest_uri` (needs the ``torch`` extra).
+
+        ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
+        returns a DataLoader with ``state_dict()``/``load_state_dict()``.
+        """
+        from trainvault.loading import SplitDataLoader
+
+        return SplitDataLoader(
+            self.storage,
+            manifest_uri,
+            collate_fn=collate_fn,  # type: ignore[arg-type]
+            dataloader_args=dataloader_args,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+        )
+
     # -- manifests --------------------------------------------------------------
 
     def load_manifest(self, uri: str) -> DataManifest:

@@ -1,0 +1,137 @@
+"""The IterableDataset that forms whole batches inside each worker.
+
+A worker yields ``(sequence number, epoch, position after, collated batch)``; the loader
+puts the items back in sequence order and strips the bookkeeping. Records never cross a
+process boundary one by one. Imports torch: import this module only through the loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch.utils.data
+
+from trainvault.loading.fetch import BlockFetcher
+from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
+from trainvault.manifest import ShardDescriptor, ShardEntry
+from trainvault.storage import Storage
+
+Item = tuple[int, int, int, Any]
+
+#: Unshuffled reads keep this many blocks in flight per worker.
+SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
+
+
+class SplitIterableDataset(torch.utils.data.IterableDataset):
+    """One rank's batches of a selection, dealt over the DataLoader's workers."""
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        data_format: str,
+        shards: tuple[ShardEntry, ...],
+        descriptors: tuple[ShardDescriptor, ...],
+        plan: BlockPlan,
+        order_key: int,
+        shuffle: bool,
+        window_blocks: int,
+        batch_size: int,
+        drop_last: bool,
+        rank: int,
+        world_size: int,
+        collate_fn: Callable[[list[dict[str, Any]]], Any],
+        infinite: bool,
+    ):
+        super().__init__()
+        self.fetcher = BlockFetcher(storage, data_format, shards, descriptors)
+        self.plan = plan
+        self.order_key = order_key
+        self.shuffle = shuffle
+        self.window_blocks = window_blocks
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.collate_fn = collate_fn
+        self.infinite = infinite
+        self.total = plan.total_records
+        self._start = (0, 0)
+        self._iteration = 0
+
+    def set_start(self, epoch: int, position: int) -> None:
+        """Where the next iteration starts; later iterations of the same copy (persistent
+        workers) start the epochs after it."""
+        self._start = (epoch, position)
+        self._iteration = 0
+
+    def order(self, epoch: int) -> EpochOrder:
+        return EpochOrder(self.plan, self.order_key, epoch, self.shuffle, self.window_blocks)
+
+    def schedule(self, start: int) -> RankSchedule:
+        return RankSchedule(start, self.total, self.batch_size, self.world_size, self.rank, self.drop_last)
+
+    def __iter__(self) -> Iterator[Item]:
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        k = self._iteration
+        self._iteration += 1
+        epoch, position = self._start if k == 0 else (self._start[0] + k, 0)
+        return self._generate(epoch, position, num_workers, worker)
+
+    def _generate(self, epoch: int, position: int, num_workers: int, worker: int) -> Iterator[Item]:
+        if self.total == 0:
+            return
+        offset = 0
+        while True:
+            if position >= self.total:
+                epoch, position = epoch + 1, 0
+            order = self.order(epoch)
+            schedule = self.schedule(position)
+            chunk = chunk_batches(order, self.batch_size, self.world_size, num_workers)
+            mine = list(worker_batches(len(schedule), chunk, num_workers, worker))
+            yield from self._epoch(order, schedule, mine, offset)
+            if not self.infinite:
+                return
+            offset += len(schedule)
+            epoch, position = epoch + 1, 0
+
+    def _epoch(self, order: EpochOrder, schedule: RankSchedule, mine: list[int], offset: int) -> Iterator[Item]:
+        batches = [schedule.batch(t) for t in mine]
+        # Windows in the order this worker first needs them (positions only grow).
+        needed: list[int] = []
+        for b in batches:
+            for k, _, _ in order.pieces(b.start, b.count):
+                if not needed or needed[-1] != k:
+                    needed.append(k)
+        window_blocks = [order.window_plan_blocks(k) for k in needed]
+        wanted = (
+            (int(self.plan.shard[i]), int(self.plan.block[i])) for blocks in window_blocks for i in blocks
+        )
+        lookahead = self.window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
+        stream = self.fetcher.iter_blocks(wanted, lookahead)
+        loaded: dict[int, tuple[list[dict[str, Any]], list[int] | None]] = {}
+        next_window = 0
+        try:
+            for t, b in zip(mine, batches):
+                records: list[dict[str, Any]] = []
+                for k, lo, hi in order.pieces(b.start, b.count):
+                    while k not in loaded:
+                        # Windows before k are finished: this worker's positions only grow.
+                        for old in [w for w in loaded if w < k]:
+                            del loaded[old]
+                        window: list[dict[str, Any]] = []
+                        for _ in window_blocks[next_window]:
+                            window.extend(next(stream))
+                        perm = order.record_permutation(needed[next_window])
+                        loaded[needed[next_window]] = (window, None if perm is None else perm.tolist())
+                        next_window += 1
+                    window, perm = loaded[k]
+                    if perm is None:
+                        records.extend(window[lo:hi])
+                    else:
+                        records.extend([window[i] for i in perm[lo:hi]])
+                yield offset + t, order.epoch, b.after, self.collate_fn(records)
+        finally:
+            stream.close()

@@ -1,0 +1,142 @@
+"""The DataLoader a trainer iterates: batches in the global order, plus resume state.
+
+It counts what the trainer received (not what workers prefetched), starts the next epoch
+on each new ``iter()`` unless `load_state_dict` was called since (as torchdata's
+StatefulDataLoader does), and restarts persistent workers only when the next iteration
+is not the one they would produce anyway. Imports torch: import it through `SplitDataLoader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch.utils.data
+
+from trainvault.loading.dataset import Item, SplitIterableDataset
+from trainvault.loading.state import LoaderState, OrderIdentity
+
+
+def passthrough(item: Item) -> Item:
+    """The DataLoader's own collate: batches are collated inside the dataset already."""
+    return item
+
+
+class TrainVaultDataLoader(torch.utils.data.DataLoader):
+    """A `torch.utils.data.DataLoader` over one selection, with `state_dict()`,
+    `load_state_dict()` and `describe_state()`."""
+
+    def __init__(self, dataset: SplitIterableDataset, identity: OrderIdentity, **dataloader_args: Any):
+        super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
+        self._identity = identity
+        self._epoch = 0
+        self._position = 0
+        self._started_epoch: int | None = None
+        self._resume = False
+        # Persistent workers keep the dataset copy they started with: (first start, iterations).
+        self._workers_first: tuple[int, int] | None = None
+        self._workers_iterations = 0
+
+    @property
+    def split_dataset(self) -> SplitIterableDataset:
+        ds = self.dataset
+        assert isinstance(ds, SplitIterableDataset)
+        return ds
+
+    def __len__(self) -> int:
+        """Batches this rank gets in a whole epoch."""
+        ds = self.split_dataset
+        if ds.infinite:
+            raise TypeError("an infinite_iter loader has no length")
+        return len(ds.schedule(0))
+
+    # -- iteration ----------------------------------------------------------------
+
+    def _next_start(self) -> tuple[int, int]:
+        ds = self.split_dataset
+        if self._resume or self._started_epoch is None:
+            epoch, position = self._epoch, self._position
+        elif ds.infinite:
+            epoch, position = self._epoch, self._position
+        else:
+            epoch, position = self._started_epoch + 1, 0
+        if ds.total and position >= ds.total:
+            epoch, position = epoch + 1, 0
+        return epoch, position
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds = self.split_dataset
+        epoch, position = self._next_start()
+        self._resume = False
+        self._started_epoch = epoch
+        self._epoch, self._position = epoch, position
+        if self.persistent_workers and self.num_workers > 0:
+            natural = None
+            if self._workers_first is not None and not ds.infinite:
+                natural = (self._workers_first[0] + self._workers_iterations, 0)
+            if self._iterator is not None and natural != (epoch, position):
+                self._iterator._shutdown_workers()  # type: ignore[attr-defined]
+                self._iterator = None
+            if self._iterator is None:
+                self._workers_first, self._workers_iterations = (epoch, position), 0
+            self._workers_iterations += 1
+        ds.set_start(epoch, position)
+        return self._reorder(super().__iter__())
+
+    def _reorder(self, items: Iterator[Item]) -> Iterator[Any]:
+        waiting: dict[int, Item] = {}
+        expected = 0
+        for item in items:
+            waiting[item[0]] = item
+            while expected in waiting:
+                _, epoch, after, batch = waiting.pop(expected)
+                expected += 1
+                # Counted before the trainer sees the batch: a state taken now includes it.
+                self._epoch, self._position = epoch, after
+                yield batch
+        if waiting:
+            raise RuntimeError(
+                f"trainvault loader: batch {expected} never arrived while {len(waiting)} later ones did; "
+                "a worker stopped early. Nothing after it was yielded"
+            )
+
+    # -- state --------------------------------------------------------------------
+
+    def _state(self) -> LoaderState:
+        ds = self.split_dataset
+        return LoaderState(
+            identity=self._identity,
+            epoch=self._epoch,
+            position=self._position,
+            epoch_records=ds.total,
+            remainder=ds.schedule(0).remainder,
+            batch_size=ds.batch_size,
+            world_size=ds.world_size,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, records received of it across all ranks, and the digests of the order.
+
+        Take it on any rank between steps; in lockstep training every rank holds the same.
+        """
+        return self._state().to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at `state` on the next ``iter()``: the batches an uninterrupted run would
+        have produced next (with another world size or batch size: the rest of the epoch,
+        re-dealt, none lost or repeated). Refuses a state of another manifest or selection."""
+        parsed = LoaderState.from_dict(state)
+        parsed.check_identity(self._identity)
+        if parsed.epoch_records != self.split_dataset.total:
+            from trainvault.errors import ResumeStateError
+
+            raise ResumeStateError(
+                f"this state counts {parsed.epoch_records} records an epoch, the selection holds "
+                f"{self.split_dataset.total}; it belongs to other data"
+            )
+        self._epoch, self._position = parsed.epoch, parsed.position
+        self._resume = True
+
+    def describe_state(self) -> str:
+        """Where the run is, for people: epoch, position, selection and digests."""
+        return self._state().describe()

@@ -1,0 +1,191 @@
+"""SplitDataLoader: one manifest, one order configuration; `load` makes DataLoaders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainvault.canonical import sha256_hex
+from trainvault.errors import SelectionError
+from trainvault.extras import require
+from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
+from trainvault.reader import read_descriptor
+from trainvault.storage import Storage, normalize_uri, parent_uri
+
+#: Blocks per shuffle window. A window is decoded whole, so a worker holds about two
+#: windows of decoded records (the current one and the one read ahead): with the default
+#: 1 MiB blocks, about 2 x 16 MiB of payload plus Python object overhead.
+DEFAULT_SHUFFLE_WINDOW_BLOCKS = 16
+
+# Arguments the loader decides itself: batching happens inside the dataset, order is ours.
+_REFUSED_ARGS = {
+    "shuffle": "pass shuffle= to split_data_loader",
+    "sampler": "the loader deals records itself",
+    "batch_sampler": "the loader forms batches itself; pass batch_size",
+    "collate_fn": "pass collate_fn= to split_data_loader",
+}
+_DESCRIPTOR_THREADS = 16
+
+
+def _worker_context(requested: Any) -> Any:
+    """The multiprocessing context for workers: forkserver unless told otherwise; never fork.
+
+    obstore's I/O runtime does not survive ``fork()`` in a process that has used it (the
+    trainer has, to read the manifest), so a forked worker would hang on its first read.
+    The forkserver forks from a clean process that has preloaded torch and trainvault.
+    """
+    import multiprocessing
+
+    method = requested if isinstance(requested, str) else getattr(requested, "get_start_method", lambda: None)()
+    if method == "fork":
+        raise ValueError(
+            "multiprocessing_context 'fork' is not supported: the object-store runtime does not survive fork() "
+            "and workers would hang; use 'forkserver' (the default) or 'spawn'"
+        )
+    if requested is not None:
+        return requested
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "trainvault.loading.dataset"])
+    return ctx
+
+
+class SplitDataLoader:
+    """Loads selections of one manifest as DataLoaders that resume exactly and elastically.
+
+    `dataloader_args` go to `torch.utils.data.DataLoader`, except ``batch_size`` and
+    ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
+    `torch.distributed` when it is initialised.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        manifest_uri: str,
+        *,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        dataloader_args: Mapping[str, Any] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        shuffle_window_blocks: int = DEFAULT_SHUFFLE_WINDOW_BLOCKS,
+    ):
+        self._torch = require("torch", "torch")
+        require("numpy", "torch")
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        if not isinstance(shuffle_window_blocks, int) or shuffle_window_blocks < 1:
+            raise ValueError(f"shuffle_window_blocks must be a positive int, got {shuffle_window_blocks!r}")
+        self.storage = storage
+        self.manifest_uri = normalize_uri(manifest_uri)
+        self.collate_fn = collate_fn
+        self.shuffle = shuffle
+        self.seed = seed
+        self.shuffle_window_blocks = shuffle_window_blocks
+        self.rank, self.world_size = self._ranks(rank, world_size)
+        self._args = dict(dataloader_args or {})
+        for name, why in _REFUSED_ARGS.items():
+            if name in self._args:
+                raise ValueError(f"dataloader_args[{name!r}] is not accepted: {why}")
+        if self._args.get("in_order", True) is not True:
+            raise ValueError("dataloader_args['in_order'] must stay True: the loader's order is exact")
+        self.batch_size = self._args.pop("batch_size", 1)
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
+        self.drop_last = bool(self._args.pop("drop_last", False))
+        if self._args.get("num_workers", 0):
+            self._args["multiprocessing_context"] = _worker_context(self._args.get("multiprocessing_context"))
+
+        from trainvault.client import resolve_manifest_uris
+
+        raw = storage.get(self.manifest_uri)
+        self.manifest_sha256 = sha256_hex(raw)
+        manifest = DataManifest.from_json_bytes(raw, source=self.manifest_uri)
+        self.manifest = resolve_manifest_uris(manifest, parent_uri(self.manifest_uri))
+        self._descriptors: dict[str, ShardDescriptor] = {}
+
+    def __repr__(self) -> str:
+        return f"SplitDataLoader({self.manifest_uri!r}, shuffle={self.shuffle}, rank={self.rank}/{self.world_size})"
+
+    def _ranks(self, rank: int | None, world_size: int | None) -> tuple[int, int]:
+        dist = self._torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            got = dist.get_rank(), dist.get_world_size()
+            if (rank is not None and rank != got[0]) or (world_size is not None and world_size != got[1]):
+                raise ValueError(
+                    f"rank={rank}, world_size={world_size} contradict torch.distributed (rank {got[0]} of {got[1]})"
+                )
+            return got
+        rank = 0 if rank is None else rank
+        world_size = 1 if world_size is None else world_size
+        if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+        return rank, world_size
+
+    def _read_descriptors(self, shards: Sequence[ShardEntry]) -> tuple[ShardDescriptor, ...]:
+        todo = [s for s in shards if s.uri not in self._descriptors]
+        if todo:
+            with ThreadPoolExecutor(max_workers=_DESCRIPTOR_THREADS) as pool:
+                for s, d in zip(todo, pool.map(lambda e: read_descriptor(self.storage, e), todo)):
+                    self._descriptors[s.uri] = d
+        return tuple(self._descriptors[s.uri] for s in shards)
+
+    def load(
+        self,
+        split: str,
+        curriculum_stage: str | None = None,
+        curriculum_stages: Sequence[str] | None = None,
+        infinite_iter: bool = False,
+    ) -> Any:
+        """A DataLoader (a `TrainVaultDataLoader`) over `split`, one stage or a union of stages."""
+        import numpy as np
+
+        from trainvault.loading.dataset import SplitIterableDataset
+        from trainvault.loading.loader import TrainVaultDataLoader
+        from trainvault.loading.order import BlockPlan, derive_key
+        from trainvault.loading.selection import select
+        from trainvault.loading.state import OrderIdentity
+
+        selection = select(self.manifest, split, curriculum_stage, curriculum_stages)
+        descriptors = self._read_descriptors(selection.shards)
+        shard_ix, block_ix, counts = [], [], []
+        for i, desc in enumerate(descriptors):
+            for j, b in enumerate(desc.blocks):
+                shard_ix.append(i)
+                block_ix.append(j)
+                counts.append(b.record_count)
+        plan = BlockPlan(
+            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        )
+        if infinite_iter and plan.total_records == 0:
+            raise SelectionError(f"{selection.describe()} holds no records; an infinite loader would never yield")
+        identity = OrderIdentity(
+            manifest_sha256=self.manifest_sha256,
+            split=split,
+            curriculum_stages=selection.stages,
+            selection_sha256=selection.sha256,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            shuffle_window_blocks=self.shuffle_window_blocks,
+        )
+        collate = self.collate_fn or self._torch.utils.data.default_collate
+        dataset = SplitIterableDataset(
+            storage=self.storage,
+            data_format=self.manifest.data_format,
+            shards=selection.shards,
+            descriptors=descriptors,
+            plan=plan,
+            order_key=derive_key(self.manifest_sha256, selection.sha256, self.seed, self.shuffle_window_blocks),
+            shuffle=self.shuffle,
+            window_blocks=self.shuffle_window_blocks,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            rank=self.rank,
+            world_size=self.world_size,
+            collate_fn=collate,
+            infinite=bool(infinite_iter),
+        )
+        return TrainVaultDataLoader(dataset, identity, **self._args)

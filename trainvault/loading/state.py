@@ -1,0 +1,141 @@
+"""The resume state: a global position plus the digests that say which order it counts in.
+
+Its size does not grow with the dataset, and it holds no worker, rank or shuffle-buffer
+state, so a run resumes with any `num_workers`, world size or batch size (elastic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trainvault.errors import ResumeStateError
+
+STATE_FORMAT = "trainvault.loader-state"
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OrderIdentity:
+    """What fixes the record order; a state only resumes under the same identity."""
+
+    manifest_sha256: str
+    split: str
+    curriculum_stages: tuple[str, ...] | None
+    selection_sha256: str
+    shuffle: bool
+    seed: int
+    shuffle_window_blocks: int
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """Where a run is: epoch and records consumed of it (across all ranks)."""
+
+    identity: OrderIdentity
+    epoch: int
+    position: int
+    epoch_records: int
+    remainder: str
+    batch_size: int
+    world_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        ident = asdict(self.identity)
+        ident["curriculum_stages"] = list(self.identity.curriculum_stages) if self.identity.curriculum_stages else None
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            **ident,
+            "epoch": self.epoch,
+            "position": self.position,
+            "epoch_records": self.epoch_records,
+            "remainder": self.remainder,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+        }
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> LoaderState:
+        if not isinstance(state, Mapping):
+            raise ResumeStateError(f"a loader state is a dict from state_dict(), got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ResumeStateError(f"not a trainvault loader state (format {state.get('format')!r})")
+        if state.get("version") != STATE_VERSION:
+            raise ResumeStateError(
+                f"loader state version {state.get('version')!r} is not supported (this trainvault reads "
+                f"{STATE_VERSION}); resume with the trainvault version that wrote it"
+            )
+        try:
+            stages = state["curriculum_stages"]
+            identity = OrderIdentity(
+                manifest_sha256=_typed(state, "manifest_sha256", str),
+                split=_typed(state, "split", str),
+                curriculum_stages=tuple(stages) if stages else None,
+                selection_sha256=_typed(state, "selection_sha256", str),
+                shuffle=_typed(state, "shuffle", bool),
+                seed=_typed(state, "seed", int),
+                shuffle_window_blocks=_typed(state, "shuffle_window_blocks", int),
+            )
+            out = cls(
+                identity=identity,
+                epoch=_typed(state, "epoch", int),
+                position=_typed(state, "position", int),
+                epoch_records=_typed(state, "epoch_records", int),
+                remainder=_typed(state, "remainder", str),
+                batch_size=_typed(state, "batch_size", int),
+                world_size=_typed(state, "world_size", int),
+            )
+        except KeyError as exc:
+            raise ResumeStateError(f"loader state lacks field {exc.args[0]!r}; it is damaged") from None
+        if out.epoch < 0 or not 0 <= out.position <= out.epoch_records:
+            raise ResumeStateError(
+                f"loader state position {out.position} of epoch {out.epoch} is outside 0..{out.epoch_records}"
+            )
+        return out
+
+    def check_identity(self, expected: OrderIdentity) -> None:
+        """Refuse a state written for another manifest, selection or order."""
+        got = self.identity
+        if got.manifest_sha256 != expected.manifest_sha256:
+            raise ResumeStateError(
+                f"this state belongs to manifest sha256 {got.manifest_sha256[:16]}..., not the loaded manifest "
+                f"{expected.manifest_sha256[:16]}...; resume against the manifest the run started with"
+            )
+        if (got.split, got.curriculum_stages, got.selection_sha256) != (
+            expected.split,
+            expected.curriculum_stages,
+            expected.selection_sha256,
+        ):
+            raise ResumeStateError(
+                f"this state belongs to selection split {got.split!r} stages {got.curriculum_stages}, not split "
+                f"{expected.split!r} stages {expected.curriculum_stages}; load the same selection to resume"
+            )
+        for name in ("shuffle", "seed", "shuffle_window_blocks"):
+            a, b = getattr(got, name), getattr(expected, name)
+            if a != b:
+                raise ResumeStateError(
+                    f"this state was written with {name}={a!r}, the loader has {name}={b!r}; the record order "
+                    f"would differ, so resume with {name}={a!r}"
+                )
+
+    def describe(self) -> str:
+        ident = self.identity
+        stages = ", ".join(ident.curriculum_stages) if ident.curriculum_stages else "all shards"
+        pct = 100.0 * self.position / self.epoch_records if self.epoch_records else 100.0
+        order = f"shuffled (seed {ident.seed}, window {ident.shuffle_window_blocks} blocks)" if ident.shuffle else "manifest order"
+        return (
+            f"epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), "
+            f"split {ident.split!r} ({stages}), {order}, batch {self.batch_size} x {self.world_size} rank(s), "
+            f"remainder {self.remainder}, manifest sha256 {ident.manifest_sha256}, "
+            f"selection sha256 {ident.selection_sha256}"
+        )
+
+
+def _typed(state: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = state[name]
+    # bool is an int subclass; a flag and a count must not stand in for each other.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ResumeStateError(f"loader state field {name!r} must be {kind.__name__}, got {value!r}")
+    return value
