@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test demo bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -22,8 +22,26 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m pipelines.examples.demo
 
-bench: $(STAMP)
-	$(PY) bench/run.py
+# Benchmarks run in their own venv: the peers pin numpy<2.2 and pull packages the
+# project's own venv must not carry.
+BENCH_VENV ?= .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+bench-venv: $(BENCH_STAMP)
+
+# torch==2.13.0 first (the CPU wheel); the constraint keeps every later install off CUDA builds.
+$(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/constraints.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --upgrade pip
+	$(BENCH_PY) -m pip install --quiet "torch==2.13.0"
+	$(BENCH_PY) -m pip install --quiet -c bench/constraints.txt -e ".[torch,parquet]"
+	$(BENCH_PY) -m pip install --quiet -c bench/constraints.txt -r bench/requirements.txt
+	touch $(BENCH_STAMP)
+
+# bench/run.py runs every bench/*.py that has a main; pass options with BENCH_ARGS="--records 50000".
+bench: $(BENCH_STAMP)
+	$(BENCH_PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainvault.errors import DecodeError, EncodeError
@@ -59,6 +59,11 @@ class _Encoder:
         data = gzip_member(self._buf)
         self._buf.clear()
         return data
+
+    def cut_block(self) -> Callable[[], bytes]:
+        # zlib releases the GIL, so deflating this block overlaps encoding the next.
+        payload, self._buf = self._buf, bytearray()
+        return lambda: gzip_member(payload)
 
     def finish(self) -> bytes:
         return b""
