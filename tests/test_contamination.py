@@ -140,7 +140,7 @@ def corpus(humaneval: Any) -> dict[str, Any]:
     plant("s0", 30, tiny["short-10"], "tiny", "short-10")
     plant("s1", 30, " ".join(tiny["short-10"].split()[:9]), None, None)
     plant("s0", 31, tiny["tiny-5"], None, None)
-    return {"shards": shards, "expected": expected, "verbatim": verbatim, "changed": changed}
+    return {"shards": shards, "expected": expected, "verbatim": verbatim, "changed": changed, "in_meta": iso[12]}
 
 
 def setup(vault: TrainVault, root: str, corpus: dict[str, Any], *, contract: VerifierContract | None = None,
@@ -344,3 +344,18 @@ def test_memory_store_with_uuid_root(corpus: dict[str, Any]) -> None:
     vault = TrainVault()
     env = setup(vault, f"memory://{uuid.uuid4().hex}", corpus)
     assert found(scan(vault, env)) == corpus["expected"]
+
+
+def test_every_contract_field_is_scanned_on_its_own(tmp_path: Any, corpus: dict[str, Any], humaneval: Any) -> None:
+    vault = TrainVault()
+    env = setup(vault, str(tmp_path), corpus, contract=VerifierContract(fields=["text", "meta"]))
+    item_id = corpus["in_meta"]
+    record = corpus["shards"]["s1"][21]
+    n = len(NORM.reference_tokens(item_text(next(it for it in humaneval.items if it["task_id"] == item_id))))
+    spans = oracle_spans(record["meta"])
+    expected = dict(corpus["expected"])
+    expected[("humaneval", item_id)] = [
+        ("train", "_/s1", 21, "s1-21", "meta", 20, 20 + n, spans[20][0], spans[20 + n - 1][1])]
+    report = scan(vault, env)
+    assert found(report) == expected
+    assert report.fields == ["text", "meta"]

@@ -197,3 +197,24 @@ def test_malformed_release_raises_clear_error(store: tuple[TrainVault, str], cha
     assert uri in str(err.value)
     with pytest.raises(ManifestError):
         EvaluationRelease.from_json_bytes(json.dumps(doc))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+    | st.lists(st.sampled_from(["a", "B", " ", "<", "\u0338", "é", "ﬁ", "—", "½", "\u00a0", "A", "ÿ", "x—y", "."]),
+               max_size=12).map("".join),
+    min_size=1, max_size=6))
+def test_batch_tokens_equal_the_definition(texts: list[str]) -> None:
+    batch = NORM.tokenize_batch([t.encode() for t in texts])
+    assert batch.split() == [NORM.reference_tokens(t) for t in texts]
+
+
+def test_no_separator_outside_planes_0_and_1() -> None:
+    """`unicode_table` scans only below SEPARATOR_LIMIT; this Unicode version agrees."""
+    import sys
+
+    from trainvault.contamination.normalize import SEPARATOR_LIMIT
+
+    assert not [cp for cp in range(SEPARATOR_LIMIT, sys.maxunicode + 1)
+                if chr(cp).isspace() or unicodedata.category(chr(cp))[0] in "PS"]

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 POLY = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
+_FILTER_BITS = 20
+_FILTER_SIZE = 1 << _FILTER_BITS
+_FILTER_MULT = 0x9E3779B1
+
 UNCHECKABLE_TOO_SHORT = "too-short"
 UNCHECKABLE_TEMPLATE_ONLY = "template-only"
 
@@ -50,6 +54,24 @@ def gram_fingerprint(fingerprints: Sequence[int]) -> int:
     for f in fingerprints:
         h = (h * POLY + f) & _MASK
     return h
+
+
+def _filter_key(length: Any, first: Any, second: Any, last: Any) -> Any:
+    """Bucket of a token's (length, first byte, second byte, last byte) in the pre-filter.
+
+    Works on ints and on numpy uint32 arrays alike (multiply-shift hashing mod 2**32).
+    """
+    if isinstance(length, int):
+        key = (min(length, 255) << 24) | (first << 16) | (second << 8) | last
+        return ((key * _FILTER_MULT) & 0xFFFFFFFF) >> (32 - _FILTER_BITS)
+    np = _numpy()
+    key = np.minimum(length, 255).astype(np.uint32) << 24
+    key |= first.astype(np.uint32) << 16
+    key |= second.astype(np.uint32) << 8
+    key |= last
+    key *= np.uint32(_FILTER_MULT)
+    key >>= 32 - _FILTER_BITS
+    return key
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,13 @@ class EvalIndex:
         for t, i in self.vocab.items():
             fps[i] = token_fingerprint(t)
         self.token_fps = np.array(fps, dtype=np.uint64)
+        # Pre-filter over (length, first two bytes, last byte) of each vocabulary token: most
+        # training tokens fail it in one vectorised gather, and only those that pass are
+        # looked up in `vocab` (a passing token that is not in the vocabulary gets id 0).
+        self._filter = np.zeros(_FILTER_SIZE, dtype=np.bool_)
+        for t in self.vocab:
+            padded = t + b" "
+            self._filter[_filter_key(len(t), padded[0], padded[1], t[-1])] = True
 
         by_len: dict[int, list[int]] = {}
         for gid, g in enumerate(self.grams):
@@ -191,11 +220,28 @@ class EvalIndex:
         np = _numpy()
         return np.fromiter(map(self.vocab.get, tokens, repeat(0)), dtype=np.int32, count=len(tokens))
 
-    def find(self, tokens: list[bytes], ids: Any) -> list[tuple[int, int]]:
+    def stream_ids(self, data: bytes, starts: Any, ends: Any) -> Any:
+        """Vocabulary ids (int32, 0: in no searched gram) of the tokens ``data[starts[i]:ends[i]]``.
+
+        `data` must end with a space, so a token's second byte always exists.
+        """
+        np = _numpy()
+        arr = np.frombuffer(data, dtype=np.uint8)
+        lengths = ends - starts
+        keys = _filter_key(lengths, arr[starts], arr[starts + 1], arr[ends - 1])
+        cand = np.flatnonzero(self._filter[keys])
+        ids = np.zeros(len(starts), dtype=np.int32)
+        if len(cand):
+            get = self.vocab.get
+            ids[cand] = [get(data[a:b], 0) for a, b in zip(starts[cand].tolist(), ends[cand].tolist())]
+        return ids
+
+    def find(self, tokens: Any, ids: Any) -> list[tuple[int, int]]:
         """Verified matches ``(start position, gram id)`` in a token stream.
 
-        `tokens` holds the normalised tokens of many texts, each followed by ``b""``
-        (id 0), so no window spans two texts. Every candidate is checked token by token.
+        `ids` are the tokens' vocabulary ids; `tokens[i]` gives token i's bytes (a list,
+        or any object with integer indexing). Texts are separated by a token of id 0,
+        so no window spans two texts. Every candidate is checked token by token.
         """
         np = _numpy()
         if not len(ids):
@@ -217,7 +263,7 @@ class EvalIndex:
             pos[pos == len(keys)] = 0
             hit = np.flatnonzero(keys[pos] == h)
             for c, p in zip(cand[hit].tolist(), pos[hit].tolist()):
-                window = tuple(tokens[c : c + k])
+                window = tuple(tokens[c + j] for j in range(k))
                 for g in gids[starts[p] : starts[p + 1]].tolist():
                     if self.grams[g] == window:
                         found.append((c, g))

@@ -15,7 +15,8 @@ import re
 import sys
 import unicodedata
 from functools import lru_cache
-from typing import Literal
+from itertools import chain
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -46,39 +47,27 @@ class NormalizationSpec(BaseModel):
         return value
 
 
-@lru_cache(maxsize=None)
-def _non_ascii_class(map_digits: bool) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-    """Regexes over the non-ASCII separators (and digits), built once per process.
+#: Above this no code point is whitespace or in P*/S* (checked by the tests for the
+#: running Unicode version); scanning only planes 0 and 1 keeps the table build short.
+SEPARATOR_LIMIT = 0x20000
 
-    A character class compiles to bitmaps, so one scan finds every non-ASCII separator at
-    C speed; most text then skips the substitution entirely.
+
+@lru_cache(maxsize=None)
+def unicode_table(map_digits: bool) -> dict[int, str]:
+    """`str.translate` table: non-ASCII whitespace and P*/S* to a space (digits to ``0``).
+
+    One character in, one out, so offsets in the translated text stay valid. Built once
+    per process.
     """
-    seps: list[int] = []
-    digits: list[int] = []
-    for cp in range(128, sys.maxunicode + 1):
+    table: dict[int, str] = {}
+    for cp in range(128, SEPARATOR_LIMIT):
         ch = chr(cp)
         cat = unicodedata.category(ch)
         if cat[0] in "PS" or ch.isspace():
-            seps.append(cp)
+            table[cp] = " "
         elif map_digits and cat == "Nd":
-            digits.append(cp)
-    sep_re = re.compile("[" + _ranges(seps) + "]+")
-    digit_re = re.compile("[" + _ranges(digits) + "]") if digits else None
-    return sep_re, digit_re
-
-
-def _ranges(cps: list[int]) -> str:
-    """A regex class body for sorted code points, as compact ranges."""
-    out: list[str] = []
-    i = 0
-    while i < len(cps):
-        j = i
-        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
-            j += 1
-        a, b = re.escape(chr(cps[i])), re.escape(chr(cps[j]))
-        out.append(a if i == j else f"{a}-{b}")
-        i = j + 1
-    return "".join(out)
+            table[cp] = "0"
+    return table
 
 
 class Normalizer:
@@ -98,31 +87,29 @@ class Normalizer:
         # The same, with every non-ASCII byte as 0x80: `find` (memchr) then locates the
         # words that need Unicode treatment; their bytes are taken from the original.
         self._mark_table = bytes(table[:128]) + b"\x80" * 128
-        self._word_cache: dict[bytes, bytes] = {}
-        self._sep_re: re.Pattern[str] | None = None
-        self._digit_re: re.Pattern[str] | None = None
+        # For batches: 0xFF (never in UTF-8) joins texts and becomes the marker token "A",
+        # which no normalised token equals (tokens are casefolded).
+        self._batch_table = bytes(table[:128]) + b"\x80" * 127 + b"A"
+        # Original bytes of a word holding non-ASCII -> its tokens.
+        self._word_cache: dict[bytes, tuple[bytes, ...]] = {}
+        self._unicode: dict[int, str] | None = None
 
-    def _unicode_res(self) -> tuple[re.Pattern[str], re.Pattern[str] | None]:
-        if self._sep_re is None:
-            self._sep_re, self._digit_re = _non_ascii_class(self.spec.map_digits)
-        return self._sep_re, self._digit_re
+    def _unicode_table(self) -> dict[int, str]:
+        if self._unicode is None:
+            self._unicode = unicode_table(self.spec.map_digits)
+        return self._unicode
 
     def normalize_text(self, text: str) -> str:
-        """NFKC, casefold, optional diacritic and digit mapping; separators still in place."""
+        """NFKC, casefold, optional diacritic stripping; separators and digits still in place."""
         s = unicodedata.normalize("NFKC", text).casefold()
         if self.spec.strip_diacritics:
             s = "".join(c for c in unicodedata.normalize("NFD", s) if unicodedata.category(c) != "Mn")
             s = unicodedata.normalize("NFKC", s)
-        if self.spec.map_digits:
-            digit_re = self._unicode_res()[1]
-            if digit_re is not None:
-                s = digit_re.sub("0", s)
         return s
 
     def reference_tokens(self, text: str) -> list[bytes]:
         """The tokens of `text` by the definition, one whole-text pass (slow; the oracle)."""
-        s = self.normalize_text(text)
-        s = self._unicode_res()[0].sub(" ", s)
+        s = self.normalize_text(text).translate(self._unicode_table())
         # UTF-8 multi-byte sequences never contain ASCII bytes, so the byte table only
         # touches ASCII separators (and the already casefolded letters, idempotently).
         return s.encode("utf-8").translate(self._table).split()
@@ -132,10 +119,19 @@ class Normalizer:
         return self.tokens_utf8(text.encode("utf-8"))
 
     def tokens_utf8(self, raw: bytes) -> list[bytes]:
-        """`tokens` of text given as its UTF-8 bytes (the scanner's hot path)."""
+        """`tokens` of text given as its UTF-8 bytes."""
+        return self.normalized_utf8(raw).split()
+
+    def normalized_utf8(self, raw: bytes) -> bytes:
+        """UTF-8 text whose space-separated words are exactly the tokens of `raw`.
+
+        The result holds no ASCII byte other than lower-case letters, digits, controls and
+        the space, so a caller may join results with a marker (say ``b" A "``) that no
+        token can equal.
+        """
         if raw.isascii():
             # ASCII is NFKC-stable and casefolds to lower case: the byte table does it all.
-            return raw.translate(self._table).split()
+            return raw.translate(self._table)
         # Mixed text: only the space-delimited words that hold non-ASCII bytes need the
         # Unicode treatment. No ASCII separator composes under NFKC with what follows it,
         # except '<', '=', '>' with U+0338, so such a word is normalised with that
@@ -156,12 +152,82 @@ class Normalizer:
             if norm is None:
                 if len(cache) >= _WORD_CACHE_LIMIT:
                     cache.clear()
-                norm = cache[word] = b" ".join(self.reference_tokens(word.decode("utf-8")))
-            parts.append(norm)
+                norm = cache[word] = tuple(self.reference_tokens(word.decode("utf-8")))
+            parts.append(b" ".join(norm))
             pos = end
             i = mapped.find(b"\x80", end)
         parts.append(mapped[pos:])
-        return b" ".join(parts).split()
+        return b" ".join(parts)
+
+    def tokenize_batch(self, texts: list[bytes]) -> TokenBatch:
+        """Tokens of many UTF-8 texts at once, as offsets into one byte string.
+
+        Vectorised: one translate and a few numpy passes for the whole batch; only words
+        holding non-ASCII bytes are normalised one by one (and cached). Texts are
+        separated by the marker token ``A``.
+        """
+        from trainvault.extras import require
+
+        np = require("numpy", "contamination")
+        raw = b" " + b" \xff ".join(texts) + b" "
+        mapped = raw.translate(self._batch_table)
+        arr = np.frombuffer(mapped, dtype=np.uint8)
+        word = arr != 0x20
+        bounds = np.flatnonzero(word[1:] != word[:-1]) + 1
+        starts, ends = bounds[0::2], bounds[1::2]
+        if mapped.find(b"\x80") < 0:
+            return TokenBatch(mapped, starts, ends, len(texts))
+        # Tokens holding a non-ASCII byte: normalise each word from its original bytes.
+        hi = np.flatnonzero(arr == 0x80)
+        tok = np.searchsorted(starts, hi, side="right") - 1
+        tok = tok[np.concatenate(([True], tok[1:] != tok[:-1]))]
+        cache = self._word_cache
+        pairs = list(zip(starts[tok].tolist(), ends[tok].tolist()))
+        if raw.find(b"\xcc\xb8") >= 0:
+            # U+0338 present: '<', '=', '>' may compose with it (see `normalized_utf8`).
+            keys = [raw[a - 1 : b] if raw[a - 1] in b"<=>" else raw[a:b] for a, b in pairs]
+        else:
+            keys = [raw[a:b] for a, b in pairs]
+        norms = list(map(cache.get, keys))
+        if None in norms:
+            if len(cache) >= _WORD_CACHE_LIMIT:
+                cache.clear()
+            for i, key in enumerate(keys):
+                if norms[i] is None:
+                    norms[i] = cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
+        counts: list[int] = list(map(len, norms))
+        aux: list[bytes] = list(chain.from_iterable(norms))
+        # Splice: each such token is replaced by its normalised tokens (0, 1 or more),
+        # which live in an auxiliary area appended after the batch bytes.
+        if not aux:
+            keep = np.ones(len(starts), dtype=np.bool_)
+            keep[tok] = False
+            return TokenBatch(mapped, starts[keep], ends[keep], len(texts))
+        lengths = np.fromiter(map(len, aux), dtype=np.int64, count=len(aux))
+        aux_starts = len(mapped) + np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+        mapped = mapped + b" ".join(aux) + b" "
+        if counts.count(1) == len(counts):
+            # Common case: each such word is one token; replace its bytes in place.
+            # starts/ends are views of `bounds`, made here: write in place.
+            starts[tok] = aux_starts
+            ends[tok] = aux_starts + lengths
+            return TokenBatch(mapped, starts, ends, len(texts))
+        per_token = np.ones(len(starts), dtype=np.int64)
+        per_token[tok] = counts
+        slot_of = np.cumsum(per_token) - per_token  # new index of each old token's first slot
+        total = int(slot_of[-1] + per_token[-1])
+        keep = np.ones(len(starts), dtype=np.bool_)
+        keep[tok] = False
+        new_starts = np.empty(total, dtype=np.int64)
+        new_ends = np.empty(total, dtype=np.int64)
+        new_starts[slot_of[keep]] = starts[keep]
+        new_ends[slot_of[keep]] = ends[keep]
+        counts_arr = np.asarray(counts, dtype=np.int64)
+        within = np.arange(len(aux)) - np.repeat(np.cumsum(counts_arr) - counts_arr, counts_arr)
+        slots = np.repeat(slot_of[tok], counts_arr) + within
+        new_starts[slots] = aux_starts
+        new_ends[slots] = aux_starts + lengths
+        return TokenBatch(mapped, new_starts, new_ends, len(texts))
 
     def tokens_with_spans(self, text: str) -> tuple[list[bytes], list[tuple[int, int]]]:
         """Tokens plus each token's [start, end) character span in the original `text`.
@@ -185,9 +251,7 @@ class Normalizer:
             else:
                 norm_map.extend([(base, base + len(chunk))] * len(whole))
             norm_parts.append(whole)
-        norm = "".join(norm_parts)
-        sep_re = self._unicode_res()[0]
-        norm = sep_re.sub(lambda m: " " * len(m.group()), norm)
+        norm = "".join(norm_parts).translate(self._unicode_table())
         spans: list[tuple[int, int]] = []
         mapped: list[bytes] = []
         for m in _TOKEN_RE.finditer(norm.translate(_ASCII_SEP_STR)):
@@ -198,6 +262,39 @@ class Normalizer:
             # spans covering the whole text rather than report a wrong offset.
             return tokens, [(0, len(text))] * len(tokens)
         return tokens, spans
+
+
+class TokenBatch:
+    """The tokens of a batch of texts: token i is ``data[starts[i]:ends[i]]``.
+
+    Texts are separated by one marker token ``A`` (never a real token). `data` ends with
+    a space, so every token is followed by at least one byte.
+    """
+
+    __slots__ = ("data", "starts", "ends", "n_texts")
+
+    def __init__(self, data: bytes, starts: Any, ends: Any, n_texts: int):
+        self.data, self.starts, self.ends, self.n_texts = data, starts, ends, n_texts
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.data[int(self.starts[i]) : int(self.ends[i])]
+
+    def text_starts(self) -> list[int]:
+        """Index of each text's first token."""
+        from trainvault.extras import require
+
+        np = require("numpy", "contamination")
+        arr = np.frombuffer(self.data, dtype=np.uint8)
+        marker = np.flatnonzero((self.ends - self.starts == 1) & (arr[self.starts] == 0x41))
+        return [0, *(marker + 1).tolist()]
+
+    def split(self) -> list[list[bytes]]:
+        """Tokens per text (for tests and debugging)."""
+        bounds = [*self.text_starts(), len(self) + 1]
+        return [[self[i] for i in range(bounds[t], bounds[t + 1] - 1)] for t in range(self.n_texts)]
 
 
 _ASCII_SEP_STR = {b: " " for b in _ASCII_SEPARATORS}

@@ -24,6 +24,9 @@ from trainvault.storage import Storage
 _SHA = r"^[0-9a-f]{64}$"
 #: Bytes requested per streamed chunk while reading a shard.
 STREAM_CHUNK = 8 << 20
+#: Records tokenised together: enough to amortise numpy calls, few enough that the
+#: batch's arrays stay in cache (measured best near 256 KiB of text, ~256 records of 1 KiB).
+BATCH_RECORDS = 256
 
 
 class ShardHit(BaseModel):
@@ -90,6 +93,22 @@ def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
     return out  # type: ignore[return-value]
 
 
+class _Texts:
+    """The texts of one batch, field-major as tokenised, built into tuples only on a hit."""
+
+    def __init__(self, first_record: int, records: list[Mapping[str, Any]], fields: list[tuple[int, list[str]]]):
+        self.first, self.records, self.fields = first_record, records, fields
+
+    def __len__(self) -> int:
+        return len(self.records) * len(self.fields)
+
+    def __getitem__(self, t: int) -> tuple[int, int, str, Mapping[str, Any]]:
+        """(record index in the shard, field position, text, record) of text `t`."""
+        f, i = divmod(t, len(self.records))
+        field, values = self.fields[f]
+        return self.first + i, field, values[i], self.records[i]
+
+
 class _Accumulator:
     """Per-shard state: totals, and per item the matched grams and the capped hit list."""
 
@@ -106,42 +125,53 @@ class _Accumulator:
         self.items: dict[tuple[int, int], list[Any]] = {}
 
     def add(self, records: Iterable[Mapping[str, Any]], where: str) -> None:
-        """Scan a batch of records (typically one block), in shard order."""
-        index = self.index
-        tokens_of = index.normalizer.tokens_utf8
-        stream: list[bytes] = []
-        starts: list[int] = []
-        texts: list[tuple[int, int, str, Mapping[str, Any]]] = []
-        r = self.records - 1
-        text_bytes = 0
-        for r, record in enumerate(records, self.records):
+        """Scan records (typically one block) in shard order, in batches of `BATCH_RECORDS`."""
+        records = records if isinstance(records, list) else list(records)
+        first = self.records
+        for lo in range(0, len(records), BATCH_RECORDS):
+            chunk = records[lo : lo + BATCH_RECORDS]
+            raws: list[bytes] = []
+            texts: list[tuple[int, list[str]]] = []
             for f, name in enumerate(self.fields):
-                value = record.get(name) if isinstance(record, Mapping) else None
-                if not isinstance(value, str):
-                    raise ContaminationError(
-                        f"{where}: record {r} has no string field {name!r} (got {type(value).__name__}); "
-                        "every scanned field must be text: fix the records or the contract's fields"
+                try:
+                    values = [record[name] for record in chunk]
+                    raws_f = [v.encode("utf-8") for v in values if type(v) is str]
+                except (KeyError, TypeError):
+                    values, raws_f = [], []
+                if len(raws_f) != len(chunk):
+                    bad = next(
+                        i for i, rec in enumerate(chunk)
+                        if not isinstance(rec, Mapping) or not isinstance(rec.get(name), str)
                     )
-                raw = value.encode("utf-8")
-                text_bytes += len(raw)
-                starts.append(len(stream))
-                stream += tokens_of(raw)
-                stream.append(b"")  # id 0: no window crosses a field or record boundary
-                texts.append((r, f, value, record))
-        self.records = r + 1
-        self.tokens += len(stream) - len(texts)
-        self.text_bytes += text_bytes
-        if not stream:
-            return
-        found = index.find(stream, index.token_ids(stream))
-        if not found:
-            return
-        # Group verified windows by (item, text).
+                    value = chunk[bad].get(name) if isinstance(chunk[bad], Mapping) else None
+                    raise ContaminationError(
+                        f"{where}: record {first + lo + bad} has no string field {name!r} (got "
+                        f"{type(value).__name__}); every scanned field must be text: fix the records or the "
+                        "contract's fields"
+                    )
+                raws.extend(raws_f)
+                texts.append((f, values))
+            self._scan(raws, _Texts(first + lo, chunk, texts), sum(map(len, raws)))
+        self.records = first + len(records)
+
+    def _scan(self, raws: list[bytes], texts: _Texts, size: int) -> None:
+        index = self.index
+        self.text_bytes += size
+        batch = index.normalizer.tokenize_batch(raws)
+        self.tokens += len(batch) - (len(texts) - 1)
+        ids = index.stream_ids(batch.data, batch.starts, batch.ends)
+        found = index.find(batch, ids)
+        if found:
+            self._collect(found, batch.text_starts(), texts)
+
+    def _collect(self, found: list[tuple[int, int]], first_token: list[int], texts: _Texts) -> None:
+        """Group verified windows by (item, text) and record merged hits in shard order."""
+        index = self.index
         windows: dict[tuple[int, int], dict[int, list[tuple[int, int, int]]]] = {}
         grams_found: dict[tuple[int, int], set[int]] = {}
         for pos, g in found:
-            t = bisect_right(starts, pos) - 1
-            start = pos - starts[t]
+            t = bisect_right(first_token, pos) - 1
+            start = pos - first_token[t]
             k = len(index.grams[g])
             for b, i, gram_pos in index.postings[g]:
                 key = (b, i)
@@ -151,7 +181,7 @@ class _Accumulator:
         for key in sorted(windows):
             state = self.items.setdefault(key, [set(), 0, 0, []])
             state[0] |= grams_found[key]
-            for t in sorted(windows[key]):
+            for t in sorted(windows[key], key=lambda t: texts[t][:2]):  # shard order: record, field
                 r, _, value, record = texts[t]
                 for f, s, e in _merge(windows[key][t]):
                     state[1] += 1
@@ -211,7 +241,7 @@ class _Accumulator:
 
 
 def scan_records(
-    index: EvalIndex, records: Iterable[Mapping[str, Any]], *, shard_sha256: str, size_bytes: int = 0, batch: int = 1024
+    index: EvalIndex, records: Iterable[Mapping[str, Any]], *, shard_sha256: str, size_bytes: int = 0, batch: int = 4096
 ) -> ShardScanResult:
     """Scan records already in memory (tests, benchmarks, data not yet published).
 
@@ -250,8 +280,8 @@ def scan_shard(
     acc = _Accumulator(index)
     whole = hashlib.sha256()
     seen = 0
-    buf = bytearray()
-    buf_start = 0  # shard offset of buf[0]
+    tail = b""  # bytes read but not yet part of a complete block
+    tail_start = 0  # shard offset of tail[0]
     k = 0
     chunks = storage.stream(entry.uri, chunk_size=STREAM_CHUNK) if size else iter(())
     for chunk in chunks:
@@ -259,13 +289,14 @@ def scan_shard(
         seen += len(chunk)
         if seen > size:
             break
-        buf.extend(chunk)
-        while k < len(blocks) and blocks[k].offset + blocks[k].length <= buf_start + len(buf):
+        buf = tail + chunk if tail else chunk
+        view = memoryview(buf)
+        consumed = 0  # offset in buf past the last complete block
+        while k < len(blocks) and blocks[k].offset + blocks[k].length <= tail_start + len(buf):
             b = blocks[k]
-            lo = b.offset - buf_start
-            data = bytes(buf[lo : lo + b.length])
-            del buf[: lo + b.length]
-            buf_start = b.offset + b.length
+            lo = b.offset - tail_start
+            data = bytes(view[lo : lo + b.length])
+            consumed = lo + b.length
             if hashlib.sha256(data).hexdigest() != b.sha256:
                 raise IntegrityError(
                     f"{entry.uri}: block {k} sha256 does not match the descriptor; the shard was changed after "
@@ -273,6 +304,10 @@ def scan_shard(
                 )
             acc.add(reader.decode(k, data), entry.uri)
             k += 1
+        # Keep only what follows the last complete block (no memmove of the whole buffer).
+        tail = bytes(view[consumed:])
+        tail_start += consumed
+        view.release()
         if on_bytes is not None:
             on_bytes(len(chunk))
     if seen != size or whole.hexdigest() != entry.sha256 or k != len(blocks):
