@@ -84,8 +84,8 @@ def s3_config(endpoint: str, **overrides: object) -> StorageConfig:
         secret_access_key=S3_SECRET,
         connect_timeout_s=2.0,
         read_timeout_s=30.0,
-        max_retries=3,
-        retry_window_s=30.0,
+        client_retries=3,
+        recovery_window_s=30.0,
     )
     base.update(overrides)
     return StorageConfig(**base)  # type: ignore[arg-type]

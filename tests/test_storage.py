@@ -104,7 +104,7 @@ def test_s3_create_only_is_exclusive(s3_server, s3_bucket) -> None:
 
 def test_unreachable_endpoint_fails_with_storage_error() -> None:
     st = Storage(StorageConfig(s3_base_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
-                               secret_access_key="s", max_retries=0, connect_timeout_s=1, retry_window_s=2))
+                               secret_access_key="s", client_retries=0, connect_timeout_s=1, recovery_window_s=2))
     with pytest.raises(StorageError, match="s3://b/x"):
         st.get("s3://b/x")
 

@@ -27,6 +27,11 @@ class StorageTimeoutError(StorageError, TimeoutError):
     """A read or write made no progress within its time window."""
 
 
+class TransientStorageError(StorageError):
+    """A network failure that may succeed on another attempt (raised only once recovery gave up
+    on it, as the cause of a `StorageTimeoutError`)."""
+
+
 class ObjectTooLargeError(StorageError):
     """An object exceeds the single-put limit of create-only writes."""
 
@@ -69,3 +74,11 @@ class SelectionError(TrainVaultError, ValueError):
 
 class ResumeStateError(TrainVaultError, ValueError):
     """A loader state does not belong to this manifest or selection."""
+
+
+class CustodyError(ApprovalError):
+    """Something outside the approved custody was asked for (an unapproved object, a write)."""
+
+
+class BudgetError(TrainVaultError, ValueError):
+    """A position budget was asked to go past its end."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -31,6 +32,7 @@ from trainvault.errors import (
     ObjectTooLargeError,
     StorageError,
     StorageTimeoutError,
+    TransientStorageError,
 )
 
 log = logging.getLogger(__name__)
@@ -57,15 +59,21 @@ class StorageConfig:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     request_timeout_s: float = 600.0
-    max_retries: int = 8
-    retry_window_s: float = 900.0
+    #: Retries inside one client call (obstore's own, short on purpose).
+    client_retries: int = 3
+    client_retry_timeout_s: float = 60.0
+    #: trainvault's recovery: retry with a fresh client until this long passes without progress.
+    recovery_window_s: float = 900.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 15.0
 
     def __repr__(self) -> str:
         hidden = "***" if self.access_key_id or self.secret_access_key else None
         return (
             f"StorageConfig(s3_base_url={self.s3_base_url!r}, region={self.region!r}, "
             f"credentials={hidden!r}, connect_timeout_s={self.connect_timeout_s}, "
-            f"read_timeout_s={self.read_timeout_s}, request_timeout_s={self.request_timeout_s})"
+            f"read_timeout_s={self.read_timeout_s}, request_timeout_s={self.request_timeout_s}, "
+            f"recovery_window_s={self.recovery_window_s})"
         )
 
     def with_overrides(self, **changes: Any) -> StorageConfig:
@@ -178,11 +186,16 @@ class _ObstoreBackend:
     def get_range(self, path: str, start: int, end: int) -> bytes:
         return obstore.get_range(self.store, path, start=start, end=end).to_bytes()
 
-    def stream(self, path: str, start: int, end: int | None, chunk_size: int) -> Iterator[bytes]:
+    def open_stream(
+        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None
+    ) -> tuple[str | None, Iterator[bytes]]:
         options: dict[str, Any] = {}
         if start or end is not None:
             options["range"] = (start, end) if end is not None else {"offset": start}
-        yield from obstore.get(self.store, path, options=options).stream(min_chunk_size=chunk_size)
+        if if_match:
+            options["if_match"] = if_match
+        result = obstore.get(self.store, path, options=options)
+        return result.meta.get("e_tag"), iter(result.stream(min_chunk_size=chunk_size))
 
     def head(self, path: str) -> tuple[int, str | None]:
         meta = obstore.head(self.store, path)
@@ -223,17 +236,29 @@ class _FileBackend:
         finally:
             os.close(fd)
 
-    def stream(self, path: str, start: int, end: int | None, chunk_size: int) -> Iterator[bytes]:
-        with open("/" + path, "rb") as f:
-            f.seek(start)
-            remaining = None if end is None else end - start
-            while remaining is None or remaining > 0:
-                chunk = f.read(chunk_size if remaining is None else min(chunk_size, remaining))
-                if not chunk:
-                    return
-                if remaining is not None:
-                    remaining -= len(chunk)
-                yield chunk
+    def open_stream(
+        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None
+    ) -> tuple[str | None, Iterator[bytes]]:
+        f = open("/" + path, "rb")  # noqa: SIM115 - closed by the generator
+        st = os.fstat(f.fileno())
+        etag = f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+        if if_match and if_match != etag:
+            f.close()
+            raise _ObjectChanged(path)
+
+        def chunks() -> Iterator[bytes]:
+            with f:
+                f.seek(start)
+                remaining = None if end is None else end - start
+                while remaining is None or remaining > 0:
+                    chunk = f.read(chunk_size if remaining is None else min(chunk_size, remaining))
+                    if not chunk:
+                        return
+                    if remaining is not None:
+                        remaining -= len(chunk)
+                    yield chunk
+
+        return etag, chunks()
 
     def head(self, path: str) -> tuple[int, str | None]:
         st = os.stat("/" + path)
@@ -334,11 +359,11 @@ class Storage:
         kwargs: dict[str, Any] = {
             "client_options": client_options,
             "retry_config": {
-                "max_retries": cfg.max_retries,
-                "retry_timeout": _timedelta(cfg.retry_window_s),
+                "max_retries": cfg.client_retries,
+                "retry_timeout": _timedelta(cfg.client_retry_timeout_s),
                 "backoff": {
-                    "init_backoff": timedelta(milliseconds=100),
-                    "max_backoff": timedelta(seconds=15),
+                    "init_backoff": _timedelta(cfg.backoff_initial_s),
+                    "max_backoff": _timedelta(cfg.backoff_max_s),
                     "base": 2,
                 },
             },
@@ -354,45 +379,103 @@ class Storage:
             kwargs["secret_access_key"] = cfg.secret_access_key
         return _ObstoreBackend(S3Store(loc.bucket, **kwargs))
 
-    def _resolve(self, uri: str) -> tuple[Any, str, Location]:
+    def _drop_backend(self, loc: Location) -> None:
+        """Forget the client so the next attempt opens a fresh one (a broken pool is discarded)."""
+        with self._lock:
+            self._backends.pop((loc.scheme, loc.bucket), None)
+
+    def _pause_or_give_up(
+        self, loc: Location, op: str, exc: BaseException, since: float, attempt: int, offset: int | None = None
+    ) -> None:
+        """Back off before the next attempt, or raise once the recovery window has passed without progress."""
+        cfg = self.config
+        idle = time.monotonic() - since
+        reason = _first_line(exc.__cause__ or exc)
+        if idle >= cfg.recovery_window_s:
+            STATS.add("gave_up")
+            where = f" at byte {offset}" if offset is not None else ""
+            raise StorageTimeoutError(
+                f"cannot {op} {loc.uri}{where}: no progress for {idle:.0f} s (recovery window "
+                f"{cfg.recovery_window_s:.0f} s); last error: {reason}. Check the network and the store"
+            ) from exc
+        delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(attempt - 1, 16), cfg.recovery_window_s - idle)
+        if offset is not None:
+            STATS.add("resumes")
+            log.info("resuming %s at byte %d in %.1f s (attempt %d): %s", loc.uri, offset, delay, attempt, reason)
+        else:
+            STATS.add("retries")
+            log.info("retrying %s %s in %.1f s (attempt %d): %s", op, loc.uri, delay, attempt, reason)
+        time.sleep(max(delay, 0.0))
+        self._drop_backend(loc)
+
+    def _recovering(self, uri: str, op: str, fn: Any) -> Any:
+        """Run ``fn(backend, path, location)``, retrying transient failures with a fresh client."""
         loc = parse_uri(uri)
-        return self._backend(loc), loc.path, loc
+        since = time.monotonic()
+        attempt = 0
+        while True:
+            backend = self._backend(loc)
+            try:
+                with _translate(loc.uri, op):
+                    return fn(backend, loc.path, loc)
+            except TransientStorageError as exc:
+                attempt += 1
+                self._pause_or_give_up(loc, op, exc, since, attempt)
 
     # -- reads ------------------------------------------------------------------
 
     def get(self, uri: str) -> bytes:
         """The whole object."""
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "read"):
-            return backend.get(path)
+        return self._recovering(uri, "read", lambda b, path, loc: b.get(path))
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of the object; `IntegrityError` if the object is shorter."""
         if end <= start:
             return b""
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, f"read bytes {start}-{end} of"):
-            data = backend.get_range(path, start, end)
+        data = self._recovering(uri, f"read bytes {start}-{end} of", lambda b, path, loc: b.get_range(path, start, end))
         if len(data) != end - start:
             raise IntegrityError(
-                f"{loc.uri}: asked for bytes {start}-{end} but got {len(data)}; the object is shorter than "
-                "its index says (truncated)"
+                f"{normalize_uri(uri)}: asked for bytes {start}-{end} but got {len(data)}; the object is shorter "
+                "than its index says (truncated)"
             )
         return data
 
     def stream(
         self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20
     ) -> Iterator[bytes]:
-        """Stream bytes [start, end) (to the end of the object when `end` is None)."""
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "stream"):
-            yield from backend.stream(path, start, end, chunk_size)
+        """Stream bytes [start, end) (to the end of the object when `end` is None).
+
+        Survives resets, stalls and cut bodies: each failure reopens a fresh client and
+        resumes at the last byte delivered, pinned to the object's etag, so two versions of
+        an object are never spliced (a replaced object raises `IntegrityError`). Gives up
+        with `StorageTimeoutError` after the recovery window passes without progress.
+        """
+        loc = parse_uri(uri)
+        pos, etag, chunks = start, None, None
+        since, attempt = time.monotonic(), 0
+        while end is None or pos < end:
+            try:
+                with _translate(loc.uri, "stream"):
+                    if chunks is None:
+                        got, chunks = self._backend(loc).open_stream(loc.path, pos, end, chunk_size, etag)
+                        etag = etag or got
+                    chunk = next(chunks, None)
+            except TransientStorageError as exc:
+                chunks = None
+                attempt += 1
+                self._pause_or_give_up(loc, "stream", exc, since, attempt, offset=pos)
+                continue
+            if chunk is None:
+                break
+            pos += len(chunk)
+            since, attempt = time.monotonic(), 0
+            yield chunk
+        if end is not None and pos < end:
+            raise IntegrityError(f"{loc.uri}: ended at byte {pos}, expected {end}; the object is truncated")
 
     def head(self, uri: str) -> ObjectInfo:
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "inspect"):
-            size, etag = backend.head(path)
-        return ObjectInfo(loc.uri, size, etag)
+        size, etag = self._recovering(uri, "inspect", lambda b, path, loc: b.head(path))
+        return ObjectInfo(normalize_uri(uri), size, etag)
 
     def exists(self, uri: str) -> bool:
         try:
@@ -403,31 +486,30 @@ class Storage:
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
         """Every object under the folder `prefix_uri`, sorted by URI."""
-        backend, path, loc = self._resolve(prefix_uri)
-        with _translate(loc.uri, "list"):
+
+        def run(backend: Any, path: str, loc: Location) -> list[ObjectInfo]:
             try:
-                found = [
-                    ObjectInfo(replace(loc, path=p).uri, size, etag)
-                    for p, size, etag in backend.list(path.rstrip("/"))
+                return [
+                    ObjectInfo(replace(loc, path=p).uri, size, etag) for p, size, etag in backend.list(path.rstrip("/"))
                 ]
             except FileNotFoundError:
                 return []  # a folder that does not exist yet holds nothing
-        return sorted(found, key=lambda o: o.uri)
+
+        return sorted(self._recovering(prefix_uri, "list", run), key=lambda o: o.uri)
 
     # -- writes -----------------------------------------------------------------
 
     def put(self, uri: str, data: bytes) -> ObjectInfo:
         """Write (or overwrite) an object. Publications use `put_create` instead."""
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "write"):
-            etag = backend.put(path, data)
-        return ObjectInfo(loc.uri, len(data), etag)
+        etag = self._recovering(uri, "write", lambda b, path, loc: b.put(path, data))
+        return ObjectInfo(normalize_uri(uri), len(data), etag)
 
     def put_create(self, uri: str, data: bytes | bytearray | memoryview) -> bool:
         """Create `uri` with `data` unless it exists. True when this call created it.
 
-        An existing object with identical bytes counts as success (a retried or repeated
-        publication); different bytes raise `ConflictError`.
+        An existing object with identical bytes counts as success: a repeated publication,
+        or our own earlier attempt whose response was lost. Different bytes raise
+        `ConflictError`.
         """
         size = len(data)
         if size > SINGLE_PUT_LIMIT:
@@ -435,29 +517,57 @@ class Storage:
                 f"{uri}: {size} bytes exceeds the 5 GiB limit of a create-only write; "
                 "split the data over more shard ids"
             )
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "create"):
-            if backend.create(path, data):
-                return True
+        if self._recovering(uri, "create", lambda b, path, loc: b.create(path, data)):
+            return True
         try:
-            existing = self.get(loc.uri)
+            existing = self.get(uri)
         except ObjectNotFoundError:
-            raise StorageError(f"{loc.uri}: the store reported the object exists, then could not find it; retry") from None
+            raise StorageError(f"{uri}: the store reported the object exists, then could not find it; retry") from None
         if existing != bytes(data):
             raise ConflictError(
-                f"{loc.uri} already exists with different content ({len(existing)} bytes, not {size}); "
+                f"{normalize_uri(uri)} already exists with different content ({len(existing)} bytes, not {size}); "
                 "published objects are immutable: write to a new location"
             )
         return False
 
     def delete(self, uri: str) -> None:
         """Delete an object; deleting a missing object is not an error."""
-        backend, path, loc = self._resolve(uri)
-        with _translate(loc.uri, "delete"):
+
+        def run(backend: Any, path: str, loc: Location) -> None:
             try:
                 backend.delete(path)
             except FileNotFoundError:
                 pass
+
+        self._recovering(uri, "delete", run)
+
+
+class _ObjectChanged(Exception):
+    """The object's etag no longer matches the one a read was pinned to."""
+
+
+class StorageStats:
+    """Process-wide counts of recoveries, so a person can see a flaky link."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {"retries": 0, "resumes": 0, "gave_up": 0}
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+STATS = StorageStats()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 class _translate:
@@ -470,7 +580,7 @@ class _translate:
         return None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or isinstance(exc, (StorageError, GeneratorExit)):
+        if exc is None or isinstance(exc, (StorageError, IntegrityError, GeneratorExit, StopIteration)):
             return False
         if isinstance(exc, FileNotFoundError):
             raise ObjectNotFoundError(f"{self.uri} does not exist") from exc
@@ -478,10 +588,17 @@ class _translate:
             raise AuthenticationError(
                 f"cannot {self.op} {self.uri}: access denied; check the storage credentials and permissions"
             ) from exc
-        if isinstance(exc, obx.BaseError):
+        if isinstance(exc, (obx.PreconditionError, _ObjectChanged)):
+            raise IntegrityError(
+                f"{self.uri} changed while it was being read; refusing to mix two versions of it: "
+                "published objects must not be replaced"
+            ) from exc
+        if isinstance(exc, obx.GenericError):
             text = str(exc)
-            if "Timeout" in text or "TimedOut" in text:
-                raise StorageTimeoutError(f"{self.op} {self.uri} timed out; check the network or raise the timeouts") from exc
-            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            raise StorageError(f"cannot {self.op} {self.uri}: {first}") from exc
+            if "416" in text or "Range Not Satisfiable" in text or "InvalidRange" in text:
+                raise IntegrityError(f"cannot {self.op} {self.uri}: the object is shorter than expected (truncated)") from exc
+            # Network failures, timeouts and 5xx after obstore's own retries: worth a fresh attempt.
+            raise TransientStorageError(f"cannot {self.op} {self.uri}: {_first_line(exc)}") from exc
+        if isinstance(exc, obx.BaseError):
+            raise StorageError(f"cannot {self.op} {self.uri}: {_first_line(exc)}") from exc
         return False
