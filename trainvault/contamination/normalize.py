@@ -12,7 +12,6 @@ fingerprints hash bytes, so no side ever decodes them back.
 from __future__ import annotations
 
 import re
-import sys
 import unicodedata
 from functools import lru_cache
 from itertools import chain

@@ -255,7 +255,8 @@ def reduce_report(
                 state[2] = max(state[2], it.longest_match_tokens)
                 for h in it.hits:
                     key = (*shard_order, h.record_index, field_pos.get(h.field, -1), h.token_start, h.token_end)
-                    state[3].append((key, ReportHit(split=split_name, shard=entry.key, shard_sha256=entry.sha256, **h.model_dump())))
+                    hit = ReportHit(split=split_name, shard=entry.key, shard_sha256=entry.sha256, **h.model_dump())
+                    state[3].append((key, hit))
     extra = sorted(set(by_sha) - used)
     if extra:
         raise ContaminationError(

@@ -141,7 +141,7 @@ class _Accumulator:
                 if len(raws_f) != len(chunk):
                     bad = next(
                         i for i, rec in enumerate(chunk)
-                        if not isinstance(rec, Mapping) or not isinstance(rec.get(name), str)
+                        if not isinstance(rec, Mapping) or type(rec.get(name)) is not str
                     )
                     value = chunk[bad].get(name) if isinstance(chunk[bad], Mapping) else None
                     raise ContaminationError(
