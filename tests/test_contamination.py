@@ -205,6 +205,10 @@ def test_planted_items_exact_recall_and_precision(vault_root: tuple[TrainVault, 
     assert report.eval_release.sha256 == env["release"].sha256
     assert report.verifier_contract.sha256 == env["index"].contract_sha256
     assert (report.training.scan_manifest_sha256, report.producer_pins.sha256) == (SCAN_SHA, PINS_SHA)
+    assert report.bound_digests() == {
+        "data_manifest": report.training.data_manifest_sha256, "scan_manifest": SCAN_SHA,
+        "eval_release": env["release"].sha256, "verifier_contract": env["index"].contract_sha256,
+        "producer_pins": PINS_SHA}
 
 
 def test_clean_data_passes_and_policy_is_recomputed(tmp_path: Any, corpus: dict[str, Any]) -> None:

@@ -176,6 +176,16 @@ class ContaminationReport(Document):
             raise ValueError("contaminated_items must be sorted by benchmark and item id, each once")
         return self
 
+    def bound_digests(self) -> dict[str, str]:
+        """The five inputs this report judged, by the SHA-256 of their stored bytes."""
+        return {
+            "data_manifest": self.training.data_manifest_sha256,
+            "scan_manifest": self.training.scan_manifest_sha256,
+            "eval_release": self.eval_release.sha256,
+            "verifier_contract": self.verifier_contract.sha256,
+            "producer_pins": self.producer_pins.sha256,
+        }
+
     def recompute_pass(self, policy: Policy | None = None) -> bool:
         """The verdict from the counts alone, under `policy` (default: the report's own).
 
