@@ -35,7 +35,7 @@ $(BENCH_STAMP): pyproject.toml bench/requirements.txt bench/constraints.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_PY) -m pip install --quiet --upgrade pip
 	$(BENCH_PY) -m pip install --quiet "torch==2.13.0"
-	$(BENCH_PY) -m pip install --quiet -c bench/constraints.txt -e ".[torch,parquet]"
+	$(BENCH_PY) -m pip install --quiet -c bench/constraints.txt -e ".[torch,parquet,contamination]"
 	$(BENCH_PY) -m pip install --quiet -c bench/constraints.txt -r bench/requirements.txt
 	touch $(BENCH_STAMP)
 
