@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench bench-venv clean
+.PHONY: venv test demo ui bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -19,8 +19,22 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-demo: $(STAMP)
-	$(PY) -m pipelines.examples.demo
+# The Dagster instance lives in the project (.dagster_home/, telemetry off), never in ~/.dagster.
+DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster_home
+UI_PORT ?= 3000
+
+$(DAGSTER_HOME_DIR)/dagster.yaml:
+	mkdir -p $(DAGSTER_HOME_DIR)
+	printf 'telemetry:\n  enabled: false\n' > $@
+
+# The whole lifecycle with the Dagster CLI, then a trainer opens the approval.
+# TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted, the check fails, no approval.
+demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(PY) -m pipelines.examples.demo
+
+# The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo.
+ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 # Benchmarks run in their own venv: the peers pin numpy<2.2 and pull packages the
 # project's own venv must not carry.

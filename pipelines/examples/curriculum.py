@@ -16,6 +16,11 @@ STAGES = {
 }
 
 
+def stage_metadata(split: str, stage: str) -> dict:
+    """Curriculum metadata recorded with every shard of a stage."""
+    return {"name": stage, **STAGES[stage]}
+
+
 def generate_records(split: str, stage: str | None, shard_id: str, count: int = 200) -> Iterator[dict]:
     """`count` task records for one shard."""
     spec = STAGES[stage or "medium"]

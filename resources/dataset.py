@@ -1,0 +1,196 @@
+"""The dataset spec resource: what to build, where, and how it is judged and signed.
+
+Everything a publication's bytes depend on is in `data_fields()`; the version of a build
+is a digest of those fields and the producer pins, so unchanged inputs land in the same
+`<root>/<dataset>/<version>/` folder (and reuse every completed shard) while any change
+lands in a new one, never overwriting a published object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.storage import join_uri, normalize_uri
+
+NO_STAGE = "_"
+#: Packages whose versions decide the bytes of a shard (encoding and codecs).
+PINNED_PACKAGES = ("trainvault", "msgpack", "zstandard", "pyarrow")
+
+
+class SplitSpec(dg.Config):
+    """One split: its curriculum stages (none: a split without stages) and shard ids per stage."""
+
+    name: str
+    stages: list[str] = Field(default_factory=list)
+    shard_ids: list[str]
+
+
+class CurriculumSpec(dg.Config):
+    """A curriculum registered over a split's shards: the shards of `stages`, stage by stage."""
+
+    split: str
+    name: str
+    stages: list[str]
+
+
+class DatasetSpec(dg.ConfigurableResource):
+    """What to build: the dataset, its shards, its generator, its evaluation and signing."""
+
+    name: str = Field(description="dataset name: the folder under root_uri")
+    root_uri: str = Field(description="a local folder, file:// or s3:// URI under which publications live")
+    data_format: str = "msgpack.zst"
+    splits: list[SplitSpec]
+    curricula: list[CurriculumSpec] = Field(default_factory=list)
+    records_per_shard: int = 200
+    generator: str = Field(
+        default="pipelines.examples.curriculum:generate_records",
+        description="module:function(split, stage, shard_id, count) -> iterable of records",
+    )
+    stage_metadata: str | None = Field(
+        default="pipelines.examples.curriculum:stage_metadata",
+        description="module:function(split, stage) -> curriculum metadata of a stage",
+    )
+    shard_threads: int = Field(default=2, description="shards derived at once within one run")
+    evaluation_release_id: str = "trainvault-demo-evals"
+    evaluation_sources: list[str] = Field(
+        default_factory=lambda: [
+            "trainvault.contamination:humaneval_benchmark",
+            "pipelines.examples.benchmarks:synthetic_benchmark",
+        ],
+        description="module:function() -> trainvault.contamination.BenchmarkItems, one per benchmark",
+    )
+    ngram_n: int = 13
+    scan_fields: list[str] = Field(default_factory=lambda: ["text"])
+    signing_key_env: str = Field(
+        default="TRAINVAULT_SIGNING_KEY", description="environment variable holding the Ed25519 private key (PEM)"
+    )
+    signing_key_path: str | None = Field(default=None, description="or a file holding it (PEM, owner-only)")
+    trusted_keys_path: str | None = Field(default=None, description="the public key a trainer trusts (PEM file)")
+
+    # -- shards ---------------------------------------------------------------
+
+    def shards(self) -> list[tuple[str, str | None, str]]:
+        """Every shard as (split, stage or None, shard id), in spec order."""
+        out = []
+        for split in self.splits:
+            for stage in split.stages or [None]:
+                for shard_id in split.shard_ids:
+                    out.append((split.name, stage, shard_id))
+        return out
+
+    def partition_keys(self) -> list[str]:
+        return [partition_key(*s) for s in self.shards()]
+
+    def records(self, split: str, stage: str | None, shard_id: str) -> Iterable[dict[str, Any]]:
+        return load_callable(self.generator)(split, stage, shard_id, self.records_per_shard)
+
+    def metadata_of_stage(self, split: str, stage: str | None) -> dict[str, Any] | None:
+        if stage is None or self.stage_metadata is None:
+            return None
+        return load_callable(self.stage_metadata)(split, stage)
+
+    # -- versions and locations ---------------------------------------------
+
+    def data_fields(self) -> dict[str, Any]:
+        """The spec fields a shard's bytes depend on (not where it is stored, not how it is judged)."""
+        return {
+            "name": self.name,
+            "data_format": self.data_format,
+            "splits": [s.model_dump() for s in self.splits],
+            "curricula": [c.model_dump() for c in self.curricula],
+            "records_per_shard": self.records_per_shard,
+            "generator": self.generator,
+            "stage_metadata": self.stage_metadata,
+        }
+
+    def code_revision(self) -> str:
+        """The code revision of the producer: a digest of the generator modules' source.
+
+        Not the git commit, so a commit that leaves the generator alone keeps the version."""
+        code = {path: source_sha256(path) for path in filter(None, (self.generator, self.stage_metadata))}
+        return "sha256:" + sha256_hex(canonical_json(code))
+
+    def producer_pins(self):  # -> trainvault.approval.ProducerPins
+        """Package versions (trainvault and the codecs that decide a shard's bytes) and code revision."""
+        from trainvault.approval import collect_producer_pins
+
+        packages = [p for p in PINNED_PACKAGES if p != "pyarrow" or self.data_format == "parquet"]
+        return collect_producer_pins(packages, code_revision=self.code_revision())
+
+    def publication(self, pins_sha256: str | None = None) -> Publication:
+        """Where this spec's build lives: the version is a digest of the data fields and the pins."""
+        if pins_sha256 is None:
+            pins_sha256 = self.producer_pins().document_sha256()
+        digest = sha256_hex(canonical_json({"spec": self.data_fields(), "producer_pins_sha256": pins_sha256}))
+        version = "v-" + digest[:12]
+        return Publication(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
+
+    def evaluation_root(self, benchmark_digest: str) -> str:
+        return join_uri(normalize_uri(self.root_uri), f"evaluations/{self.evaluation_release_id}-{benchmark_digest[:12]}")
+
+    def contract_uri(self, contract_sha256: str) -> str:
+        return join_uri(normalize_uri(self.root_uri), f"contracts/{contract_sha256[:12]}/verifier-contract-v1.json")
+
+
+@dataclass(frozen=True)
+class Publication:
+    """The folders and documents of one versioned build: ``<root>/<dataset>/<version>/``."""
+
+    dataset: str
+    version: str
+    base: str
+
+    @property
+    def manifest_uri(self) -> str:
+        return join_uri(self.base, "data/data-manifest-v1.json")
+
+    @property
+    def data_root(self) -> str:
+        return join_uri(self.base, "data")
+
+    @property
+    def producer_pins_uri(self) -> str:
+        return join_uri(self.base, "producer-pins-v1.json")
+
+    @property
+    def scan_manifest_uri(self) -> str:
+        return join_uri(self.base, "training-scan-manifest-v1.json")
+
+    def report_uri(self, release_sha256: str, contract_sha256: str) -> str:
+        return join_uri(self.base, f"contamination/{release_sha256[:12]}-{contract_sha256[:12]}/contamination-report-v1.json")
+
+    def approval_uri(self, run_id: str) -> str:
+        return join_uri(self.base, f"approvals/approval-{run_id}.dsse.json")
+
+
+def partition_key(split: str, stage: str | None, shard_id: str) -> str:
+    """``<split>/<stage or _>/<shard_id>``: the shard's place in the publication."""
+    return f"{split}/{stage or NO_STAGE}/{shard_id}"
+
+
+def parse_partition_key(key: str) -> tuple[str, str | None, str]:
+    split, stage, shard_id = key.split("/")
+    return split, (None if stage == NO_STAGE else stage), shard_id
+
+
+def load_callable(path: str) -> Callable[..., Any]:
+    """``package.module:function`` -> the function."""
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{path!r}: expected 'package.module:function'")
+    return getattr(importlib.import_module(module), attr)
+
+
+def source_sha256(path: str) -> str:
+    """SHA-256 of the source file that defines `path` (the code revision of a generator)."""
+    module = importlib.import_module(path.partition(":")[0])
+    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()

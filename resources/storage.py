@@ -1,0 +1,51 @@
+"""The object-storage resource: where publications live, and the credentials to reach them."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+from pydantic import Field
+
+from trainvault import TrainVault
+
+_SECRET = {"dagster__is_secret": True}
+
+
+class ObjectStore(dg.ConfigurableResource):
+    """Hands out a `TrainVault` for local paths, ``file://`` and ``s3://`` URIs.
+
+    Leave everything unset for the embedded default (a local folder store). For S3 (or
+    Tigris, R2, MinIO) set `s3_base_url`, `region` and the keys, the keys through
+    `dg.EnvVar` so they never show in the UI or in run config.
+    """
+
+    s3_base_url: str | None = Field(default=None, description="endpoint of an S3-compatible service")
+    region: str | None = Field(default=None, description="S3 region")
+    access_key_id: str | None = Field(default=None, description="S3 access key id", json_schema_extra=_SECRET)
+    secret_access_key: str | None = Field(
+        default=None, description="S3 secret access key", json_schema_extra=_SECRET
+    )
+
+    def vault(self) -> TrainVault:
+        return TrainVault(
+            s3_base_url=self.s3_base_url or None,
+            region=self.region or None,
+            access_key_id=self.access_key_id or None,
+            secret_access_key=self.secret_access_key or None,
+        )
+
+
+def object_store_from_env() -> ObjectStore:
+    """The store as the code location configures it: each setting from its environment
+    variable when that variable is set (as an `EnvVar`, resolved at run start), else unset."""
+
+    def env(name: str) -> dg.EnvVar | None:
+        return dg.EnvVar(name) if os.environ.get(name) else None
+
+    return ObjectStore(
+        s3_base_url=env("TRAINVAULT_S3_URL"),
+        region=env("TRAINVAULT_S3_REGION"),
+        access_key_id=env("TRAINVAULT_S3_KEY_ID"),
+        secret_access_key=env("TRAINVAULT_S3_SECRET"),
+    )
