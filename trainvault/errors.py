@@ -82,3 +82,11 @@ class CustodyError(ApprovalError):
 
 class BudgetError(TrainVaultError, ValueError):
     """A position budget was asked to go past its end."""
+
+
+class ProfileError(TrainVaultError, ValueError):
+    """Dataset metrics cannot be computed or merged (a bad observation, hook or setting)."""
+
+
+class TaskDataValidationError(ProfileError):
+    """Rows do not match their dataset's task-data schema (validation mode ``error``)."""
