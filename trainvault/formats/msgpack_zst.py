@@ -54,10 +54,39 @@ def _pack_default(value: Any) -> Any:
     raise EncodeError(f"a {type(value).__name__} cannot be encoded; use str, bytes, numbers, lists, dicts or NumPy arrays")
 
 
+_np: Any = None
+_DTYPES: dict[bytes, Any] = {}
+# msgpack uint markers after a one-element shape array (0x91): size of the length field.
+_UINT_WIDTH = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+
+
+def _numpy() -> Any:
+    global _np
+    if _np is None:
+        _np = require("numpy", "torch")
+    return _np
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code != NDARRAY_EXT:
         return msgpack.ExtType(code, data)
-    np = require("numpy", "torch")
+    np = _numpy()
+    # Fast path for the common 1-D array: its header is parsed by hand because a
+    # per-record Unpacker costs more than decoding the whole record.
+    n = data[1] - 0xA0 if len(data) > 4 and data[0] == 0x92 else -1
+    if 0 <= n < 32 and len(data) > n + 3 and data[n + 2] == 0x91:
+        tag = data[n + 3]
+        width = 0 if tag < 0x80 else _UINT_WIDTH.get(tag, -1)
+        if width >= 0:
+            start = n + 4 + width
+            length = tag if width == 0 else int.from_bytes(data[n + 4 : start], "big")
+            key = data[2 : n + 2]
+            dtype = _DTYPES.get(key)
+            if dtype is None:
+                dtype = _DTYPES[key] = np.dtype(key.decode("ascii"))
+            if start + length * dtype.itemsize != len(data):
+                raise ValueError("array payload does not match its header")
+            return np.frombuffer(data, dtype=dtype, count=length, offset=start)
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(data)
     dtype, shape = unpacker.unpack()

@@ -30,13 +30,13 @@ class BlockFetcher:
         shards: tuple[ShardEntry, ...],
         descriptors: tuple[ShardDescriptor, ...],
         *,
-        threads: int = DEFAULT_THREADS,
+        threads: int | None = None,
     ):
         self.storage = storage
         self.data_format = data_format
         self.shards = shards
         self.descriptors = descriptors
-        self.threads = threads
+        self.threads = threads or DEFAULT_THREADS
         # A decode context (a zstd decompressor) must not be shared by threads.
         self._local = threading.local()
 

@@ -28,23 +28,22 @@ _REFUSED_ARGS = {
 _DESCRIPTOR_THREADS = 16
 
 
-def _worker_context(requested: Any) -> Any:
-    """The multiprocessing context for workers: forkserver unless told otherwise; never fork.
+def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
+    """The multiprocessing context for workers: what the user asked for, else ``fork`` when
+    every shard is a local file or in memory (plain file I/O and in-process stores survive
+    fork, and forked workers start at once), else ``forkserver``.
 
-    obstore's I/O runtime does not survive ``fork()`` in a process that has used it (the
-    trainer has, to read the manifest), so a forked worker would hang on its first read.
-    The forkserver forks from a clean process that has preloaded torch and trainvault.
+    obstore's I/O runtime (S3) does not survive ``fork()`` in a process that has used it,
+    so a forked worker would fail on its first read: object-store shards need a worker that
+    starts clean. The forkserver forks from a clean process that has preloaded torch and
+    trainvault, so each worker still starts quickly.
     """
     import multiprocessing
 
-    method = requested if isinstance(requested, str) else getattr(requested, "get_start_method", lambda: None)()
-    if method == "fork":
-        raise ValueError(
-            "multiprocessing_context 'fork' is not supported: the object-store runtime does not survive fork() "
-            "and workers would hang; use 'forkserver' (the default) or 'spawn'"
-        )
     if requested is not None:
         return requested
+    if all(uri.startswith(("file:", "memory:", "/")) for uri in uris):
+        return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "trainvault.loading.dataset"])
     return ctx
@@ -96,8 +95,6 @@ class SplitDataLoader:
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
         self.drop_last = bool(self._args.pop("drop_last", False))
-        if self._args.get("num_workers", 0):
-            self._args["multiprocessing_context"] = _worker_context(self._args.get("multiprocessing_context"))
 
         from trainvault.client import resolve_manifest_uris
 
@@ -188,4 +185,7 @@ class SplitDataLoader:
             collate_fn=collate,
             infinite=bool(infinite_iter),
         )
-        return TrainVaultDataLoader(dataset, identity, **self._args)
+        args = dict(self._args)
+        if args.get("num_workers", 0):
+            args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), [s.uri for s in selection.shards])
+        return TrainVaultDataLoader(dataset, identity, **args)
