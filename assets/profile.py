@@ -1,13 +1,169 @@
-"""dataset_profile: metrics and schema validation (issue 8).
+"""dataset_profile and its blocking check `task_data_valid` (issue 8).
 
-Not yet an asset. When the library's profile lands (mergeable metrics per shard, a
-metrics sidecar bound by digest), it goes here as a thin call:
+One step reads every shard of the committed manifest (blocks verified), computes the
+metrics per shard on a thread pool and merges them per split in manifest order, checks
+rows against the dataset's task-data schema, and writes ``<split>_metrics.json`` beside
+the manifest. The UI shows the metrics as tables; the sidecars' (uri, sha256) pairs are
+recorded as ``sidecars`` so `approved_dataset` can bind them in the approval request.
 
-    @dg.asset(group_name=GROUP, deps=["data_manifest"])
-    def dataset_profile(context, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
-        # profile = trainvault.profile.profile_publication(vault, manifest_uri, ...)
-        # sidecar = write it next to the manifest; record metrics and schema as metadata
-        ...
-
-and `approved_dataset` binds the sidecar through `ApprovalRequest.sidecars`.
+Validation runs in the configured mode; offending rows are recorded in the sidecars
+either way, and in ``error`` mode the blocking check fails, so nothing downstream in the
+run (the approval) executes. The check re-reads the sidecars by digest rather than
+trusting the step's memory.
 """
+
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+from assets._common import GROUP, link, table, upstream
+from resources.dataset import DatasetSpec, load_callable
+from resources.storage import ObjectStore
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import ConflictError, IntegrityError, ProfileError
+from trainvault.profile import (
+    DatasetProfile,
+    MetricsSidecar,
+    approval_sidecars,
+    profile_publication,
+    read_metrics_sidecar,
+    write_metrics_sidecars,
+)
+
+CHECK = "task_data_valid"
+NUMERIC = ("json_dumped_number_of_words", "number_of_turns", "number_of_tools", "temperature")
+SHOWN_OFFENDING = 50
+SHOWN_LABELS = 20
+
+
+class ProfileConfig(dg.Config):
+    """How the profile is computed. The schema and hook are part of what the sidecars record."""
+
+    task_schema: str | None = Field(default=None, description="the dataset's task-data schema: 'module:PydanticModel'")
+    validation: Literal["off", "warn", "error", "auto"] = Field(
+        default="auto", description="off | warn | error | auto (error when a schema is given, else off)"
+    )
+    extra_metrics: str | None = Field(default=None, description="'module:function(row) -> {name: value}' hook")
+    overwrite: bool = Field(default=False, description="replace sidecars whose values differ (else the step fails)")
+    workers: int = Field(default=8, description="shards read at once")
+
+
+def profile_digest(sidecars: dict[str, dict[str, str]]) -> str:
+    """One digest for the whole profile: of the sidecars' (uri, sha256) pairs, canonically."""
+    return sha256_hex(canonical_json(sidecars))
+
+
+def _num(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def metrics_metadata(profile: DatasetProfile) -> dict[str, Any]:
+    """Counts, numeric metrics, extra labels and offending rows as UI tables."""
+    counts, numeric, labels = [], [], []
+    for split, sp in profile.splits.items():
+        m = sp.metrics.to_json()
+        counts.append({
+            "split": split, "shards": len(sp.shards), "examples": m["number_of_examples"], "tasks": m["number_of_tasks"],
+            "responses rows": m["number_of_responses_rows"], "offending rows": sp.offending_count,
+        })
+        extra_numeric = {f"extra.{k}": v for k, v in m["extra"].items() if "mean" in v}
+        for name, s in [*((k, m[k]) for k in NUMERIC), *extra_numeric.items()]:
+            numeric.append({"split": split, "metric": name, "count": s["count"], "mean": _num(s["mean"]),
+                            "min": _num(s["min"]), "max": _num(s["max"]), "stddev": _num(s["stddev"])})
+        for name, s in m["extra"].items():
+            if "counts" not in s:
+                continue
+            top = sorted(s["counts"].items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_LABELS]
+            shown = sum(n for _, n in top)
+            for label, n in top:
+                labels.append({"split": split, "metric": name, "label": label, "count": n})
+            if s["total_count"] > shown:
+                labels.append({"split": split, "metric": name, "label": "(other)", "count": s["total_count"] - shown})
+    offending = [
+        {"split": o.split, "shard": o.shard_key, "record": o.record_index, "error": o.error}
+        for o in profile.offending[:SHOWN_OFFENDING]
+    ]
+    return {
+        "examples and tasks": table(counts, [("split", "string"), ("shards", "int"), ("examples", "int"), ("tasks", "int"),
+                                             ("responses rows", "int"), ("offending rows", "int")]),
+        "metrics": table(numeric, [("split", "string"), ("metric", "string"), ("count", "int"), ("mean", "float"),
+                                   ("min", "float"), ("max", "float"), ("stddev", "float")]),
+        "labels": table(labels, [("split", "string"), ("metric", "string"), ("label", "string"), ("count", "int")]),
+        "offending rows": table(offending, [("split", "string"), ("shard", "string"), ("record", "int"), ("error", "string")]),
+    }
+
+
+def check_result(sidecars: dict[str, MetricsSidecar]) -> dg.AssetCheckResult:
+    """Schema validity from the sidecars as written: blocking (ERROR) in error mode, a WARN otherwise."""
+    modes = {doc.validation.mode for doc in sidecars.values()}
+    mode = modes.pop() if len(modes) == 1 else "mixed"
+    bad = {split: doc.validation.offending_count for split, doc in sidecars.items() if doc.validation.offending_count}
+    rows = [r for doc in sidecars.values() for r in doc.validation.offending_rows][:10]
+    where = "; ".join(f"{r['split']}/{r['shard_key']} record {r['record_index']}: {r['error']}" for r in rows)
+    if mode == "off":
+        description = "task-data validation is off (no schema configured, or mode 'off')"
+    elif not bad:
+        description = f"every row matches the task-data schema (mode {mode})"
+    else:
+        description = f"{sum(bad.values())} row(s) do not match the task-data schema (mode {mode}): {where}"
+    return dg.AssetCheckResult(
+        check_name=CHECK,
+        passed=not bad,
+        severity=dg.AssetCheckSeverity.ERROR if mode == "error" else dg.AssetCheckSeverity.WARN,
+        description=description,
+        metadata={
+            "mode": mode,
+            "schema": next((d.validation.schema_ref for d in sidecars.values() if d.validation.schema_ref), "") or "",
+            "offending rows": sum(bad.values()),
+            "offending per split": dg.MetadataValue.json(bad),
+        },
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"python"},
+    code_version="1",
+    deps=["data_manifest"],
+    check_specs=[dg.AssetCheckSpec(CHECK, asset="dataset_profile", blocking=True,
+                                   description="rows match the dataset's task-data schema (blocking in error mode)")],
+    backfill_policy=dg.BackfillPolicy.single_run(),
+)
+def dataset_profile(context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, dataset: DatasetSpec):
+    vault = store.vault()
+    pub = dataset.publication()
+    manifest = upstream(context, "data_manifest")
+    if manifest.get("version") != pub.version:
+        raise dg.Failure(f"data_manifest was last materialized for {manifest.get('version')}, this spec builds {pub.version}: materialize it first")
+    try:
+        profile = profile_publication(
+            vault.storage,
+            manifest["uri"],
+            manifest_sha256=manifest["sha256"],
+            schema=config.task_schema,
+            validation=config.validation,
+            hook=load_callable(config.extra_metrics) if config.extra_metrics else None,
+            workers=config.workers,
+            raise_on_invalid=False,  # the blocking check decides, from the sidecars as written
+        )
+        refs = write_metrics_sidecars(vault.storage, profile, overwrite=config.overwrite)
+    except (ConflictError, ProfileError, IntegrityError) as exc:
+        raise dg.Failure(str(exc)) from exc
+    sidecars = approval_sidecars(refs)
+    digest = profile_digest(sidecars)
+    yield dg.MaterializeResult(
+        metadata={
+            "version": pub.version,
+            "data_manifest_sha256": profile.manifest_sha256,
+            "sha256": digest,
+            "sidecars": dg.MetadataValue.json(sidecars),
+            **{f"{split}_metrics.json": link(ref.uri) for split, ref in refs.items()},
+            "validation": profile.validator.mode,
+            "schema": config.task_schema or "",
+            "dagster/row_count": sum(sp.records for sp in profile.splits.values()),
+            **metrics_metadata(profile),
+        },
+        data_version=dg.DataVersion(digest),
+    )
+    yield check_result({split: read_metrics_sidecar(vault.storage, ref.uri, ref.sha256) for split, ref in refs.items()})

@@ -19,6 +19,7 @@ from assets.contamination import contamination_report, within_contract  # noqa: 
 from assets.evaluation import evaluation_release  # noqa: E402
 from assets.manifest import data_manifest  # noqa: E402
 from assets.pins import producer_pins  # noqa: E402
+from assets.profile import dataset_profile  # noqa: E402
 from assets.scan import training_scan  # noqa: E402
 from assets.shards import build_dataset_shards  # noqa: E402
 from pipelines.examples.spec import example_spec  # noqa: E402
@@ -61,6 +62,7 @@ def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None) -> dg
             training_scan,
             evaluation_release,
             contamination_report,
+            dataset_profile,
             approved_dataset,
         ],
         asset_checks=[within_contract, approval_opens],
