@@ -95,6 +95,24 @@ class TrainVault:
             world_size=world_size,
         )
 
+    # -- approval ---------------------------------------------------------------
+
+    def approve_dataset(self, request, *, policy=None, progress=None):  # -> trainvault.approval.ApprovedDataset
+        """Run the approval gate on `request` (an `ApprovalRequest`, its JSON object or bytes):
+        hash every bound artifact and scanned file, check them, and return an `ApprovedDataset`
+        or raise `ApprovalError` saying what failed. `policy`: the trainer's `ApprovalPolicy`."""
+        from trainvault.approval.gate import approve_dataset
+
+        return approve_dataset(self, request, policy=policy, progress=progress)
+
+    def open_approved(self, approval_uri, sha256, *, trusted_keys, threshold=1, policy=None, progress=None):
+        """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
+        least `threshold` of `trusted_keys`), then run the gate on its request."""
+        from trainvault.approval.record import open_approved
+
+        return open_approved(self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold,
+                             policy=policy, progress=progress)
+
     # -- manifests --------------------------------------------------------------
 
     def load_manifest(self, uri: str) -> DataManifest:

@@ -17,7 +17,11 @@ STREAM_CHUNK = 4 << 20
 
 def read_descriptor(storage: Storage, entry: ShardEntry) -> ShardDescriptor:
     """Read a shard's descriptor and check it against the manifest entry that binds it."""
-    raw = storage.get(entry.descriptor_uri)
+    return parse_descriptor(entry, storage.get(entry.descriptor_uri))
+
+
+def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
+    """Parse descriptor bytes already read and check them against the manifest entry."""
     if sha256_hex(raw) != entry.descriptor_sha256:
         raise IntegrityError(
             f"{entry.descriptor_uri}: descriptor sha256 does not match the manifest; the descriptor was altered "

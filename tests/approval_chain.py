@@ -1,0 +1,136 @@
+"""Build a whole custody chain for approval tests: data, scan manifest, pins, release,
+contract, report and request, all on a real store."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainvault import TrainVault
+from trainvault.approval import (
+    ApprovalRequest,
+    ArtifactRef,
+    ProducerPins,
+    build_training_scan_manifest,
+    collect_producer_pins,
+    write_producer_pins,
+    write_training_scan_manifest,
+)
+from trainvault.contamination import (
+    VerifierContract,
+    jsonl_benchmark,
+    load_index,
+    publish_document,
+    publish_release,
+    scan_dataset,
+    write_report,
+)
+
+ITEMS = [
+    {"id": f"tiny-{i}", "text": " ".join(f"{w}{i}" for w in "alpha bravo charlie delta echo foxtrot golf hotel "
+                                                              "india juliet kilo lima mike november".split())}
+    for i in range(4)
+]
+TINY_JSONL = b"".join(json.dumps(it).encode() + b"\n" for it in ITEMS)
+WORDS = "the of and to in is was for on that with as by at from it an be this are".split()
+
+
+def make_records(shard: int, n: int, contaminate: bool = False) -> list[dict[str, Any]]:
+    rng = random.Random(shard)
+    out = []
+    for i in range(n):
+        text = " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(rng.randrange(20, 60)))
+        out.append({"id": f"s{shard}-{i}", "text": text, "tokens": rng.randrange(10, 100)})
+    if contaminate:
+        out[n // 2]["text"] += " " + ITEMS[1]["text"]
+    return out
+
+
+@dataclass
+class Chain:
+    vault: TrainVault
+    root: str
+    records: dict[str, list[dict[str, Any]]]
+    refs: dict[str, ArtifactRef]
+    index: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def manifest_uri(self) -> str:
+        return self.refs["data_manifest"].uri
+
+    def request(self, **overrides: ArtifactRef | dict[str, ArtifactRef]) -> ApprovalRequest:
+        return ApprovalRequest(**{**self.refs, **overrides})
+
+    def publish(self, name: str, document: Any) -> ArtifactRef:
+        bound = publish_document(self.vault.storage, f"{self.root}/extra/{name}", document)
+        return ArtifactRef(uri=bound.uri, sha256=bound.sha256)
+
+    def put_raw(self, name: str, data: bytes) -> ArtifactRef:
+        from trainvault.canonical import sha256_hex
+
+        uri = f"{self.root}/extra/{name}"
+        self.vault.storage.put_create(uri, data)
+        return ArtifactRef(uri=uri, sha256=sha256_hex(data))
+
+    def rescan(self, name: str, *, index: Any = None, pins_sha256: str | None = None,
+               scan_sha256: str | None = None) -> tuple[Any, ArtifactRef]:
+        """A report over this chain's data with other inputs, published under extra/."""
+        report = scan_dataset(
+            self.vault, self.manifest_uri, index or self.index,
+            scan_manifest_sha256=scan_sha256 or self.refs["training_scan_manifest"].sha256,
+            producer_pins_sha256=pins_sha256 or self.refs["producer_pins"].sha256, progress=False,
+        )
+        return report, self.publish(name, report)
+
+    def publish_pins(self, name: str, pins: ProducerPins) -> ArtifactRef:
+        return self.publish(name, pins)
+
+
+def build_chain(
+    vault: TrainVault,
+    root: str,
+    *,
+    shards: int = 3,
+    records_per_shard: int = 30,
+    contaminate: bool = False,
+    contract: VerifierContract | None = None,
+    block_bytes: int = 1024,
+    seed_offset: int = 0,
+) -> Chain:
+    manifest_uri = f"{root}/ds/data-manifest-v1.json"
+    saver = vault.dataset_saver(manifest_uri, block_bytes=block_bytes)
+    records: dict[str, list[dict[str, Any]]] = {}
+    for i in range(shards):
+        stage = "easy" if i < max(1, shards - 1) else "hard"
+        recs = make_records(i + seed_offset, records_per_shard, contaminate and i == shards - 1)
+        records[f"s{i}"] = recs
+        saver.save("train", stage, recs, shard_id=f"s{i}")
+    valid = make_records(100 + seed_offset, 5)
+    records["valid"] = valid
+    saver.save("valid", None, valid, shard_id="v0")
+    saver.commit_manifest()
+    from trainvault.canonical import sha256_hex
+
+    manifest_sha = sha256_hex(vault.storage.get(manifest_uri))
+    scan = build_training_scan_manifest(vault, manifest_uri)
+    scan_b = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json", scan)
+    pins_b = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins(code_revision="test"))
+    release = publish_release(vault.storage, f"{root}/release", "evals-test", [jsonl_benchmark("tiny", TINY_JSONL)])
+    contract_b = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
+    index = load_index(vault, release_uri=release.uri, contract_uri=contract_b.uri,
+                       release_sha256=release.sha256, contract_sha256=contract_b.sha256)
+    report = scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan_b.sha256,
+                          producer_pins_sha256=pins_b.sha256, progress=False)
+    report_b = write_report(vault, f"{root}/ds/contamination-report-v1.json", report)
+    refs = {
+        "data_manifest": ArtifactRef(uri=manifest_uri, sha256=manifest_sha),
+        "training_scan_manifest": ArtifactRef(uri=scan_b.uri, sha256=scan_b.sha256),
+        "evaluation_release": ArtifactRef(uri=release.uri, sha256=release.sha256),
+        "contamination_report": ArtifactRef(uri=report_b.uri, sha256=report_b.sha256),
+        "verifier_contract": ArtifactRef(uri=contract_b.uri, sha256=contract_b.sha256),
+        "producer_pins": ArtifactRef(uri=pins_b.uri, sha256=pins_b.sha256),
+    }
+    return Chain(vault, root, records, refs, index, {"report": report})

@@ -1,0 +1,80 @@
+"""The approval gate: scan manifest, producer pins, request, gate, signed records,
+ApprovedDataset and PositionBudget.
+
+Importing this package imports neither torch nor numpy; the approved loader asks for
+torch when it is built.
+"""
+
+from trainvault.approval.budget import Boundary, PositionBudget
+from trainvault.approval.custody import CustodyStorage
+from trainvault.approval.dataset import ApprovalRecordRef, ApprovedDataset
+from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
+from trainvault.approval.gate import ApprovalPolicy, VerificationSummary, approve_dataset
+from trainvault.approval.hashing import HashedObject, hash_objects
+from trainvault.approval.keys import SIGNING_KEY_ENV, SigningKey, VerifyingKey, load_signing_key, load_verifying_key, write_keypair
+from trainvault.approval.pins import PINS_NAME, PackagePin, ProducerPins, collect_producer_pins, git_revision, write_producer_pins
+from trainvault.approval.progress import HashProgress, terminal_hash_progress
+from trainvault.approval.record import (
+    APPROVAL_NAME,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    WrittenApproval,
+    approval_statement,
+    open_approved,
+    write_approval,
+)
+from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.scan_manifest import (
+    SCAN_MANIFEST_NAME,
+    ScannedFile,
+    ScanTotals,
+    TrainingScanManifest,
+    build_training_scan_manifest,
+    write_training_scan_manifest,
+)
+
+__all__ = [
+    "APPROVAL_NAME",
+    "PINS_NAME",
+    "PREDICATE_TYPE",
+    "SCAN_MANIFEST_NAME",
+    "SIGNING_KEY_ENV",
+    "STATEMENT_TYPE",
+    "ApprovalPolicy",
+    "ApprovalRecordRef",
+    "ApprovalRequest",
+    "ApprovedDataset",
+    "ArtifactRef",
+    "Boundary",
+    "CustodyStorage",
+    "Envelope",
+    "HashProgress",
+    "HashedObject",
+    "PackagePin",
+    "PositionBudget",
+    "ProducerPins",
+    "ScanTotals",
+    "ScannedFile",
+    "SigningKey",
+    "TrainingScanManifest",
+    "VerificationSummary",
+    "VerifyingKey",
+    "WrittenApproval",
+    "approval_statement",
+    "approve_dataset",
+    "build_training_scan_manifest",
+    "collect_producer_pins",
+    "git_revision",
+    "hash_objects",
+    "load_signing_key",
+    "load_verifying_key",
+    "open_approved",
+    "pae",
+    "sign_envelope",
+    "terminal_hash_progress",
+    "verify_envelope",
+    "write_approval",
+    "write_keypair",
+    "write_producer_pins",
+    "write_training_scan_manifest",
+]

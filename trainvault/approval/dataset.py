@@ -1,0 +1,146 @@
+"""ApprovedDataset: custody of a dataset that passed the gate.
+
+Only the gate makes one (the constructor raises `TypeError`). It is immutable: the
+manifest it hands out is a detached deep copy, its bindings are a read-only mapping of
+frozen references, and it does not pickle (custody does not travel; open the approval
+again in the other process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainvault.approval.custody import CustodyStorage
+from trainvault.canonical import sha256_hex
+from trainvault.storage import StorageConfig
+
+if TYPE_CHECKING:
+    from trainvault.approval.gate import GateResult, VerificationSummary
+    from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.contamination.report import ContaminationReport
+    from trainvault.manifest import DataManifest
+
+_ISSUE = object()
+
+
+@dataclass(frozen=True)
+class ApprovalRecordRef:
+    """The signed approval record a dataset was opened from."""
+
+    uri: str
+    sha256: str
+    signers: tuple[str, ...]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ApprovedDataset:
+    """A dataset that passed the approval gate; build its loader with `split_data_loader`."""
+
+    __slots__ = ("_result", "_config", "_record", "_bindings")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "ApprovedDataset cannot be constructed directly; get one from TrainVault.approve_dataset(request) or "
+            "TrainVault.open_approved(approval_uri, sha256, trusted_keys=...)"
+        )
+
+    @classmethod
+    def _issue(cls, token: object, result: GateResult, config: StorageConfig,
+               record: ApprovalRecordRef | None = None) -> ApprovedDataset:
+        if token is not _ISSUE:
+            raise TypeError("ApprovedDataset is issued by the approval gate only")
+        self = object.__new__(cls)
+        object.__setattr__(self, "_result", result)
+        object.__setattr__(self, "_config", config)
+        object.__setattr__(self, "_record", record)
+        object.__setattr__(self, "_bindings", result.request.bindings())
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ApprovedDataset is read-only; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ApprovedDataset is read-only; cannot delete {name!r}")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("an ApprovedDataset does not pickle or copy: open the approval again where it is needed")
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"ApprovedDataset({self.manifest_uri!r}, sha256={self.manifest_sha256}, shards={s.shards}, "
+                f"records={s.records})")
+
+    # -- what was approved ----------------------------------------------------------
+
+    @property
+    def manifest(self) -> DataManifest:
+        """A detached deep copy of the approved manifest (shard URIs absolute): editing it changes nothing here."""
+        return self._result.manifest.model_copy(deep=True)
+
+    @property
+    def manifest_uri(self) -> str:
+        return self._result.manifest_uri
+
+    @property
+    def manifest_sha256(self) -> str:
+        return self._result.request.data_manifest.sha256
+
+    @property
+    def bindings(self) -> Mapping[str, ArtifactRef]:
+        """Every binding the gate checked, by name: a read-only mapping of frozen references."""
+        return self._bindings
+
+    @property
+    def request(self) -> ApprovalRequest:
+        """A copy of the request that was approved."""
+        return self._result.request.model_copy(deep=True)
+
+    @property
+    def report(self) -> ContaminationReport:
+        """A copy of the contamination report the gate judged."""
+        return self._result.report.model_copy(deep=True)
+
+    @property
+    def summary(self) -> VerificationSummary:
+        return self._result.summary
+
+    @property
+    def approval(self) -> ApprovalRecordRef | None:
+        """The signed record this dataset was opened from (None when approved in this process)."""
+        return self._record
+
+    # -- reading --------------------------------------------------------------------
+
+    def custody_storage(self) -> CustodyStorage:
+        """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
+        r = self._result
+        pinned = {r.manifest_uri: r.manifest_raw, **r.descriptors_raw}
+        return CustodyStorage(self._config, r.shard_sizes, pinned)
+
+    def split_data_loader(
+        self,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        dataloader_args: Mapping[str, Any] | None = None,
+    ) -> Any:  # -> ApprovedSplitDataLoader; torch is imported on use
+        """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
+        ``num_workers``, and every block is verified before its records are yielded."""
+        from trainvault.approval.loader import ApprovedSplitDataLoader
+
+        assert sha256_hex(self._result.manifest_raw) == self.manifest_sha256
+        return ApprovedSplitDataLoader(
+            self.custody_storage(),
+            self.manifest_uri,
+            self.manifest_sha256,
+            collate_fn=collate_fn,
+            dataloader_args=dataloader_args,
+        )
+
+
+def issue(result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None) -> ApprovedDataset:
+    """Make the `ApprovedDataset` for a gate result (internal to trainvault.approval)."""
+    return ApprovedDataset._issue(_ISSUE, result, config, record)
+
+
+__all__ = ["ApprovalRecordRef", "ApprovedDataset"]

@@ -1,0 +1,84 @@
+"""Hash many stored objects at once: SHA-256 and size of each, read on a pool of threads.
+
+Reads (file reads, object-store streams) and `hashlib` both release the GIL, so while
+one thread waits for bytes another hashes the chunk it already has: I/O and hashing
+overlap, and several cores hash at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from trainvault.approval.progress import HashProgress, HashProgressCallback
+from trainvault.storage import Storage
+
+#: Bytes asked for per streamed read: large enough that per-call overhead vanishes.
+CHUNK_BYTES = 8 << 20
+DEFAULT_THREADS = 8
+
+
+@dataclass(frozen=True)
+class HashedObject:
+    """An object's size and SHA-256 as read now; `data` holds its bytes when asked to keep them."""
+
+    uri: str
+    size: int
+    sha256: str
+    data: bytes | None = None
+
+
+def hash_objects(
+    storage: Storage,
+    uris: Sequence[str],
+    *,
+    keep: Collection[str] = (),
+    expected_sizes: Mapping[str, int] | None = None,
+    threads: int = DEFAULT_THREADS,
+    progress: HashProgressCallback | None = None,
+) -> dict[str, HashedObject]:
+    """Read and hash every URI (each once); keep the bytes of those in `keep`.
+
+    `expected_sizes` only sizes the progress total. Errors (missing object, store
+    failure) propagate from the first URI that failed.
+    """
+    todo = list(dict.fromkeys(uris))
+    sizes = expected_sizes or {}
+    total = sum(sizes.get(u, 0) for u in todo)
+    lock = threading.Lock()
+    state = [0, 0]  # files done, bytes done
+
+    def report(files: int, nbytes: int) -> None:
+        if progress is None:
+            return
+        with lock:
+            state[0] += files
+            state[1] += nbytes
+            progress(HashProgress(state[0], len(todo), state[1], max(total, state[1])))
+
+    def one(uri: str) -> HashedObject:
+        if uri in keep:
+            data = storage.get(uri)
+            report(1, len(data))
+            return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
+        h = hashlib.sha256()
+        size = 0
+        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+            report(0, len(chunk))
+        report(1, 0)
+        return HashedObject(uri, size, h.hexdigest())
+
+    if not todo:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(todo))), thread_name_prefix="trainvault-hash") as pool:
+        futures = [pool.submit(one, u) for u in todo]
+        try:
+            return {f.result().uri: f.result() for f in futures}
+        finally:
+            for f in futures:
+                f.cancel()

@@ -1,0 +1,168 @@
+"""Ed25519 keys for approval records: generate, save and load (files or environment).
+
+A private key's material never appears in a repr, log line or error message. A key id
+is the SHA-256 of the raw public key: a hint for people, never used to decide trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from trainvault.errors import ApprovalError
+
+#: Environment variable holding a signing key (PEM text, or the path of a PEM file).
+SIGNING_KEY_ENV = "TRAINVAULT_SIGNING_KEY"
+
+
+class VerifyingKey:
+    """An Ed25519 public key trusted to sign approvals."""
+
+    __slots__ = ("_key", "_raw")
+
+    def __init__(self, key: Ed25519PublicKey):
+        if not isinstance(key, Ed25519PublicKey):
+            raise TypeError(f"expected an Ed25519 public key, got {type(key).__name__}")
+        self._key = key
+        self._raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @property
+    def keyid(self) -> str:
+        return hashlib.sha256(self._raw).hexdigest()
+
+    def verify(self, signature: bytes, message: bytes) -> bool:
+        try:
+            self._key.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+    def to_pem(self) -> bytes:
+        return self._key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    @classmethod
+    def from_pem(cls, data: bytes | str, *, source: str = "public key") -> VerifyingKey:
+        try:
+            key = serialization.load_pem_public_key(data.encode() if isinstance(data, str) else data)
+        except (ValueError, TypeError):
+            raise ApprovalError(f"{source}: not a PEM public key; pass the .pub file written by `trainvault keygen`") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ApprovalError(f"{source}: a {type(key).__name__}, not an Ed25519 public key")
+        return cls(key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VerifyingKey) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+    def __repr__(self) -> str:
+        return f"VerifyingKey(keyid={self.keyid[:16]}...)"
+
+
+class SigningKey:
+    """An Ed25519 private key. Its repr shows only the key id."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: Ed25519PrivateKey):
+        if not isinstance(key, Ed25519PrivateKey):
+            raise TypeError(f"expected an Ed25519 private key, got {type(key).__name__}")
+        self._key = key
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @property
+    def public_key(self) -> VerifyingKey:
+        return VerifyingKey(self._key.public_key())
+
+    @property
+    def keyid(self) -> str:
+        return self.public_key.keyid
+
+    def sign(self, message: bytes) -> bytes:
+        return self._key.sign(message)
+
+    def to_pem(self) -> bytes:
+        """Unencrypted PKCS#8 PEM: store it with owner-only permissions or in a secret manager."""
+        return self._key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    @classmethod
+    def from_pem(cls, data: bytes | str, *, source: str = "signing key") -> SigningKey:
+        try:
+            key = serialization.load_pem_private_key(data.encode() if isinstance(data, str) else data, password=None)
+        except (ValueError, TypeError):
+            # The message never quotes the data: it may be a key.
+            raise ApprovalError(f"{source}: not an unencrypted PEM private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ApprovalError(f"{source}: not an Ed25519 private key")
+        return cls(key)
+
+    def __repr__(self) -> str:
+        return f"SigningKey(keyid={self.keyid[:16]}..., private)"
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("a SigningKey does not pickle: load it where it is used")
+
+
+def _is_pem(value: str | bytes) -> bool:
+    return (value.lstrip()[:10] if isinstance(value, bytes) else value.lstrip()[:10].encode()) == b"-----BEGIN"
+
+
+def write_keypair(prefix: str | Path, key: SigningKey | None = None) -> tuple[Path, Path, SigningKey]:
+    """Write ``PREFIX.key`` (private, mode 0600) and ``PREFIX.pub``; refuse to overwrite either."""
+    key = key or SigningKey.generate()
+    private, public = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    for p in (private, public):
+        if p.exists():
+            raise ApprovalError(f"{p} already exists; keys are never overwritten: choose another name")
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.to_pem())
+    with open(public, "xb") as f:
+        f.write(key.public_key.to_pem())
+    return private, public, key
+
+
+def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIGNING_KEY_ENV) -> SigningKey:
+    """A signing key from PEM bytes/text, a file path, or (with no source) the environment
+    variable `env`, which holds PEM text or a file path."""
+    where = "signing key"
+    if source is None:
+        value = os.environ.get(env)
+        if not value:
+            raise ApprovalError(f"no signing key: pass one, or set {env} to a PEM key or the path of one")
+        source, where = value, f"${env}"
+    if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
+        return SigningKey.from_pem(source, source=where)
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ApprovalError(f"cannot read signing key {path}: {exc.strerror}") from None
+    return SigningKey.from_pem(data, source=str(path))
+
+
+def load_verifying_key(source: VerifyingKey | SigningKey | str | Path | bytes) -> VerifyingKey:
+    """A trusted public key from itself, a signing key's public half, PEM bytes/text, or a file path."""
+    if isinstance(source, VerifyingKey):
+        return source
+    if isinstance(source, SigningKey):
+        return source.public_key
+    if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
+        return VerifyingKey.from_pem(source)
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ApprovalError(f"cannot read public key {path}: {exc.strerror}") from None
+    return VerifyingKey.from_pem(data, source=str(path))

@@ -1,0 +1,142 @@
+"""Signed approval records: an in-toto Statement about the data manifest, in a DSSE envelope.
+
+Subject: the data manifest digest. Predicate: the approval request (every artifact by
+uri + sha256), the gate's verification summary, and free-form provenance (the Dagster
+run id and asset key go there). A trainer opens a record by URI and SHA-256 with the
+public keys it trusts, and the gate runs again on the request inside it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainvault.approval.dataset import ApprovalRecordRef, ApprovedDataset, issue
+from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
+from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
+from trainvault.approval.keys import SigningKey, load_signing_key
+from trainvault.approval.progress import HashProgressCallback
+from trainvault.canonical import canonical_json, is_sha256_hex, sha256_hex
+from trainvault.errors import ApprovalError, ObjectNotFoundError, TrainVaultError
+from trainvault.storage import normalize_uri
+
+if TYPE_CHECKING:
+    from trainvault.client import TrainVault
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
+APPROVAL_NAME = "approval-v1.dsse.json"
+
+
+@dataclass(frozen=True)
+class WrittenApproval:
+    """Where an approval record was written, the SHA-256 a trainer pins, and who signed it."""
+
+    uri: str
+    sha256: str
+    signers: tuple[str, ...]
+
+
+def approval_statement(approved: ApprovedDataset, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The in-toto Statement for an approved dataset."""
+    request = approved.request
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": request.data_manifest.uri, "digest": {"sha256": request.data_manifest.sha256}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "request": request.model_dump(mode="json"),
+            "verification": approved.summary.model_dump(mode="json"),
+            "provenance": dict(provenance or {}),
+        },
+    }
+
+
+def write_approval(
+    vault: TrainVault,
+    uri: str,
+    approved: ApprovedDataset,
+    *,
+    signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> WrittenApproval:
+    """Sign and publish (create-only) the approval record of a dataset that passed the gate.
+
+    `signing_keys`: keys, PEM data or paths; None reads ``$TRAINVAULT_SIGNING_KEY``.
+    `provenance` is free-form JSON (run id, asset key, approver). Ed25519 signatures are
+    deterministic, so writing the same record again is a no-op.
+    """
+    if not isinstance(approved, ApprovedDataset):
+        raise ApprovalError(f"write_approval signs an ApprovedDataset from the gate, not a {type(approved).__name__}")
+    if signing_keys is None or isinstance(signing_keys, (SigningKey, str, bytes)):
+        signing_keys = [signing_keys]  # type: ignore[list-item]
+    keys = [k if isinstance(k, SigningKey) else load_signing_key(k) for k in signing_keys]
+    try:
+        payload = canonical_json(approval_statement(approved, provenance))
+    except (TypeError, ValueError) as exc:
+        raise ApprovalError(f"provenance must be plain JSON (no NaN, no objects): {exc}") from None
+    data = sign_envelope(payload, keys).to_json_bytes()
+    uri = normalize_uri(uri)
+    vault.storage.put_create(uri, data)
+    return WrittenApproval(uri, sha256_hex(data), tuple(k.keyid for k in keys))
+
+
+def _field(obj: Any, name: str, kind: type, where: str) -> Any:
+    value = obj.get(name) if isinstance(obj, dict) else None
+    if not isinstance(value, kind):
+        raise ApprovalError(f"{where}: field {name!r} is missing or not a {kind.__name__}; not a trainvault approval")
+    return value
+
+
+def open_approved(
+    vault: TrainVault,
+    approval_uri: str,
+    sha256: str,
+    *,
+    trusted_keys: Iterable[object],
+    threshold: int = 1,
+    policy: ApprovalPolicy | None = None,
+    progress: HashProgressCallback | None = None,
+) -> ApprovedDataset:
+    """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
+    at least `threshold` of `trusted_keys` must have signed it), then run the gate on
+    the request inside it. Raises `ApprovalError` saying what failed."""
+    if not isinstance(sha256, str) or not is_sha256_hex(sha256):
+        raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
+    uri = normalize_uri(approval_uri)
+    try:
+        raw = vault.storage.get(uri)
+    except ObjectNotFoundError:
+        raise ApprovalError(f"approval denied: there is no approval record at {uri}; no approval, no load") from None
+    except TrainVaultError as exc:
+        raise ApprovalError(f"approval denied: cannot read {uri}: {exc}") from exc
+    got = sha256_hex(raw)
+    if got != sha256:
+        raise ApprovalError(
+            f"approval denied: {uri} has sha256 {got}, not the pinned {sha256}: another (older or replaced) approval "
+            "is stored there; open the approval you pinned"
+        )
+    envelope = Envelope.from_json_bytes(raw, source=uri)
+    payload, signers = verify_envelope(envelope, trusted_keys, threshold, source=uri)
+    try:
+        statement = json.loads(payload)
+    except ValueError:
+        raise ApprovalError(f"{uri}: the signed payload is not JSON") from None
+    if _field(statement, "_type", str, uri) != STATEMENT_TYPE:
+        raise ApprovalError(f"{uri}: statement type {statement['_type']!r} is not {STATEMENT_TYPE!r}")
+    if _field(statement, "predicateType", str, uri) != PREDICATE_TYPE:
+        raise ApprovalError(f"{uri}: predicate type {statement['predicateType']!r} is not {PREDICATE_TYPE!r}; "
+                            "upgrade trainvault if it is a newer approval version")
+    predicate = _field(statement, "predicate", dict, uri)
+    request = coerce_request(_field(predicate, "request", dict, uri))
+    subjects = _field(statement, "subject", list, uri)
+    digests = [s.get("digest", {}).get("sha256") if isinstance(s, dict) else None for s in subjects]
+    if digests != [request.data_manifest.sha256]:
+        raise ApprovalError(f"{uri}: the statement's subject {digests} is not the data manifest its request binds "
+                            f"({request.data_manifest.sha256})")
+    provenance = predicate.get("provenance", {})
+    result = run_gate(vault.storage, request, policy=policy, progress=progress)
+    record = ApprovalRecordRef(uri, got, signers, provenance if isinstance(provenance, dict) else {})
+    return issue(result, vault.storage_config, record)
