@@ -1,0 +1,171 @@
+"""Approval benchmark: the gate's hashing against plain hashlib, and the approved loader
+against the unapproved one, on the same files in the same run.
+
+One corpus (bench/corpus.py) saved as a msgpack.zst publication in a local folder, with
+its whole custody chain (training scan manifest, producer pins, a one-benchmark
+evaluation release, the default verifier contract, the contamination report):
+
+- approval hashing: `approve_dataset` end to end (reads and hashes every bound document
+  and every file the scan manifest declares, checks everything) against a plain loop of
+  ``hashlib.sha256`` over the same files, 8 MiB reads, one thread. MB/s are bytes of the
+  files hashed per wall-clock second; the page cache is warmed first so both sides read
+  from memory. Goal: the gate at >= 90% of plain hashlib.
+- approved loader: records/s of ``approved.split_data_loader(...).load("train")`` (custody
+  storage, size check per shard, SHA-256 of every block before decoding) against
+  ``TrainVault.split_data_loader(...).load("train")`` on the same manifest, batch 256,
+  ``num_workers=0``, list collate. Goal: >= 85%. Records/s are given per wall-clock second
+and per second of this process's CPU time (the machine is shared, so wall time counts
+other jobs' load).
+
+Medians of `--repeats` runs, round-robin.
+
+    .venv/bin/python bench/approval.py --records 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus  # noqa: E402
+
+from trainvault import TrainVault  # noqa: E402
+from trainvault.approval import (  # noqa: E402
+    ApprovalRequest,
+    ArtifactRef,
+    build_training_scan_manifest,
+    collect_producer_pins,
+    write_producer_pins,
+    write_training_scan_manifest,
+)
+from trainvault.canonical import sha256_hex  # noqa: E402
+from trainvault.contamination import (  # noqa: E402
+    VerifierContract,
+    jsonl_benchmark,
+    load_index,
+    publish_document,
+    publish_release,
+    scan_dataset,
+    write_report,
+)
+
+DATA = Path(__file__).resolve().parent / ".data" / "approval"
+ITEMS = b"".join(
+    b'{"id": "item-%d", "text": "%s"}\n' % (i, " ".join(f"zq{i}w{j}" for j in range(20)).encode()) for i in range(8)
+)
+
+
+def publish(records: int, seed: int, shard_records: int) -> tuple[TrainVault, ApprovalRequest, list[Path]]:
+    """The publication and its custody chain; returns the request and every file the gate hashes."""
+    shutil.rmtree(DATA, ignore_errors=True)
+    vault = TrainVault()
+    root = str(DATA)
+    manifest_uri = f"{root}/ds/data-manifest-v1.json"
+    saver = vault.dataset_saver(manifest_uri)
+    for i, start in enumerate(range(0, records, shard_records)):
+        saver.save("train", None, corpus.iter_records(min(shard_records, records - start), seed=seed, start=start),
+                   shard_id=f"{i:05d}")
+    saver.commit_manifest()
+    scan = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json",
+                                        build_training_scan_manifest(vault, manifest_uri))
+    pins = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins())
+    release = publish_release(vault.storage, f"{root}/release", "bench", [jsonl_benchmark("bench", ITEMS)])
+    contract = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", VerifierContract())
+    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
+    report = write_report(vault, f"{root}/ds/contamination-report-v1.json",
+                          scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
+                                       producer_pins_sha256=pins.sha256, progress=False))
+    ref = lambda uri, sha: ArtifactRef(uri=uri, sha256=sha)  # noqa: E731
+    request = ApprovalRequest(
+        data_manifest=ref(manifest_uri, sha256_hex(vault.storage.get(manifest_uri))),
+        training_scan_manifest=ref(scan.uri, scan.sha256),
+        evaluation_release=ref(release.uri, release.sha256),
+        contamination_report=ref(report.uri, report.sha256),
+        verifier_contract=ref(contract.uri, contract.sha256),
+        producer_pins=ref(pins.uri, pins.sha256),
+    )
+    files = sorted(p for p in DATA.rglob("*") if p.is_file() and "release" not in p.parts)
+    return vault, request, files
+
+
+def plain_hash(files: list[Path]) -> int:
+    total = 0
+    for path in files:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+                total += len(chunk)
+        h.hexdigest()
+    return total
+
+
+def count_records(loader: Any) -> int:
+    return sum(len(batch) for batch in loader.load("train"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    corpus.add_corpus_args(parser)
+    parser.add_argument("--shard-records", type=int, default=5000, help="records per shard (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per measurement (default %(default)s)")
+    args, _ = parser.parse_known_args(argv)
+
+    t0 = time.perf_counter()
+    vault, request, files = publish(args.records, args.seed, args.shard_records)
+    print(f"publication: {args.records:,} records, {len(files)} files, "
+          f"{sum(p.stat().st_size for p in files) / 1e6:,.1f} MB ({time.perf_counter() - t0:.1f} s to build the chain)")
+
+    plain_hash(files)  # warm the page cache
+    approved = vault.approve_dataset(request)
+    hashed = approved.summary.bytes_hashed
+    gate_s: list[float] = []
+    plain_s: list[float] = []
+    plain_bytes = 0
+    for _ in range(3 * args.repeats):  # cheap: a fraction of a second each
+        t = time.perf_counter()
+        approved = vault.approve_dataset(request)
+        gate_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        plain_bytes = plain_hash(files)
+        plain_s.append(time.perf_counter() - t)
+    gate_mbs = hashed / statistics.median(gate_s) / 1e6
+    plain_mbs = plain_bytes / statistics.median(plain_s) / 1e6
+    print(f"approval gate  : {gate_mbs:8.1f} MB/s ({hashed / 1e6:,.1f} MB, {approved.summary.files_hashed} files, "
+          f"median {statistics.median(gate_s):.3f} s)")
+    print(f"plain hashlib  : {plain_mbs:8.1f} MB/s ({plain_bytes / 1e6:,.1f} MB, median {statistics.median(plain_s):.3f} s)")
+    print(f"ratio gate/hashlib: {gate_mbs / plain_mbs:.2f} (goal >= 0.90)")
+
+    args_dl = {"batch_size": 256, "num_workers": 0}
+    plain_loader = vault.split_data_loader(request.data_manifest.uri, collate_fn=list, dataloader_args=args_dl)
+    approved_loader = approved.split_data_loader(collate_fn=list, dataloader_args=args_dl)
+    count_records(plain_loader)  # warm-up: imports, descriptors, page cache
+    count_records(approved_loader)
+    # (wall s, CPU s) per run; the order alternates so load from other jobs hits both alike.
+    plain_t: list[tuple[float, float]] = []
+    approved_t: list[tuple[float, float]] = []
+    n = 0
+    for i in range(args.repeats):
+        for which in ((approved_loader, approved_t), (plain_loader, plain_t))[:: 1 if i % 2 == 0 else -1]:
+            t, c = time.perf_counter(), time.process_time()
+            n = count_records(which[0])
+            which[1].append((time.perf_counter() - t, time.process_time() - c))
+    a_rps = n / statistics.median(w for w, _ in approved_t)
+    p_rps = n / statistics.median(w for w, _ in plain_t)
+    a_cpu = n / statistics.median(c for _, c in approved_t)
+    p_cpu = n / statistics.median(c for _, c in plain_t)
+    print(f"approved loader: {a_rps:10,.0f} records/s wall, {a_cpu:10,.0f} records per CPU second")
+    print(f"plain loader   : {p_rps:10,.0f} records/s wall, {p_cpu:10,.0f} records per CPU second")
+    print(f"ratio approved/plain (CPU): {a_cpu / p_cpu:.2f}")
+    print(f"ratio approved/plain (wall): {a_rps / p_rps:.2f} (goal >= 0.85)")
+
+
+if __name__ == "__main__":
+    main()
