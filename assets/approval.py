@@ -1,7 +1,8 @@
 """approved_dataset: the gate, run through the library itself, and the signed approval record.
 
 A blocking check gates only its own run, so this asset never trusts one: it builds the
-approval request from the digests each stage recorded when it wrote its document, and
+approval request from the digests each stage recorded when it wrote its document (plus
+the dataset profile's metrics sidecars, when made for this manifest), and
 `approve_dataset` re-reads and re-hashes every bound file and every file the scan
 manifest declares, recomputes the verdict and refuses anything that does not hold. Only
 then is the DSSE-signed approval record written (create-only, one per run).
@@ -25,6 +26,7 @@ def approval_request(context: dg.AssetExecutionContext | dg.AssetCheckExecutionC
     report = upstream(context, "contamination_report")
     pins = upstream(context, "producer_pins")
     return ApprovalRequest(
+        sidecars=profile_sidecars(context, manifest["sha256"]),
         data_manifest=ArtifactRef(uri=manifest["uri"], sha256=manifest["sha256"]),
         training_scan_manifest=ArtifactRef(uri=scan["uri"], sha256=scan["sha256"]),
         evaluation_release=ArtifactRef(uri=release["uri"], sha256=release["sha256"]),
@@ -32,6 +34,19 @@ def approval_request(context: dg.AssetExecutionContext | dg.AssetCheckExecutionC
         verifier_contract=ArtifactRef(uri=release["contract_uri"], sha256=release["contract_sha256"]),
         producer_pins=ArtifactRef(uri=pins["uri"], sha256=pins["sha256"]),
     )
+
+
+def profile_sidecars(context, manifest_sha256: str) -> dict:
+    """The dataset profile's metrics sidecars, bound too when they were made for this manifest."""
+    from trainvault.approval import ArtifactRef
+
+    event = context.instance.get_latest_materialization_event(dg.AssetKey("dataset_profile"))
+    if event is None or event.asset_materialization is None:
+        return {}
+    meta = {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
+    if meta.get("data_manifest_sha256") != manifest_sha256:
+        return {}
+    return {name: ArtifactRef(**ref) for name, ref in (meta.get("sidecars") or {}).items()}
 
 
 def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None) -> str:
@@ -48,7 +63,8 @@ def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None) -> str
     group_name=GROUP,
     kinds={"python"},
     code_version="1",
-    deps=["contamination_report", "data_manifest", "training_scan", "evaluation_release", "producer_pins"],
+    deps=["contamination_report", "data_manifest", "training_scan", "evaluation_release", "producer_pins",
+          "dataset_profile"],
     backfill_policy=dg.BackfillPolicy.single_run(),
 )
 def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
@@ -67,7 +83,7 @@ def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, data
     except ApprovalError as exc:
         raise dg.Failure(str(exc), metadata={"request": dg.MetadataValue.json(request.model_dump(mode="json"))}) from exc
     summary = approved.summary
-    record = write_signed_approval(context, vault, dataset, pub.approval_uri(context.run_id), approved)
+    record = write_signed_approval(context, vault, dataset, pub.approval_uri(context.run.run_id), approved)
     return dg.MaterializeResult(
         metadata={
             "version": pub.version,
@@ -94,7 +110,7 @@ def write_signed_approval(context, vault, dataset: DatasetSpec, uri: str, approv
     key = load_signing_key(dataset.signing_key_path, env=dataset.signing_key_env)
     provenance = {
         "orchestrator": "dagster",
-        "dagster_run_id": context.run_id,
+        "dagster_run_id": context.run.run_id,
         "dagster_job": context.job_name,
         "asset": context.asset_key.to_user_string(),
         "code_version": "1",

@@ -7,6 +7,7 @@ other spec, which is what tests and other deployments use.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import dagster as dg
@@ -36,7 +37,26 @@ def whole_build_tags(spec: DatasetSpec) -> dict[str, str]:
     return {RANGE_START: keys[0], RANGE_END: keys[-1]}
 
 
-def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None) -> dg.Definitions:
+def executor_for(name: str | None) -> dg.ExecutorDefinition | None:
+    """The executor named by TRAINVAULT_EXECUTOR: unset or ``multiprocess`` for Dagster's default
+    (a process per step, or in_process by run config); ``k8s`` for a pod per step; ``celery``
+    for a Celery worker pool (broker in TRAINVAULT_CELERY_BROKER)."""
+    if name in (None, "", "multiprocess", "default"):
+        return None
+    if name == "in_process":
+        return dg.in_process_executor
+    if name == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor.configured({"max_concurrent": 16})
+    if name == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor.configured({"broker": {"env": "TRAINVAULT_CELERY_BROKER"}} if os.environ.get("TRAINVAULT_CELERY_BROKER") else {})
+    raise ValueError(f"TRAINVAULT_EXECUTOR={name!r}: expected multiprocess, in_process, k8s or celery")
+
+
+def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None, executor: str | None = None) -> dg.Definitions:
     dataset_shards = build_dataset_shards(spec.partition_keys())
     lifecycle = dg.define_asset_job(
         "lifecycle",
@@ -70,9 +90,10 @@ def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None) -> dg
         schedules=[nightly_rebuild],
         resources={"store": store or object_store_from_env(), "dataset": spec},
         # Default executor: multiprocess (one process per step; shard partitions of one run
-        # derive `shard_threads` at a time inside their step). Run config picks in_process,
-        # or at scale the k8s / celery executor (see the README's Pipeline section).
+        # derive `shard_threads` at a time inside their step; run config can pick in_process).
+        # At scale TRAINVAULT_EXECUTOR=k8s or celery (see pipelines/deploy/).
+        executor=executor_for(executor),
     )
 
 
-defs = build_definitions(example_spec())
+defs = build_definitions(example_spec(), executor=os.environ.get("TRAINVAULT_EXECUTOR"))

@@ -1,0 +1,234 @@
+"""The Dagster code location on real ephemeral instances, in process: the whole lifecycle,
+planted contamination, a standalone approval after a failed report, rebuilds that write
+nothing, new versions for changed inputs, and definitions that load (locally and at scale)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+dg = pytest.importorskip("dagster")
+
+from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
+from pipelines.examples.spec import example_spec  # noqa: E402
+from resources.storage import ObjectStore  # noqa: E402
+from trainvault import TrainVault  # noqa: E402
+from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
+
+ROOT = Path(__file__).resolve().parent.parent
+LIFECYCLE = {"producer_pins", "dataset_shards", "data_manifest", "training_scan", "evaluation_release",
+             "contamination_report", "approved_dataset"}
+
+
+def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
+    """Five shards of 20 records: train easy/medium/hard, valid, test."""
+    return example_spec(str(root), shards_per_stage=1, eval_shards=1, records=records,
+                        signing_key_path=f"{keys}.key", trusted_keys_path=f"{keys}.pub", **overrides)
+
+
+def run_lifecycle(spec, instance, *, selection=None):
+    defs = build_definitions(spec, ObjectStore())
+    job = defs.resolve_job_def("lifecycle")
+    if selection is None:
+        return job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
+    return job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(k) for k in selection],
+                                  raise_on_error=False)
+
+
+def materialized(result) -> set[str]:
+    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+
+
+def checks(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def latest(instance, key: str) -> dict:
+    ev = instance.get_latest_materialization_event(dg.AssetKey(key))
+    return {k: getattr(v, "value", v) for k, v in ev.asset_materialization.metadata.items()}
+
+
+def files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    prefix = tmp_path_factory.mktemp("keys") / "approver"
+    write_keypair(prefix)
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def store_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(scope="module")
+def clean(store_root, keys):
+    """One clean lifecycle run on an ephemeral instance."""
+    spec = small_spec(store_root, keys)
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_lifecycle(spec, instance)
+    return spec, instance, result
+
+
+@pytest.fixture(scope="module")
+def planted(store_root, keys):
+    """The same dataset with evaluation items planted into train/hard/0, on its own instance."""
+    spec = small_spec(store_root, keys, plant=True)
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_lifecycle(spec, instance)
+    return spec, instance, result
+
+
+def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> None:
+    spec, instance, result = clean
+    assert result.success
+    assert LIFECYCLE <= materialized(result)
+    assert {"within_contract": True, "approval_opens": True}.items() <= checks(result).items()
+    shards = [e.partition for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "dataset_shards"]
+    assert sorted(shards) == sorted(spec.partition_keys()) and len(shards) == 5
+
+    pub = spec.publication()
+    manifest = latest(instance, "data_manifest")
+    assert manifest["uri"] == pub.manifest_uri and manifest["uri"].startswith(pub.base + "/")
+    assert pub.base.endswith(f"/curriculum/{pub.version}")
+    report = latest(instance, "contamination_report")
+    assert report["pass"] is True and report["contaminated item ids"] == []
+    approval = latest(instance, "approved_dataset")
+    assert approval["uri"].startswith(pub.base + "/approvals/")
+    assert approval["sha256"] in approval["open it (trainer)"]
+
+    # The trainer: library only, pinned by URI and sha256, trusting the public key.
+    approved = TrainVault().open_approved(approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")])
+    assert approved.manifest_sha256 == manifest["sha256"]
+    assert {"data_manifest", "training_scan_manifest", "contamination_report", "producer_pins"} <= set(approved.bindings)
+    assert {"train_metrics", "valid_metrics", "test_metrics"} <= set(approved.bindings)  # the profile's sidecars
+    approval_meta = approved.approval.provenance if approved.approval else {}
+    assert approval_meta.get("dagster_run_id") == result.run_id
+    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
+    records = [r for batch in loader for r in batch]
+    assert len(records) == 60
+    assert records[0]["id"] == "train-easy-0-00000"
+
+
+def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
+    spec, instance, result = planted
+    assert not result.success
+    assert checks(result)["within_contract"] is False
+    assert "approval_opens" not in checks(result)
+    assert "approved_dataset" not in materialized(result)
+    assert "contamination_report" in materialized(result)
+    report = latest(instance, "contamination_report")
+    assert report["pass"] is False
+    ids = report["contaminated item ids"]
+    assert {"humaneval:HumanEval/0", "humaneval:HumanEval/7", "humaneval:HumanEval/42",
+            "synthetic-wordprob:wordprob/3", "synthetic-wordprob:wordprob/11"} <= set(ids)
+    pub = spec.publication()
+    assert TrainVault().storage.list(pub.base + "/approvals") == []
+
+
+def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
+    spec, instance, _ = planted
+    result = run_lifecycle(spec, instance, selection=["approved_dataset"])
+    assert not result.success
+    assert materialized(result) == set()
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert failures and "approval denied" in str(failures[0].event_specific_data.error.message)
+    assert TrainVault().storage.list(spec.publication().base + "/approvals") == []
+
+
+def test_rebuild_of_unchanged_inputs_writes_no_data_object(clean, store_root) -> None:
+    spec, instance, _ = clean
+    data = Path(spec.publication().base.removeprefix("file://"))
+    before = files(data)
+    again = run_lifecycle(spec, instance)
+    assert again.success
+    after = files(data)
+    new = sorted(set(after) - set(before))
+    # The only new object is this run's signed approval record; nothing else is written or touched.
+    assert len(new) == 1 and new[0].startswith("approvals/approval-") and again.run_id in new[0]
+    assert {k: v for k, v in after.items() if k in before} == before
+    shards = latest(instance, "dataset_shards")
+    assert (shards["written"], shards["reused"]) == (0, 5)
+
+
+def test_a_changed_input_is_a_new_version_never_an_overwrite(clean, keys, store_root) -> None:
+    spec, _, _ = clean
+    before = files(store_root)
+    changed = small_spec(store_root, keys, records=21)
+    assert changed.publication().version != spec.publication().version
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_lifecycle(changed, instance, selection=None)
+    assert result.success
+    after = files(store_root)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing published was touched
+    assert any(f"/{changed.publication().version}/data/" in k for k in set(after) - set(before))
+
+
+def test_definitions_load_with_jobs_schedule_and_blocking_checks() -> None:
+    from pipelines.definitions import defs
+
+    dg.Definitions.validate_loadable(defs)
+    job = defs.resolve_job_def("lifecycle")
+    keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert LIFECYCLE <= keys
+    schedule = defs.resolve_schedule_def("nightly_rebuild")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    from assets.approval import approval_opens
+    from assets.contamination import within_contract
+
+    for check in (within_contract, approval_opens):
+        (spec,) = check.check_specs
+        assert spec.blocking
+    request = schedule.evaluate_tick(dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral())).run_requests[0]
+    assert request.tags["dagster/asset_partition_range_start"] == "train/easy/0"
+
+
+def test_scale_configuration_loads(tmp_path, monkeypatch) -> None:
+    """Postgres storage with the Kubernetes run launcher, or with Celery: the instance configs
+    validate, their classes accept their config, and the code location loads with each executor."""
+    pytest.importorskip("dagster_postgres")
+    pytest.importorskip("dagster_k8s")
+    pytest.importorskip("dagster_celery")
+    from dagster._config import process_config
+    from dagster._core.instance.ref import InstanceRef
+    from dagster._serdes.config_class import ConfigurableClassData  # noqa: F401
+    import yaml
+
+    for name in ("DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB", "TRAINVAULT_IMAGE"):
+        monkeypatch.setenv(name, "set-in-the-deployment")
+    for config, launcher in (("dagster-k8s.yaml", "K8sRunLauncher"), ("dagster-celery.yaml", "DefaultRunLauncher")):
+        home = tmp_path / config
+        home.mkdir()
+        shutil.copy(ROOT / "pipelines" / "deploy" / config, home / "dagster.yaml")
+        ref = InstanceRef.from_dir(str(home))
+        assert ref.run_storage_data.class_name == "PostgresRunStorage"
+        assert ref.run_launcher_data.class_name == launcher
+        for data in (ref.run_storage_data, ref.event_storage_data, ref.schedule_storage_data, ref.run_launcher_data):
+            cls = getattr(__import__(data.module_name, fromlist=[data.class_name]), data.class_name)
+            result = process_config(cls.config_type(), yaml.safe_load(data.config_yaml) or {})
+            assert result.success, (config, data.class_name, result.errors)
+    for executor in ("k8s", "celery"):
+        defs = build_definitions(example_spec(str(tmp_path / "s3-root")), executor=executor)
+        dg.Definitions.validate_loadable(defs)
+        assert defs.resolve_job_def("lifecycle").executor_def.name == executor
+
+
+def test_the_library_imports_without_dagster() -> None:
+    code = (
+        "import sys; sys.modules['dagster'] = None\n"
+        "import trainvault, trainvault.contamination, trainvault.approval, trainvault.loading\n"
+        "assert not any(m == 'dagster' or m.startswith('dagster_') for m in sys.modules if sys.modules[m] is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr
