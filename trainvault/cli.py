@@ -130,7 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=cmd_verify)
+    add_archive_commands(sub)
     return parser
+
+
+def add_archive_commands(sub: Any) -> None:
+    """``trainvault archive inspect URI`` and ``trainvault archive gc POOL --grace ... [--dry-run]``."""
+    from trainvault.rollouts.cli import add_archive_parser
+
+    add_archive_parser(sub, _vault)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

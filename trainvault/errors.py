@@ -90,3 +90,7 @@ class ProfileError(TrainVaultError, ValueError):
 
 class TaskDataValidationError(ProfileError):
     """Rows do not match their dataset's task-data schema (validation mode ``error``)."""
+
+
+class ArchiveExistsError(ConflictError, FileExistsError):
+    """A rollout archive already exists at the URI: archives are immutable."""

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -85,6 +85,8 @@ class ObjectInfo:
     uri: str
     size: int
     etag: str | None
+    #: When the store last wrote the object (UTC); filled by `Storage.list`, None from `head`.
+    last_modified: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -201,10 +203,10 @@ class _ObstoreBackend:
         meta = obstore.head(self.store, path)
         return int(meta["size"]), meta.get("e_tag")
 
-    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None]]:
+    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None, datetime | None]]:
         for batch in obstore.list(self.store, prefix=prefix or None):
             for meta in batch:
-                yield meta["path"], int(meta["size"]), meta.get("e_tag")
+                yield meta["path"], int(meta["size"]), meta.get("e_tag"), meta.get("last_modified")
 
     def put(self, path: str, data: Any) -> str | None:
         return obstore.put(self.store, path, data).get("e_tag")
@@ -266,7 +268,7 @@ class _FileBackend:
             raise FileNotFoundError(path)
         return st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
-    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None]]:
+    def list(self, prefix: str) -> Iterator[tuple[str, int, str | None, datetime | None]]:
         top = "/" + prefix
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames.sort()
@@ -275,7 +277,12 @@ class _FileBackend:
                     continue  # an interrupted write's leftovers are not objects
                 full = os.path.join(dirpath, name)
                 st = os.stat(full)
-                yield full.lstrip("/"), st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+                yield (
+                    full.lstrip("/"),
+                    st.st_size,
+                    f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}",
+                    datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
+                )
 
     def _write_tmp(self, path: str, data: Any) -> str:
         folder, name = os.path.split("/" + path)
@@ -490,7 +497,8 @@ class Storage:
         def run(backend: Any, path: str, loc: Location) -> list[ObjectInfo]:
             try:
                 return [
-                    ObjectInfo(replace(loc, path=p).uri, size, etag) for p, size, etag in backend.list(path.rstrip("/"))
+                    ObjectInfo(replace(loc, path=p).uri, size, etag, modified)
+                    for p, size, etag, modified in backend.list(path.rstrip("/"))
                 ]
             except FileNotFoundError:
                 return []  # a folder that does not exist yet holds nothing

@@ -1,0 +1,433 @@
+"""RolloutArchive: an immutable, indexed archive of RL rollout samples over a pool."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import (
+    ArchiveExistsError,
+    ConflictError,
+    DecodeError,
+    EncodeError,
+    ManifestError,
+    ObjectNotFoundError,
+)
+from trainvault.extras import require
+from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
+from trainvault.manifest import Producer
+from trainvault.rollouts.documents import ArchiveChunk, ArchiveEntry, ArchiveIndex, MetadataSidecar
+from trainvault.rollouts.pool import gc as pool_gc
+from trainvault.rollouts.pool import (
+    new_owner_name,
+    owner_uri,
+    put_object,
+    read_object,
+    settle_after_owner,
+    write_owner,
+)
+from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.version import __version__
+
+FORMAT = "msgpack.zst"
+DEFAULT_POOL_NAME = "rollout-pool"
+#: Per-sample metadata lives in the index; this keeps an index inspectable.
+MAX_METADATA_BYTES = 4096
+SIDECAR_SUFFIX = ".metadata.json"
+
+Sample = dict[str, Any]
+
+
+def as_storage(storage: Any) -> Storage:
+    """A `Storage` from None (local and memory:// only), a `Storage` or a `TrainVault`."""
+    if storage is None:
+        return Storage()
+    if isinstance(storage, Storage):
+        return storage
+    inner = getattr(storage, "storage", None)
+    if isinstance(inner, Storage):
+        return inner
+    raise TypeError(f"storage must be a Storage or a TrainVault, got {type(storage).__name__}")
+
+
+def strip_transport(sample: Mapping[str, Any]) -> Sample:
+    """The archivable fields: names starting with ``_`` are live transport state, never stored."""
+    return {k: v for k, v in sample.items() if not (isinstance(k, str) and k.startswith("_"))}
+
+
+def sample_key_of(sample: Mapping[str, Any], offset: int) -> str:
+    """``sample:<index>`` when the sample has an index, else ``position:<offset>``."""
+    index = sample.get("index")
+    if index is None:
+        return f"position:{offset}"
+    if isinstance(index, bool) or not isinstance(index, (int, str)) or index == "":
+        raise EncodeError(f"sample {offset}: field 'index' must be an int or a non-empty str, got {index!r}")
+    return f"sample:{index}"
+
+
+def default_task_key(sample: Mapping[str, Any]) -> str | None:
+    """The sample's ``task_id`` field (ints become strings), or None."""
+    task = sample.get("task_id")
+    if task is None:
+        return None
+    if isinstance(task, bool) or not isinstance(task, (int, str)):
+        raise EncodeError(f"field 'task_id' must be an int or a str, got {task!r}")
+    return str(task)
+
+
+def describe_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """Default per-sample metadata: index, task, reward (finite numbers only), status and the
+    lengths of list and array fields."""
+    reward = sample.get("reward")
+    if reward is not None and not isinstance(reward, bool) and hasattr(reward, "__float__"):
+        reward = float(reward)
+        reward = reward if math.isfinite(reward) else None
+    else:
+        reward = None
+    status = sample.get("status")
+    status = getattr(status, "value", status)  # enums record their value
+    lengths = {}
+    for name, value in sample.items():
+        if isinstance(value, (list, tuple)):
+            lengths[name] = len(value)
+        elif hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) >= 1:
+            lengths[name] = int(value.shape[0])
+    index = sample.get("index")
+    return {
+        "index": index if isinstance(index, (int, str)) and not isinstance(index, bool) else None,
+        "task": default_task_key(sample),
+        "reward": reward,
+        "status": None if status is None else str(status),
+        "lengths": lengths,
+    }
+
+
+def _checked_metadata(value: Any, offset: int) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EncodeError(f"sample {offset}: describe_sample returned a {type(value).__name__}, not a mapping")
+    try:
+        data = canonical_json(dict(value))
+    except (TypeError, ValueError) as exc:
+        raise EncodeError(f"sample {offset}: metadata must be JSON-compatible (no NaN): {exc}") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise EncodeError(
+            f"sample {offset}: metadata is {len(data)} bytes, over {MAX_METADATA_BYTES}; metadata is for "
+            "inspection, so return fewer or shorter fields"
+        )
+    return json.loads(data)
+
+
+def sidecar_uri(uri: str) -> str:
+    return normalize_uri(uri) + SIDECAR_SUFFIX
+
+
+class RolloutArchive:
+    """An opened archive: its index is read and validated; chunks are read only on demand."""
+
+    def __init__(self, uri: str, *, storage: Any = None):
+        self.storage = as_storage(storage)
+        self.uri = normalize_uri(uri)
+        try:
+            raw = self.storage.get(self.uri)
+        except ObjectNotFoundError:
+            raise ObjectNotFoundError(f"no rollout archive at {self.uri}; check the URI") from None
+        self.index_sha256 = sha256_hex(raw)
+        self.index = ArchiveIndex.from_json_bytes(raw, source=self.uri)
+
+    @classmethod
+    def open(cls, uri: str, *, storage: Any = None) -> RolloutArchive:
+        """Open the archive at `uri` (same as the constructor)."""
+        return cls(uri, storage=storage)
+
+    def __repr__(self) -> str:
+        return f"RolloutArchive({self.uri!r}, samples={len(self.index.samples)})"
+
+    def __len__(self) -> int:
+        return len(self.index.samples)
+
+    @property
+    def rollout_id(self) -> int | str:
+        return self.index.rollout_id
+
+    @property
+    def evaluation(self) -> bool:
+        return self.index.evaluation
+
+    @property
+    def pool(self) -> str:
+        return self.index.pool
+
+    # -- saving -----------------------------------------------------------------
+
+    @classmethod
+    def save(
+        cls,
+        uri: str,
+        samples: Iterable[Mapping[str, Any]],
+        *,
+        rollout_id: int | str,
+        evaluation: bool = False,
+        pool: str | None = None,
+        chunk_size: int = 64,
+        storage: Any = None,
+        describe_sample: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = describe_sample,
+        task_key: Callable[[Mapping[str, Any]], str | None] = default_task_key,
+    ) -> RolloutArchive:
+        """Write `samples` as a new archive at `uri` and return it opened.
+
+        Chunks of `chunk_size` samples go to `pool` (default: ``rollout-pool`` beside the
+        archive) by content address; the owner record follows, the index comes last,
+        create-only. Fields named ``_...`` are dropped. `describe_sample=None` writes no
+        per-sample metadata. Raises `ArchiveExistsError` if `uri` holds an archive and
+        `EncodeError` for bad samples, in both cases before any index is written.
+        """
+        st = as_storage(storage)
+        uri = normalize_uri(uri)
+        pool = normalize_uri(pool) if pool is not None else join_uri(parent_uri(uri), DEFAULT_POOL_NAME)
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
+            raise ValueError(f"rollout_id must be an int or a str, got {rollout_id!r}")
+        if st.exists(uri):
+            raise _exists(uri)
+
+        # Encode everything before the first write, so bad input leaves nothing on storage.
+        entries: list[ArchiveEntry] = []
+        metadata: list[dict[str, Any]] | None = [] if describe_sample is not None else None
+        chunks: list[ArchiveChunk] = []
+        payloads: dict[str, bytearray] = {}
+        for start, batch in _batches(samples, chunk_size):
+            clean = []
+            for k, sample in enumerate(batch):
+                offset = start + k
+                if not isinstance(sample, Mapping):
+                    raise EncodeError(
+                        f"rollout archive {uri}: sample {offset} is a {type(sample).__name__}, not a mapping; "
+                        "samples are dicts of fields"
+                    )
+                try:
+                    key = sample_key_of(sample, offset)
+                    task = task_key(sample)
+                except EncodeError as exc:
+                    raise EncodeError(f"rollout archive {uri}: sample {offset}: {exc}") from None
+                if task is not None and not isinstance(task, str):
+                    raise EncodeError(f"rollout archive {uri}: sample {offset}: task_key returned {task!r}, not a str")
+                entries.append(ArchiveEntry(sample_key=key, task_key=task, chunk=len(chunks), offset=k))
+                stored = strip_transport(sample)
+                if metadata is not None:
+                    try:
+                        metadata.append(_checked_metadata(describe_sample(stored), offset))
+                    except EncodeError as exc:
+                        raise EncodeError(f"rollout archive {uri}: {exc}") from None
+                clean.append(stored)
+            name = f"rollout archive {uri}: chunk {len(chunks)} (samples {start}-{start + len(batch) - 1})"
+            encoded = encode_shard(get_format(FORMAT), clean, block_bytes=DEFAULT_BLOCK_BYTES, name=name)
+            chunks.append(
+                ArchiveChunk(
+                    sha256=encoded.sha256,
+                    size_bytes=len(encoded.data),
+                    sample_count=encoded.record_count,
+                    blocks=encoded.blocks,
+                )
+            )
+            payloads.setdefault(encoded.sha256, encoded.data)
+
+        owner = new_owner_name(uri)
+        index = ArchiveIndex(
+            rollout_id=rollout_id,
+            evaluation=bool(evaluation),
+            pool=pool,
+            owner=owner,
+            chunks=chunks,
+            samples=entries,
+            sample_metadata=metadata,
+            producer=Producer(library="trainvault", version=__version__),
+        )
+        index_bytes = index.to_json_bytes()
+
+        for digest, data in payloads.items():
+            put_object(st, pool, digest, data)
+        record = write_owner(st, pool, owner, uri, payloads)
+        # A collector may have removed a deduplicated object before our owner record existed.
+        settle_after_owner(st, pool, payloads)
+        try:
+            created = st.put_create(uri, index_bytes)
+        except ConflictError:
+            created = False
+        if not created:
+            st.delete(record)  # the other writer's archive stands; our claim must not outlive us
+            raise _exists(uri)
+        return cls(uri, storage=st)
+
+    # -- reading ----------------------------------------------------------------
+
+    def keys(self) -> list[tuple[str, str | None]]:
+        """(sample_key, task_key) per sample in archive order, duplicates included."""
+        return [(e.sample_key, e.task_key) for e in self.index.samples]
+
+    def load_samples(self, sample_key: str | None = None, task_key: str | int | None = None) -> list[Sample]:
+        """All samples, or those matching every key given, in archive order.
+
+        Raises `KeyError` when a selection matches nothing. Reads only the chunks holding
+        the selected samples, each checked against its digest.
+        """
+        task = None if task_key is None else str(task_key)
+        selected = [
+            e
+            for e in self.index.samples
+            if (sample_key is None or e.sample_key == sample_key) and (task is None or e.task_key == task)
+        ]
+        if not selected and (sample_key is not None or task_key is not None):
+            raise KeyError((sample_key, task_key))
+        loaded: dict[int, list[Sample]] = {}
+        result = []
+        for e in selected:
+            if e.chunk not in loaded:
+                loaded[e.chunk] = self._read_chunk(e.chunk)
+            result.append(dict(loaded[e.chunk][e.offset]))
+        return result
+
+    def iter_samples(self) -> Iterator[tuple[ArchiveEntry, Sample]]:
+        """(entry, sample) for every sample in archive order, holding one chunk at a time."""
+        current, rows = -1, []
+        for e in self.index.samples:
+            if e.chunk != current:
+                current, rows = e.chunk, self._read_chunk(e.chunk)
+            yield e, dict(rows[e.offset])
+
+    def _read_chunk(self, i: int) -> list[Sample]:
+        chunk = self.index.chunks[i]
+        data = read_object(self.storage, self.index.pool, chunk.sha256, chunk.size_bytes, archive=self.uri)
+        fmt = get_format(FORMAT)
+        ctx = fmt.open_context(None, chunk.size_bytes)
+        rows: list[Sample] = []
+        for b, block in enumerate(chunk.blocks):
+            try:
+                decoded = fmt.decode_block(data[block.offset : block.offset + block.length], b, ctx)
+            except DecodeError as exc:
+                raise DecodeError(f"{self.uri}: chunk {chunk.sha256}: {exc}") from None
+            if len(decoded) != block.record_count:
+                raise DecodeError(
+                    f"{self.uri}: chunk {chunk.sha256} block {b} holds {len(decoded)} samples, the index says "
+                    f"{block.record_count}"
+                )
+            rows.extend(strip_transport(r) for r in decoded)
+        return rows
+
+    # -- metadata ---------------------------------------------------------------
+
+    @staticmethod
+    def check_metadata(
+        uri: str, validate: Callable[[list[dict[str, Any]]], Any] | None = None, *, storage: Any = None
+    ) -> list[dict[str, Any]]:
+        """Per-sample metadata, in archive order, from the index alone or from its sidecar
+        (``<uri>.metadata.json``, bound to the index digest); never reads a chunk.
+
+        `validate`, if given, is called with the list (and may raise) before it is returned.
+        """
+        archive = RolloutArchive(uri, storage=storage)
+        metadata = archive.index.sample_metadata
+        if metadata is None:
+            side = sidecar_uri(archive.uri)
+            try:
+                raw = archive.storage.get(side)
+            except ObjectNotFoundError:
+                raise ObjectNotFoundError(
+                    f"rollout archive {archive.uri} was written without sample metadata and has no sidecar "
+                    f"{side}; build one with RolloutArchive.write_metadata_sidecar"
+                ) from None
+            sidecar = MetadataSidecar.from_json_bytes(raw, source=side)
+            if sidecar.index_sha256 != archive.index_sha256:
+                raise ManifestError(
+                    f"{side} describes another archive (index sha256 {sidecar.index_sha256}, this one is "
+                    f"{archive.index_sha256}); refusing it: rebuild the sidecar for this archive"
+                )
+            if len(sidecar.samples) != len(archive.index.samples):
+                raise ManifestError(f"{side}: {len(sidecar.samples)} entries for {len(archive)} samples")
+            metadata = sidecar.samples
+        if validate is not None:
+            validate(metadata)
+        return metadata
+
+    @staticmethod
+    def write_metadata_sidecar(
+        uri: str,
+        describe_sample: Callable[[Mapping[str, Any]], Mapping[str, Any]] = describe_sample,
+        *,
+        storage: Any = None,
+    ) -> str:
+        """Build ``<uri>.metadata.json`` (create-only) for an archive written without metadata."""
+        archive = RolloutArchive(uri, storage=storage)
+        if archive.index.sample_metadata is not None:
+            raise ManifestError(f"rollout archive {archive.uri} already carries its metadata; it needs no sidecar")
+        samples = [_checked_metadata(describe_sample(s), i) for i, (_, s) in enumerate(archive.iter_samples())]
+        side = sidecar_uri(archive.uri)
+        archive.storage.put_create(
+            side, MetadataSidecar(index_sha256=archive.index_sha256, samples=samples).to_json_bytes()
+        )
+        return side
+
+    # -- retention and export ---------------------------------------------------
+
+    #: `trainvault.rollouts.gc`: collect a pool's unowned objects older than a grace period.
+    gc = staticmethod(pool_gc)
+
+    def release(self) -> None:
+        """Drop this archive's claim on its pool objects (after its last reader is done).
+
+        The index stays readable; a later `gc` may delete chunks no other owner keeps.
+        """
+        self.storage.delete(owner_uri(self.index.pool, self.index.owner))
+
+    def export_pt(self, path: str) -> str:
+        """Write a self-contained ``.pt`` file (create-only) holding ``{"rollout_id", "samples"}``
+        with arrays as tensors; needs the ``torch`` extra. Returns its URI."""
+        torch = require("torch", "torch")
+        target = normalize_uri(path)
+        if self.storage.exists(target):  # before reading any chunk
+            raise ConflictError(f"{target} already exists; export to a new path")
+        samples = [_to_torch(torch, s) for s in self.load_samples()]
+        buf = io.BytesIO()
+        torch.save({"rollout_id": self.index.rollout_id, "samples": samples}, buf)
+        try:
+            self.storage.put_create(target, buf.getvalue())
+        except ConflictError:
+            raise ConflictError(f"{target} already exists; export to a new path") from None
+        return target
+
+
+def _exists(uri: str) -> ArchiveExistsError:
+    return ArchiveExistsError(f"a rollout archive already exists at {uri}; archives are immutable: choose a new path")
+
+
+def _batches(samples: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
+    if isinstance(samples, (str, bytes, Mapping)):
+        raise EncodeError(f"samples must be an iterable of mappings, got a {type(samples).__name__}")
+    try:
+        it = iter(samples)
+    except TypeError:
+        raise EncodeError(f"samples must be an iterable of mappings, got a {type(samples).__name__}") from None
+    batch: list[Any] = []
+    start = 0
+    for sample in it:
+        batch.append(sample)
+        if len(batch) == size:
+            yield start, batch
+            start += size
+            batch = []
+    if batch:
+        yield start, batch
+
+
+def _to_torch(torch: Any, value: Any) -> Any:
+    if hasattr(value, "dtype") and hasattr(value, "shape") and type(value).__module__ == "numpy":
+        return torch.from_numpy(value.copy())  # decoded arrays are read-only views
+    if isinstance(value, dict):
+        return {k: _to_torch(torch, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_torch(torch, v) for v in value)
+    return value
