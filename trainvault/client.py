@@ -113,6 +113,25 @@ class TrainVault:
         return open_approved(self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold,
                              policy=policy, progress=progress)
 
+    # -- teacher representations (extra: representation) --------------------------
+
+    def representation_writer(self, root_uri, *, teacher, projection, layers, state_kinds, part_rows=262_144):
+        """A `RepresentationWriter` for a representation publication under the folder `root_uri`."""
+        from trainvault.representations.writer import RepresentationWriter
+
+        return RepresentationWriter(self.storage, root_uri, teacher=teacher, projection=projection, layers=layers,
+                                    state_kinds=state_kinds, part_rows=part_rows)
+
+    def iter_representation_examples(self, manifest_uri, manifest_sha256, *, split, sources, per_source_count,
+                                     teacher_layer, state_kind):
+        """Verified `RepresentationExample`s of the publication pinned by `manifest_sha256`: per source
+        (in caller order) its first `per_source_count` blocks by ascending block id."""
+        from trainvault.representations.loader import iter_representation_examples
+
+        return iter_representation_examples(self.storage, manifest_uri, manifest_sha256, split=split, sources=sources,
+                                            per_source_count=per_source_count, teacher_layer=teacher_layer,
+                                            state_kind=state_kind)
+
     # -- manifests --------------------------------------------------------------
 
     def load_manifest(self, uri: str) -> DataManifest:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -182,8 +183,9 @@ class _ObstoreBackend:
     def __init__(self, store: Any):
         self.store = store
 
-    def get(self, path: str) -> bytes:
-        return obstore.get(self.store, path).bytes().to_bytes()
+    def get(self, path: str, if_match: str | None = None) -> bytes:
+        options = {"if_match": if_match} if if_match else None
+        return obstore.get(self.store, path, options=options).bytes().to_bytes()
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         return obstore.get_range(self.store, path, start=start, end=end).to_bytes()
@@ -222,13 +224,20 @@ class _ObstoreBackend:
         obstore.delete(self.store, path)
 
 
+def _file_etag(st: os.stat_result) -> str:
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
 class _FileBackend:
     """Local folders with plain file I/O: fork-safe, so DataLoader workers may fork freely."""
 
     _TMP = ".tv-tmp-"
 
-    def get(self, path: str) -> bytes:
+    def get(self, path: str, if_match: str | None = None) -> bytes:
         with open("/" + path, "rb") as f:
+            # The etag of the open file, so a concurrent replacement cannot slip between check and read.
+            if if_match and if_match != _file_etag(os.fstat(f.fileno())):
+                raise _ObjectChanged(path)
             return f.read()
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
@@ -243,7 +252,7 @@ class _FileBackend:
     ) -> tuple[str | None, Iterator[bytes]]:
         f = open("/" + path, "rb")  # noqa: SIM115 - closed by the generator
         st = os.fstat(f.fileno())
-        etag = f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+        etag = _file_etag(st)
         if if_match and if_match != etag:
             f.close()
             raise _ObjectChanged(path)
@@ -266,7 +275,7 @@ class _FileBackend:
         st = os.stat("/" + path)
         if not os.path.isfile("/" + path):
             raise FileNotFoundError(path)
-        return st.st_size, f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+        return st.st_size, _file_etag(st)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, str | None, datetime | None]]:
         top = "/" + prefix
@@ -280,7 +289,7 @@ class _FileBackend:
                 yield (
                     full.lstrip("/"),
                     st.st_size,
-                    f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}",
+                    _file_etag(st),
                     datetime.fromtimestamp(st.st_mtime, tz=timezone.utc),
                 )
 
@@ -431,9 +440,9 @@ class Storage:
 
     # -- reads ------------------------------------------------------------------
 
-    def get(self, uri: str) -> bytes:
-        """The whole object."""
-        return self._recovering(uri, "read", lambda b, path, loc: b.get(path))
+    def get(self, uri: str, *, if_match: str | None = None) -> bytes:
+        """The whole object; with `if_match`, only the version with that etag (else `IntegrityError`)."""
+        return self._recovering(uri, "read", lambda b, path, loc: b.get(path, if_match))
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of the object; `IntegrityError` if the object is shorter."""
@@ -603,7 +612,8 @@ class _translate:
             ) from exc
         if isinstance(exc, obx.GenericError):
             text = str(exc)
-            if "416" in text or "Range Not Satisfiable" in text or "InvalidRange" in text:
+            # Not a bare "416": it also appears inside timings such as "in 16.416158ms".
+            if re.search(r"status code: 416\b", text) or "Range Not Satisfiable" in text or "InvalidRange" in text:
                 raise IntegrityError(f"cannot {self.op} {self.uri}: the object is shorter than expected (truncated)") from exc
             # Network failures, timeouts and 5xx after obstore's own retries: worth a fresh attempt.
             raise TransientStorageError(f"cannot {self.op} {self.uri}: {_first_line(exc)}") from exc
