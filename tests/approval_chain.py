@@ -99,13 +99,16 @@ def build_chain(
     contract: VerifierContract | None = None,
     block_bytes: int = 1024,
     seed_offset: int = 0,
+    shard_records: Any = None,
 ) -> Chain:
+    """`shard_records(i)`: the records of train shard i (default: text records from `make_records`)."""
     manifest_uri = f"{root}/ds/data-manifest-v1.json"
     saver = vault.dataset_saver(manifest_uri, block_bytes=block_bytes)
     records: dict[str, list[dict[str, Any]]] = {}
     for i in range(shards):
         stage = "easy" if i < max(1, shards - 1) else "hard"
-        recs = make_records(i + seed_offset, records_per_shard, contaminate and i == shards - 1)
+        recs = (shard_records(i) if shard_records is not None
+                else make_records(i + seed_offset, records_per_shard, contaminate and i == shards - 1))
         records[f"s{i}"] = recs
         saver.save("train", stage, recs, shard_id=f"s{i}")
     valid = make_records(100 + seed_offset, 5)

@@ -113,6 +113,15 @@ class TrainVault:
         return open_approved(self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold,
                              policy=policy, progress=progress)
 
+    # -- component ranges ---------------------------------------------------------
+
+    def build_component_ledger(self, manifest_uri, *, split, declare):  # -> trainvault.components.Binding
+        """Build and write `split`'s component ledger from the committed shards and `declare(record)
+        -> [Frame]`; return its `Binding` (bind ``binding.sidecars()`` in the approval request)."""
+        from trainvault.components.builder import build_component_ledger
+
+        return build_component_ledger(self.storage, manifest_uri, split=split, declare=declare)
+
     # -- teacher representations (extra: representation) --------------------------
 
     def representation_writer(self, root_uri, *, teacher, projection, layers, state_kinds, part_rows=262_144):

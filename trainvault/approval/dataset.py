@@ -123,9 +123,12 @@ class ApprovedDataset:
         self,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
+        *,
+        materializer: Any = None,
     ) -> Any:  # -> ApprovedSplitDataLoader; torch is imported on use
         """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
-        ``num_workers``, and every block is verified before its records are yielded."""
+        ``num_workers``, and every block is verified before its records are yielded. With a
+        `materializer` (from `component_range_materializer`) it batches its logical records."""
         from trainvault.approval.loader import ApprovedSplitDataLoader
 
         assert sha256_hex(self._result.manifest_raw) == self.manifest_sha256
@@ -135,6 +138,20 @@ class ApprovedDataset:
             self.manifest_sha256,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
+            materializer=materializer,
+        )
+
+    def component_range_materializer(self, split: str, *, mode: str = "unpack", max_rows: int | None = None) -> Any:
+        """The `ComponentRangeMaterializer` of `split`'s component ledger, which this approval must
+        bind as a sidecar; checked now (`ApprovalError`, `IntegrityError`, `ManifestError`,
+        `CustodyError`). `mode`: ``"unpack"`` (one record per range) or ``"group"`` (one per packed record)."""
+        from trainvault.components.materializer import open_materializer
+        from trainvault.storage import Storage
+
+        return open_materializer(
+            storage=Storage(self._config), custody=self.custody_storage(), bindings=self._bindings,
+            manifest=self._result.manifest, manifest_sha256=self.manifest_sha256, split=split, mode=mode,
+            max_rows=max_rows,
         )
 
 

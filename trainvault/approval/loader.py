@@ -10,16 +10,20 @@ checked before any of its records is decoded.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.custody import CustodyStorage
-from trainvault.errors import CustodyError
+from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import SplitDataLoader
+
+if TYPE_CHECKING:
+    from trainvault.components.materializer import ComponentRangeMaterializer
 
 
 class ApprovedSplitDataLoader(SplitDataLoader):
     """Loads selections of an approved dataset: ``.load(split, curriculum_stage=...,
-    curriculum_stages=[...])`` returns a finite DataLoader in manifest order."""
+    curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
+    `materializer`, it batches the materializer's logical records (ranges or packed records)."""
 
     def __init__(
         self,
@@ -29,11 +33,23 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
+        materializer: ComponentRangeMaterializer | None = None,
     ):
+        if materializer is not None:
+            from trainvault.components.materializer import ComponentRangeMaterializer
+
+            if not isinstance(materializer, ComponentRangeMaterializer):
+                raise TypeError(f"materializer must come from component_range_materializer(), got {materializer!r}")
+            if materializer.manifest_sha256 != manifest_sha256:
+                raise CustodyError(
+                    f"{materializer!r} belongs to data manifest {materializer.manifest_sha256}, this approved loader "
+                    f"to {manifest_sha256}; make it with this dataset's component_range_materializer()"
+                )
         super().__init__(storage, manifest_uri, collate_fn=collate_fn, dataloader_args=dataloader_args,
-                         shuffle=False, seed=0)
+                         shuffle=False, seed=0, view=materializer)
         if self.manifest_sha256 != manifest_sha256:  # the custody storage serves only the approved bytes
             raise CustodyError(f"{manifest_uri}: the loader did not get the approved manifest bytes")
+        self.materializer = materializer
 
     def __repr__(self) -> str:
         return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
@@ -50,5 +66,9 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             raise ValueError(
                 "an approved dataset loads finitely: infinite_iter=True is not accepted; iterate the loader again "
                 "for another epoch"
+            )
+        if self.materializer is not None and split != self.materializer.split:
+            raise SelectionError(
+                f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
         return super().load(split, curriculum_stage, curriculum_stages, False)

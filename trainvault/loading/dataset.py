@@ -12,8 +12,10 @@ from typing import Any
 
 import torch.utils.data
 
+from trainvault.errors import IntegrityError
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
+from trainvault.loading.view import RecordView
 from trainvault.manifest import ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
@@ -43,6 +45,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         world_size: int,
         collate_fn: Callable[[list[dict[str, Any]]], Any],
         infinite: bool,
+        view: RecordView | None = None,
     ):
         super().__init__()
         self.fetcher = BlockFetcher(storage, data_format, shards, descriptors)
@@ -56,6 +59,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         self.world_size = world_size
         self.collate_fn = collate_fn
         self.infinite = infinite
+        self.view = view
         self.total = plan.total_records
         self._start = (0, 0)
         self._iteration = 0
@@ -97,6 +101,18 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
             offset += len(schedule)
             epoch, position = epoch + 1, 0
 
+    def _expand(self, plan_index: int, records: list[dict[str, Any]]) -> list[Any]:
+        s, b = int(self.plan.shard[plan_index]), int(self.plan.block[plan_index])
+        assert self.view is not None
+        out = self.view.expand(self.fetcher.shards[s], self.fetcher.descriptors[s].blocks[b].first_record, records)
+        if len(out) != int(self.plan.records[plan_index]):
+            # Positions were counted from the view's block_counts; a different count would shift every later one.
+            raise IntegrityError(
+                f"block {b} of shard {self.fetcher.shards[s].key} gave {len(out)} logical records, its record view "
+                f"counted {int(self.plan.records[plan_index])}; the view does not describe this data: nothing of it is used"
+            )
+        return out
+
     def _epoch(self, order: EpochOrder, schedule: RankSchedule, mine: list[int], offset: int) -> Iterator[Item]:
         batches = [schedule.batch(t) for t in mine]
         # Windows in the order this worker first needs them (positions only grow).
@@ -121,9 +137,12 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                         # Windows before k are finished: this worker's positions only grow.
                         for old in [w for w in loaded if w < k]:
                             del loaded[old]
-                        window: list[dict[str, Any]] = []
-                        for _ in window_blocks[next_window]:
-                            window.extend(next(stream))
+                        window: list[Any] = []
+                        for i in window_blocks[next_window]:
+                            block = next(stream)
+                            if self.view is not None:
+                                block = self._expand(i, block)
+                            window.extend(block)
                         perm = order.record_permutation(needed[next_window])
                         loaded[needed[next_window]] = (window, None if perm is None else perm.tolist())
                         next_window += 1

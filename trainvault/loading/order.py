@@ -116,7 +116,8 @@ class EpochOrder:
             w_end = int(self.window_start[k + 1])
             stop = min(end, w_end)
             base = int(self.window_start[k])
-            yield k, start - base, stop - base
+            if stop > start:  # a window with no records (possible under a record view) is never read
+                yield k, start - base, stop - base
             start = stop
             k += 1
 

@@ -9,6 +9,7 @@ from typing import Any
 from trainvault.canonical import sha256_hex
 from trainvault.errors import SelectionError
 from trainvault.extras import require
+from trainvault.loading.view import RecordView
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.reader import read_descriptor
 from trainvault.storage import Storage, normalize_uri, parent_uri
@@ -54,7 +55,8 @@ class SplitDataLoader:
 
     `dataloader_args` go to `torch.utils.data.DataLoader`, except ``batch_size`` and
     ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
-    `torch.distributed` when it is initialised.
+    `torch.distributed` when it is initialised. `view` (a `RecordView`): batch its logical
+    records of each block instead of the stored records.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class SplitDataLoader:
         rank: int | None = None,
         world_size: int | None = None,
         shuffle_window_blocks: int = DEFAULT_SHUFFLE_WINDOW_BLOCKS,
+        view: RecordView | None = None,
     ):
         self._torch = require("torch", "torch")
         require("numpy", "torch")
@@ -84,6 +87,7 @@ class SplitDataLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_window_blocks = shuffle_window_blocks
+        self.view = view
         self.rank, self.world_size = self._ranks(rank, world_size)
         self._args = dict(dataloader_args or {})
         for name, why in _REFUSED_ARGS.items():
@@ -150,10 +154,12 @@ class SplitDataLoader:
         descriptors = self._read_descriptors(selection.shards)
         shard_ix, block_ix, counts = [], [], []
         for i, desc in enumerate(descriptors):
+            # With a view, positions count its logical records (from its own counts, no data read).
+            logical = None if self.view is None else self.view.block_counts(selection.shards[i], desc)
             for j, b in enumerate(desc.blocks):
                 shard_ix.append(i)
                 block_ix.append(j)
-                counts.append(b.record_count)
+                counts.append(b.record_count if logical is None else logical[j])
         plan = BlockPlan(
             np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
         )
@@ -167,6 +173,7 @@ class SplitDataLoader:
             shuffle=self.shuffle,
             seed=self.seed,
             shuffle_window_blocks=self.shuffle_window_blocks,
+            view_sha256=None if self.view is None else self.view.view_sha256,
         )
         collate = self.collate_fn or self._torch.utils.data.default_collate
         dataset = SplitIterableDataset(
@@ -184,6 +191,7 @@ class SplitDataLoader:
             world_size=self.world_size,
             collate_fn=collate,
             infinite=bool(infinite_iter),
+            view=self.view,
         )
         args = dict(self._args)
         if args.get("num_workers", 0):

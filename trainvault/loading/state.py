@@ -27,6 +27,8 @@ class OrderIdentity:
     shuffle: bool
     seed: int
     shuffle_window_blocks: int
+    #: The record view's digest when positions count logical records (None: stored records).
+    view_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class LoaderState:
     def to_dict(self) -> dict[str, Any]:
         ident = asdict(self.identity)
         ident["curriculum_stages"] = list(self.identity.curriculum_stages) if self.identity.curriculum_stages else None
+        if ident["view_sha256"] is None:
+            del ident["view_sha256"]  # states without a view keep their v1 shape
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -77,6 +81,7 @@ class LoaderState:
                 shuffle=_typed(state, "shuffle", bool),
                 seed=_typed(state, "seed", int),
                 shuffle_window_blocks=_typed(state, "shuffle_window_blocks", int),
+                view_sha256=_typed(state, "view_sha256", str) if state.get("view_sha256") is not None else None,
             )
             out = cls(
                 identity=identity,
@@ -111,6 +116,12 @@ class LoaderState:
             raise ResumeStateError(
                 f"this state belongs to selection split {got.split!r} stages {got.curriculum_stages}, not split "
                 f"{expected.split!r} stages {expected.curriculum_stages}; load the same selection to resume"
+            )
+        if got.view_sha256 != expected.view_sha256:
+            raise ResumeStateError(
+                f"this state counts the logical records of record view {got.view_sha256}, the loader reads "
+                f"{expected.view_sha256} (None: stored records); positions would mean other records, so resume with "
+                "the same materializer (same ledger and mode)"
             )
         for name in ("shuffle", "seed", "shuffle_window_blocks"):
             a, b = getattr(got, name), getattr(expected, name)
