@@ -49,13 +49,21 @@ def profile_sidecars(context, manifest_sha256: str) -> dict:
     return {name: ArtifactRef(**ref) for name, ref in (meta.get("sidecars") or {}).items()}
 
 
-def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None) -> str:
-    key = repr(trusted_keys_path or "approver.pub.pem")
+def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None, store: ObjectStore | None = None) -> str:
+    """The lines a trainer pastes to open this approval (credentials from its own environment)."""
+    key = repr(trusted_keys_path or "approver.pub")
+    vault = "TrainVault()"
+    imports = "from trainvault import TrainVault\n"
+    if store is not None and store.s3_base_url:
+        imports = "import os\n" + imports
+        vault = (f"TrainVault(s3_base_url={store.s3_base_url!r}, region={store.region!r}, "
+                 "access_key_id=os.environ['TRAINVAULT_S3_KEY_ID'], secret_access_key=os.environ['TRAINVAULT_S3_SECRET'])")
     return (
-        "from trainvault import TrainVault\n"
-        "from trainvault.approval import load_verifying_key\n"
-        f"approved = TrainVault().open_approved({uri!r}, {sha256!r}, trusted_keys=[load_verifying_key({key})])\n"
-        "loader = approved.split_data_loader().load('train')"
+        imports
+        + "from trainvault.approval import load_verifying_key\n"
+        + f"approved = {vault}.open_approved(\n    {uri!r},\n    {sha256!r},\n"
+        + f"    trusted_keys=[load_verifying_key({key})],\n)\n"
+        + "loader = approved.split_data_loader(collate_fn=list, dataloader_args={'batch_size': 8}).load('train')"
     )
 
 
@@ -95,7 +103,7 @@ def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, data
             "dagster/row_count": summary.records,
             "bytes hashed": summary.bytes_hashed,
             "open it (trainer)": dg.MetadataValue.md(
-                "```python\n" + trainer_snippet(record.uri, record.sha256, dataset.trusted_keys_path) + "\n```"
+                "```python\n" + trainer_snippet(record.uri, record.sha256, dataset.trusted_keys_path, store) + "\n```"
             ),
             "request": dg.MetadataValue.json(request.model_dump(mode="json")),
         },

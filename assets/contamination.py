@@ -105,7 +105,8 @@ def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore) 
     release = upstream(context, "evaluation_release")
     report = read_report(vault, meta["uri"], sha256=meta["sha256"]).document
     contract = read_document(vault.storage, VerifierContract, release["contract_uri"], sha256=release["contract_sha256"]).document
-    passed = report.recompute_pass(contract.policy)
+    same_contract = report.verifier_contract.sha256 == release["contract_sha256"]
+    passed = same_contract and report.recompute_pass(contract.policy)
     contaminated = [f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]
     return dg.AssetCheckResult(
         passed=passed,
@@ -113,6 +114,8 @@ def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore) 
         description=(
             "within contract: no benchmark over its limits"
             if passed
+            else f"the report was made under contract {report.verifier_contract.sha256}, not {release['contract_sha256']}"
+            if not same_contract
             else f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
         ),
         metadata={

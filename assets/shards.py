@@ -12,15 +12,18 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from assets._common import GROUP, link, table
-from resources.dataset import DatasetSpec, parse_partition_key
+from resources.dataset import DatasetSpec, Publication, parse_partition_key
 from resources.storage import ObjectStore
 from trainvault.manifest import shard_descriptor_uri
 
 
-def save_shard(store: ObjectStore, dataset: DatasetSpec, key: str) -> dict:
+#: Runs over at most this many shards also carry the per-shard table.
+TABLE_MAX_SHARDS = 16
+
+
+def save_shard(store: ObjectStore, dataset: DatasetSpec, pub: Publication, key: str) -> dict:
     """Save (or verify and reuse) one shard; what a person wants to see about it."""
     vault = store.vault()
-    pub = dataset.publication()
     split, stage, shard_id = parse_partition_key(key)
     reused = vault.storage.exists(shard_descriptor_uri(pub.data_root, split, stage, shard_id))
     saver = vault.dataset_saver(pub.manifest_uri, data_format=dataset.data_format)
@@ -58,8 +61,9 @@ def build_dataset_shards(partition_keys: list[str]) -> dg.AssetsDefinition:
     )
     def dataset_shards(context: dg.AssetExecutionContext, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
         keys = list(context.partition_keys)
+        pub = dataset.publication()
         with ThreadPoolExecutor(max_workers=max(1, dataset.shard_threads)) as pool:
-            rows = list(pool.map(lambda k: save_shard(store, dataset, k), keys))
+            rows = list(pool.map(lambda k: save_shard(store, dataset, pub, k), keys))
         for row in rows:
             # Per-shard figures on each partition (a range run records one materialization per partition).
             context.log_event(
@@ -78,16 +82,19 @@ def build_dataset_shards(partition_keys: list[str]) -> dg.AssetsDefinition:
         written = sum(r["written"] for r in rows)
         context.log.info(f"{len(rows)} shard(s): {written} written, {len(rows) - written} reused unchanged")
         metadata = {
-            "version": dataset.publication().version,
+            "version": pub.version,
             "shards": len(rows),
             "written": written,
             "reused": len(rows) - written,
             "dagster/row_count": sum(r["records"] for r in rows),
             "bytes": sum(r["bytes"] for r in rows),
-            "shard table": table(
-                rows, [("shard", "string"), ("records", "int"), ("bytes", "int"), ("sha256", "string"), ("written", "bool")]
-            ),
         }
+        if len(rows) <= TABLE_MAX_SHARDS:
+            # A range run repeats its metadata on every partition: the table only for small runs
+            # (each partition's own figures are on its observation either way).
+            metadata["shard table"] = table(
+                rows, [("shard", "string"), ("records", "int"), ("bytes", "int"), ("sha256", "string"), ("written", "bool")]
+            )
         if len(rows) == 1:
             metadata.update(sha256=rows[0]["sha256"], open=link(rows[0]["uri"]))
         return dg.MaterializeResult(metadata=metadata)

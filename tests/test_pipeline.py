@@ -232,3 +232,29 @@ def test_the_library_imports_without_dagster() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert out.returncode == 0, out.stderr
+
+
+def test_lifecycle_against_s3_with_credentials_from_env_vars(s3_server, s3_bucket, keys, monkeypatch) -> None:
+    """The same code location against an S3 server: credentials come in as EnvVars and never
+    show in the run's events; a trainer opens the approval from S3."""
+    from conftest import S3_KEY, S3_SECRET, s3_config
+    from resources.storage import object_store_from_env
+
+    for name, value in (("TRAINVAULT_S3_URL", s3_server), ("TRAINVAULT_S3_REGION", "us-east-1"),
+                        ("TRAINVAULT_S3_KEY_ID", S3_KEY), ("TRAINVAULT_S3_SECRET", S3_SECRET)):
+        monkeypatch.setenv(name, value)
+    store = object_store_from_env()
+    assert isinstance(store.secret_access_key, dg.EnvVar)
+    spec = small_spec(f"s3://{s3_bucket}/publications", keys)
+    instance = dg.DagsterInstance.ephemeral()
+    result = build_definitions(spec, store).resolve_job_def("lifecycle").execute_in_process(
+        instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
+    assert result.success
+    approval = latest(instance, "approved_dataset")
+    assert approval["uri"].startswith(f"s3://{s3_bucket}/publications/curriculum/v-")
+    assert "TRAINVAULT_S3_SECRET" in approval["open it (trainer)"]
+    events = "\n".join(str(e) for e in instance.all_logs(result.run_id))
+    assert S3_SECRET not in events and S3_KEY not in events
+    approved = TrainVault(storage=s3_config(s3_server)).open_approved(
+        approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")])
+    assert approved.summary.records == 100

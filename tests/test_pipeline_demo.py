@@ -40,7 +40,7 @@ def test_demo_runs_the_lifecycle_with_the_cli_and_a_trainer_reads_the_approved_d
     assert "train   easy          1       40" in text
     assert "curricula: easy (1 shards), easy-to-hard (3 shards), hard (1 shards), medium (1 shards)" in text
     assert "humaneval              164            0" in text
-    assert "open_approved('file://" in text
+    assert "TrainVault().open_approved(" in text and "trusted_keys=[load_verifying_key(" in text
     assert "batch 3: 8 records, train-easy-0-00016" in text
     assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
     assert "telemetry" not in out.stderr.lower()

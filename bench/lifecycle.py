@@ -1,0 +1,215 @@
+"""The `make demo` lifecycle: wall time through Dagster against the same library work without it.
+
+For 8 and 64 shards (200 records each, the demo's records), on fresh local stores:
+
+- library only: the same calls the assets make (pins, every shard, manifest, profile,
+  training scan, evaluation release + contract, contamination report, gate, signed
+  approval), in one process with no Dagster;
+- Dagster CLI, multiprocess executor: exactly what `make demo` runs
+  (``dagster asset materialize --select '*' --partition-range ...``), a process per step;
+- Dagster CLI, in-process executor: the same run with every step in one process;
+- rebuild: the in-process CLI run again on unchanged inputs (every shard reused).
+
+Dagster overhead = CLI wall time - library-only wall time. "steps" is the time Dagster
+recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as it ran there.
+
+    .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200]
+
+It needs the pipelines extra (Dagster): under the bench venv it re-runs itself with the
+project's .venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def reexec_if_needed() -> None:
+    try:
+        import dagster  # noqa: F401
+    except ImportError:
+        project = REPO / ".venv" / "bin" / "python"
+        if not project.exists():
+            sys.exit("bench/lifecycle.py needs Dagster: make venv (the pipelines extra), then rerun")
+        os.execv(str(project), [str(project), __file__, *sys.argv[1:]])
+
+
+def split_shards(total: int) -> tuple[int, int]:
+    """(shards per train stage, shards of valid and of test) making `total` shards."""
+    for eval_shards in (1, 2, 3):
+        rest = total - 2 * eval_shards
+        if rest > 0 and rest % 3 == 0:
+            return rest // 3, eval_shards
+    raise SystemExit(f"cannot split {total} shards into 3 stages + valid + test")
+
+
+def library_only(spec, keys: Path) -> float:
+    """The lifecycle's library calls, in the order the assets make them, no Dagster."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from resources.dataset import load_callable
+    from trainvault import TrainVault
+    from trainvault.approval import (
+        ApprovalPolicy, ApprovalRequest, ArtifactRef, build_training_scan_manifest, load_signing_key,
+        write_approval, write_producer_pins, write_training_scan_manifest,
+    )
+    from trainvault.canonical import canonical_json, sha256_hex
+    from trainvault.contamination import (
+        MethodSpec, VerifierContract, load_index, publish_document, publish_release, scan_dataset, write_report,
+    )
+    from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
+
+    start = time.perf_counter()
+    vault = TrainVault()
+    pins = spec.producer_pins()
+    pub = spec.publication(pins.document_sha256())
+    bpins = write_producer_pins(vault, pub.producer_pins_uri, pins)
+
+    def save(shard):
+        split, stage, shard_id = shard
+        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+        return saver.save(split, stage, spec.records(split, stage, shard_id),
+                          curriculum_metadata=spec.metadata_of_stage(split, stage), shard_id=shard_id)
+
+    with ThreadPoolExecutor(max_workers=spec.shard_threads) as pool:
+        list(pool.map(save, spec.shards()))
+    saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+    entries: dict = {}
+    for split, stage, shard_id in spec.shards():
+        entries.setdefault((split, stage), []).append(saver.recover(split, stage, shard_id=shard_id))
+    for cur in spec.curricula:
+        saver.register_curriculum(cur.split, cur.name, [e for s in cur.stages for e in entries[(cur.split, s)]],
+                                  curriculum_metadata={"stages": list(cur.stages)})
+    saver.commit_manifest()
+    msha = sha256_hex(vault.storage.get(pub.manifest_uri))
+    profile = profile_publication(vault.storage, pub.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
+    sidecars = approval_sidecars(write_metrics_sidecars(vault.storage, profile))
+    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri,
+                                        build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha))
+    benchmarks = [load_callable(s)() for s in spec.evaluation_sources]
+    digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
+    release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
+    contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
+    bcontract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
+    index = load_index(vault, release_uri=release.uri, contract_uri=bcontract.uri,
+                       release_sha256=release.sha256, contract_sha256=bcontract.sha256)
+    report = scan_dataset(vault, pub.manifest_uri, index, manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
+                          producer_pins_sha256=bpins.sha256, progress=False)
+    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256), report)
+    request = ApprovalRequest(
+        data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
+        training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),
+        evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256),
+        contamination_report=ArtifactRef(uri=breport.uri, sha256=breport.sha256),
+        verifier_contract=ArtifactRef(uri=bcontract.uri, sha256=bcontract.sha256),
+        producer_pins=ArtifactRef(uri=bpins.uri, sha256=bpins.sha256),
+        sidecars={k: ArtifactRef(**v) for k, v in sidecars.items()},
+    )
+    approved = vault.approve_dataset(request, policy=ApprovalPolicy(evaluation_release_sha256=release.sha256,
+                                                                    verifier_contract_sha256=bcontract.sha256))
+    record = write_approval(vault, pub.approval_uri("library-only"), approved,
+                            signing_keys=load_signing_key(f"{keys}.key"))
+    vault.open_approved(record.uri, record.sha256, trusted_keys=[approved_key(keys)])  # the approval_opens check
+    return time.perf_counter() - start
+
+
+def approved_key(keys: Path):
+    from trainvault.approval import load_verifying_key
+
+    return load_verifying_key(f"{keys}.pub")
+
+
+def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, bool]:
+    """One CLI lifecycle run: (wall s, seconds inside steps, success)."""
+    import dagster as dg
+
+    from pipelines.examples.demo import materialize
+
+    run_env = {**env, "TRAINVAULT_DEMO_EXECUTOR": executor}
+    log = Path(env["DAGSTER_HOME"]) / f"run-{executor}-{time.time_ns()}.log"
+    with open(os.devnull, "w") as quiet:
+        stdout, sys.stdout = sys.stdout, quiet
+        try:
+            _, wall = materialize(spec, run_env, log)
+        finally:
+            sys.stdout = stdout
+    instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
+    run = instance.get_runs(limit=1)[0]
+    starts: dict[str, float] = {}
+    inside = 0.0
+    for record in instance.all_logs(run.run_id):
+        ev = record.dagster_event
+        if ev is None or ev.step_key is None:
+            continue
+        if ev.event_type_value == "STEP_START":
+            starts[ev.step_key] = record.timestamp
+        elif ev.event_type_value == "STEP_SUCCESS" and ev.step_key in starts:
+            inside += record.timestamp - starts[ev.step_key]
+    return wall, inside, run.status == dg.DagsterRunStatus.SUCCESS
+
+
+def measure(total: int, records: int) -> dict[str, float]:
+    from pipelines.examples.spec import example_spec
+    from trainvault.approval import write_keypair
+
+    per_stage, eval_shards = split_shards(total)
+    out: dict[str, float] = {"shards": total}
+    with tempfile.TemporaryDirectory(prefix="tv-lifecycle-") as tmp:
+        keys = Path(tmp) / "approver"
+        write_keypair(keys)
+
+        def spec_for(root: str):
+            return example_spec(root, shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
+                                plant=False, signing_key_path=f"{keys}.key", trusted_keys_path=f"{keys}.pub")
+
+        out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
+        for executor in ("multiprocess", "in_process"):
+            root, home = f"{tmp}/{executor}", Path(tmp) / f"home-{executor}"
+            home.mkdir()
+            (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+            env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "TRAINVAULT_DEMO_ROOT": root,
+                   "TRAINVAULT_DEMO_SHARDS": str(per_stage), "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
+                   "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY": f"{keys}.key",
+                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub"}
+            env.pop("TRAINVAULT_DEMO_PLANT", None)
+            wall, inside, ok = cli_run(spec_for(root), env, executor)
+            if not ok:
+                raise SystemExit(f"the {executor} lifecycle run failed; see the logs under {home}")
+            out[executor], out[f"{executor}_steps"] = wall, inside
+            if executor == "in_process":
+                out["rebuild"], _, ok = cli_run(spec_for(root), env, executor)
+    return out
+
+
+def main() -> None:
+    reexec_if_needed()
+    sys.path.insert(0, str(REPO))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", default="8,64", help="comma-separated shard counts (default 8,64)")
+    parser.add_argument("--lifecycle-records", "--records", dest="records", type=int, default=200,
+                        help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
+    args, _ = parser.parse_known_args()
+    records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
+    rows = [measure(int(n), records) for n in args.shards.split(",")]
+    print(f"\nlifecycle wall time, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
+    head = (f"{'shards':>6} {'library only':>12} {'CLI multiproc':>13} {'overhead':>16} {'in steps':>8} "
+            f"{'CLI in-proc':>11} {'overhead':>16} {'in steps':>8} {'rebuild':>7}")
+    print(head)
+    for r in rows:
+        mo, io = r["multiprocess"] - r["library"], r["in_process"] - r["library"]
+        print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['multiprocess']:>13.1f} "
+              f"{mo:>7.1f} ({mo / r['multiprocess']:>4.0%} ) {r['multiprocess_steps']:>8.1f} "
+              f"{r['in_process']:>11.1f} {io:>7.1f} ({io / r['in_process']:>4.0%} ) {r['in_process_steps']:>8.1f} "
+              f"{r['rebuild']:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()
