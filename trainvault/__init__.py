@@ -1,11 +1,23 @@
-"""trainvault: the custody chain for model-training data."""
+"""trainvault: the custody chain for model-training data.
+
+The names a trainer or a pipeline needs most; each subpackage (`approval`,
+`contamination`, `loading`, `profile`, `rollouts`, `components`, `representations`)
+exports the rest. Importing trainvault imports no Dagster, torch, numpy, pyarrow or
+safetensors.
+"""
+
+from importlib import import_module
+from typing import Any
 
 from trainvault.client import TrainVault
 from trainvault.errors import (
     ApprovalError,
+    ArchiveExistsError,
     AuthenticationError,
+    BudgetError,
     ConflictError,
     ContaminationError,
+    CustodyError,
     DecodeError,
     EncodeError,
     IntegrityError,
@@ -13,11 +25,14 @@ from trainvault.errors import (
     ManifestError,
     ObjectNotFoundError,
     ObjectTooLargeError,
+    ProfileError,
     ResumeStateError,
     SelectionError,
     StorageError,
     StorageTimeoutError,
+    TaskDataValidationError,
     TrainVaultError,
+    TransientStorageError,
 )
 from trainvault.formats import FORMATS
 from trainvault.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
@@ -26,23 +41,69 @@ from trainvault.saver import DatasetSaver
 from trainvault.storage import Storage, StorageConfig
 from trainvault.version import __version__
 
+# Names from the heavier subpackages load on first use, so a trainer that only reads
+# data does not pay for signing, scanning or archive code at import time.
+_LAZY = {
+    "ApprovalPolicy": "trainvault.approval",
+    "ApprovalRequest": "trainvault.approval",
+    "ApprovedDataset": "trainvault.approval",
+    "ArtifactRef": "trainvault.approval",
+    "PositionBudget": "trainvault.approval",
+    "write_approval": "trainvault.approval",
+    "Frame": "trainvault.components",
+    "split_frame": "trainvault.components",
+    "ContaminationReport": "trainvault.contamination",
+    "EvaluationRelease": "trainvault.contamination",
+    "VerifierContract": "trainvault.contamination",
+    "RepresentationExample": "trainvault.representations",
+    "RolloutArchive": "trainvault.rollouts",
+    "iter_archive_samples": "trainvault.rollouts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainvault' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 __all__ = [
     "FORMATS",
     "ApprovalError",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "ApprovedDataset",
+    "ArchiveExistsError",
+    "ArtifactRef",
     "AuthenticationError",
+    "BudgetError",
     "ConflictError",
     "ContaminationError",
+    "ContaminationReport",
     "Curriculum",
+    "CustodyError",
     "DataManifest",
     "DatasetSaver",
     "DecodeError",
     "EncodeError",
+    "EvaluationRelease",
+    "Frame",
     "IntegrityError",
     "InvalidNameError",
     "ManifestError",
     "ObjectNotFoundError",
     "ObjectTooLargeError",
+    "PositionBudget",
+    "ProfileError",
+    "RepresentationExample",
     "ResumeStateError",
+    "RolloutArchive",
     "SelectionError",
     "ShardDescriptor",
     "ShardEntry",
@@ -52,8 +113,14 @@ __all__ = [
     "StorageConfig",
     "StorageError",
     "StorageTimeoutError",
+    "TaskDataValidationError",
     "TrainVault",
     "TrainVaultError",
+    "TransientStorageError",
+    "VerifierContract",
     "__version__",
+    "iter_archive_samples",
     "iter_shard",
+    "split_frame",
+    "write_approval",
 ]
