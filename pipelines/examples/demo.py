@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pipelines.examples.spec import DEMO_KEYS, REPO, example_spec
 
-STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "training_scan",
+STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
          "contamination_report", "approved_dataset"]
 
 
@@ -63,10 +63,10 @@ def materialize(spec, env: dict[str, str], log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - start
 
 
-def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, bool]]:
-    """Each step's outcome and each check's verdict in the run, from the instance's event log."""
+def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool]]]:
+    """Each step's outcome and each check's (asset, verdict) in the run, from the instance's event log."""
     steps: dict[str, str] = {}
-    checks: dict[str, bool] = {}
+    checks: dict[str, tuple[str, bool]] = {}
     for record in instance.all_logs(run_id):
         ev = record.dagster_event
         if ev is None:
@@ -75,7 +75,7 @@ def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, bool]]
             steps[ev.step_key] = ev.event_type_value.removeprefix("STEP_").lower()
         elif ev.event_type_value == "ASSET_CHECK_EVALUATION":
             data = ev.event_specific_data
-            checks[data.check_name] = data.passed
+            checks[data.check_name] = (data.asset_key.to_user_string(), data.passed)
     return steps, checks
 
 
@@ -167,9 +167,9 @@ def main() -> int:
         if step == "dataset_shards" and (m := metadata(instance, step, run.run_id)):
             extra = f"  {m['shards']} partitions: {m['written']} written, {m['reused']} reused unchanged"
         print(f"  {step:<22} {status}{extra}")
-        for check, owner in (("within_contract", "contamination_report"), ("approval_opens", "approved_dataset")):
-            if owner == step and check in checks:
-                print(f"  {'  check ' + check:<22} {'PASSED' if checks[check] else 'FAILED'}")
+        for check, (owner, passed) in checks.items():
+            if owner == step:
+                print(f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}")
     print(f"run {run.run_id}: {run.status.value} in {seconds:.1f} s (exit {rc})")
 
     vault = TrainVault()
@@ -181,10 +181,11 @@ def main() -> int:
 
     if planted:
         approvals = vault.storage.list(pub.base + "/approvals")
-        print(f"\nthe check within_contract {'FAILED' if checks.get('within_contract') is False else 'did not fail'}; "
+        failed = checks.get("within_contract", ("", True))[1] is False
+        print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; "
               f"approved_dataset {steps.get('approved_dataset', 'was not executed')}; "
               f"approval records for {pub.version}: {len(approvals)}")
-        ok = checks.get("within_contract") is False and approval is None and not approvals
+        ok = failed and approval is None and not approvals
         print("as expected: contaminated data is never approved" if ok else "UNEXPECTED: see the log above")
         return 0 if ok else 1
     if rc != 0 or approval is None:
