@@ -3,6 +3,10 @@
 Fetching, SHA-256 checks and zstd/gzip decompression release the GIL, so reading the next
 blocks overlaps with forming batches from the current ones, and object-store latency is
 hidden. At most `lookahead` blocks are in flight or waiting, which bounds memory.
+
+For msgpack.zst the threads stop at the decompressed payload and the consuming thread
+unpacks it: unpacking holds the GIL, and several threads contending for it would slow
+the thread that forms batches.
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import msgpack
+import zstandard
+
+from trainvault.errors import DecodeError
+from trainvault.formats.msgpack_zst import unpack_records
 from trainvault.manifest import ShardDescriptor, ShardEntry
 from trainvault.reader import ShardReader
 from trainvault.storage import Storage
@@ -60,15 +69,33 @@ class BlockFetcher:
             )
         return reader
 
-    def _load(self, shard: int, block: int) -> list[dict[str, Any]]:
+    def _load(self, shard: int, block: int) -> Any:
         reader = self._reader(shard)
         ((index, data),) = reader.iter_block_bytes([block])
-        return reader.decode(index, data)
+        if self.data_format != "msgpack.zst":
+            return reader.decode(index, data)
+        dctx = getattr(self._local, "zstd", None)
+        if dctx is None:
+            dctx = self._local.zstd = zstandard.ZstdDecompressor()
+        try:
+            return dctx.decompress(data)
+        except zstandard.ZstdError as exc:
+            raise DecodeError(f"{reader.entry.uri}: block {index} is not a valid msgpack.zst block: {exc}") from None
+
+    def _finish(self, shard: int, block: int, loaded: Any) -> list[dict[str, Any]]:
+        if self.data_format != "msgpack.zst":
+            return loaded
+        try:
+            return unpack_records(loaded)
+        except (msgpack.UnpackException, ValueError) as exc:
+            raise DecodeError(
+                f"{self.shards[shard].uri}: block {block} is not a valid msgpack.zst block: {exc}"
+            ) from None
 
     def iter_blocks(self, wanted: Iterable[tuple[int, int]], lookahead: int) -> Iterator[list[dict[str, Any]]]:
         """Records of each (shard, block) in `wanted`, in that order."""
         wanted = iter(wanted)
-        pending: deque[Future[list[dict[str, Any]]]] = deque()
+        pending: deque[tuple[int, int, Future[Any]]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="trainvault-read")
         try:
 
@@ -77,15 +104,16 @@ class BlockFetcher:
                     nxt = next(wanted, None)
                     if nxt is None:
                         return
-                    pending.append(pool.submit(self._load, *nxt))
+                    pending.append((*nxt, pool.submit(self._load, *nxt)))
 
             fill()
             while pending:
-                records = pending.popleft().result()
+                shard, block, future = pending.popleft()
+                loaded = future.result()
                 fill()
-                yield records
+                yield self._finish(shard, block, loaded)
         finally:
             # A stopped iteration (break, error, worker shutdown) abandons queued reads.
-            for f in pending:
+            for _, _, f in pending:
                 f.cancel()
             pool.shutdown(wait=False, cancel_futures=True)
