@@ -32,5 +32,10 @@ def test_readme_examples_run_as_written(tmp_path, s3_server, s3_bucket) -> None:
     }
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["9600"]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "9600"  # the pool example's train records
+    uri, digest = lines[1].split()
+    assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
+    assert lines[2] == "3200"  # every easy record through the approved loader
+    assert len(lines) == 3
     assert (tmp_path / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
