@@ -34,8 +34,10 @@ def test_readme_examples_run_as_written(tmp_path, s3_server, s3_bucket) -> None:
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "9600"  # the pool example's train records
-    uri, digest = lines[1].split()
+    assert lines[1].startswith("epoch 0, position 3,200/9,600")  # describe_state() after resuming
+    assert lines[2] == "9600"  # before and after the interruption: every record once
+    uri, digest = lines[3].split()
     assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
-    assert lines[2] == "3200"  # every easy record through the approved loader
-    assert len(lines) == 3
+    assert lines[4] == "3200"  # every easy record through the approved loader
+    assert len(lines) == 5
     assert (tmp_path / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
