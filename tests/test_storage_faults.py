@@ -165,3 +165,22 @@ def test_reads_survive_cuts_at_100_random_offsets(proxy, baseline) -> None:
     for offset in sorted(rng.randrange(1, shard.size_bytes) for _ in range(100)):
         proxy.arm(Rule(mode=rng.choice(["fin", "rst"]), cut_after=offset, path_contains="a.msgpack.zst"))
         assert list(iter_shard(baseline.data_format, shard, storage=vault.storage)) == records("a"), offset
+
+
+@pytest.mark.parametrize("mode", ["fin", "rst"])
+def test_training_loader_reads_every_record_through_cut_bodies(proxy, baseline, mode) -> None:
+    uri = baseline.splits["train"].shards[0].uri.rsplit("/shards/", 1)[0] + "/data-manifest-v1.json"
+
+    def read(vault: TrainVault) -> list[str]:
+        loader = vault.split_data_loader(
+            uri, collate_fn=lambda rs: [r["id"] for r in rs], shuffle=True, seed=7,
+            dataloader_args={"batch_size": 50, "num_workers": 0},
+        ).load("train")
+        return [i for batch in loader for i in batch]
+
+    clean = read(TrainVault(storage=s3_config(proxy.endpoint)))
+    assert sorted(clean) == sorted(r["id"] for sid in ("a", "b") for r in records(sid))
+    # Cut every data-object response, three times over, at different depths.
+    proxy.arm(Rule(mode=mode, cut_after=3_000, times=3, path_contains=".msgpack.zst"))
+    assert read(faulty_vault(proxy)) == clean
+    assert proxy.fired == 3
