@@ -298,6 +298,12 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     stream = list(other) + [b""] + list(gram) + [b""]
     ids = index.token_ids(stream)
     assert index.find(stream, ids) == [(14, 0)]  # only the true window; the forged candidate is rejected
+    # The pre-filtered stream search agrees, on the same stream as a token batch.
+    text = " ".join(t.decode() for t in other) + " . " + " ".join(t.decode() for t in gram)
+    batch = index.normalizer.tokenize_batch([b"x y " + text.encode(), text.encode()])
+    expected = index.find(batch, index.stream_ids(batch.data, batch.starts, batch.ends))
+    assert index.find_stream(batch.data, batch.starts, batch.ends) == expected
+    assert [g for _, g in expected] == [0, 0]
 
 
 def test_progress_callback_and_no_numpy_on_import(tmp_path: Any, corpus: dict[str, Any]) -> None:

@@ -202,7 +202,8 @@ def test_malformed_release_raises_clear_error(store: tuple[TrainVault, str], cha
 @settings(max_examples=200, deadline=None)
 @given(st.lists(
     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
-    | st.lists(st.sampled_from(["a", "B", " ", "<", "\u0338", "é", "ﬁ", "—", "½", "\u00a0", "A", "ÿ", "x—y", "."]),
+    | st.lists(st.sampled_from(["a", "B", " ", "<", "\u0338", "é", "ﬁ", "—", "½", "\u00a0", "A", "ÿ", "x—y", ".",
+                                   "ß", "ı", "İ", "中", "ж", "Σ", "e\u0301", "\u1100\u1161", "１", "٤"]),
                max_size=12).map("".join),
     min_size=1, max_size=6))
 def test_batch_tokens_equal_the_definition(texts: list[str]) -> None:

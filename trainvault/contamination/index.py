@@ -74,6 +74,28 @@ def _filter_key(length: Any, first: Any, second: Any, last: Any) -> Any:
     return key
 
 
+def _edge_key(data: bytes, starts: Any, ends: Any) -> Any:
+    """Pre-filter bucket of each token ``data[starts[i]:ends[i]]`` from its edge bytes.
+
+    The key is the token's first two and last two bytes, read as little-endian 16-bit
+    words where the token begins and two bytes before it ends (a one-byte token's
+    neighbours are spaces, so the key depends on the token alone). `data` must begin
+    and end with a space.
+    """
+    np = _numpy()
+    from numpy.lib.stride_tricks import as_strided
+
+    words = np.frombuffer(data, dtype="<u2", count=len(data) // 2)
+    # Unaligned 16-bit words at every byte offset (the last one reads data[-1] and the
+    # byte after it only when len(data) is odd: never, as tokens end before data[-1]).
+    w16 = as_strided(words, shape=(len(data) - 1,), strides=(1,), writeable=False)
+    key = w16[starts].astype(np.uint32) << 16
+    key |= w16[ends - 2]
+    key *= np.uint32(_FILTER_MULT)
+    key >>= 32 - _FILTER_BITS
+    return key
+
+
 @dataclass(frozen=True)
 class IndexedItem:
     """One benchmark item as the index sees it."""
@@ -148,6 +170,16 @@ class EvalIndex:
             padded = t + b" "
             self._filter[_filter_key(len(t), padded[0], padded[1], t[-1])] = True
 
+        # A second, cheaper pre-filter for `find_stream`: over each token's first two and
+        # last two bytes (the byte after and before a token is always a space).
+        self._filter2 = np.zeros(_FILTER_SIZE, dtype=np.bool_)
+        if self.vocab:
+            vocab_tokens = list(self.vocab)
+            data = b" " + b" ".join(vocab_tokens) + b" "
+            lengths = np.fromiter(map(len, vocab_tokens), dtype=np.int64, count=len(vocab_tokens))
+            v_starts = 1 + np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+            self._filter2[_edge_key(data, v_starts, v_starts + lengths)] = True
+
         by_len: dict[int, list[int]] = {}
         for gid, g in enumerate(self.grams):
             by_len.setdefault(len(g), []).append(gid)
@@ -163,6 +195,7 @@ class EvalIndex:
             starts = np.append(starts, len(h_sorted)).astype(np.int64)
             self.tables[k] = (keys, starts, np.array(gids, dtype=np.int64)[order])
         self._poly = np.uint64(POLY)
+        self._min_len = min(self.tables, default=0)
 
     def _item_grams(self, bench: BenchmarkItems) -> tuple[list[IndexedItem], list[dict[tuple[bytes, ...], int]], int]:
         method = self.contract.method
@@ -236,6 +269,66 @@ class EvalIndex:
             ids[cand] = [get(data[a:b], 0) for a, b in zip(starts[cand].tolist(), ends[cand].tolist())]
         return ids
 
+    def find_stream(self, data: bytes, starts: Any, ends: Any) -> list[tuple[int, int]]:
+        """Verified matches ``(token position, gram id)`` among the tokens ``data[starts[i]:ends[i]]``.
+
+        Equal to ``find(tokens, stream_ids(data, starts, ends))``, faster: a window can
+        match only if every one of its tokens passes the pre-filter, so only runs of at
+        least `min(lengths)` consecutive passing tokens are looked up and searched, and
+        such runs are found by testing every `min(lengths)`-th token first.
+        `data` must begin and end with a space (a `TokenBatch`).
+        """
+        np = _numpy()
+        k_min = self._min_len
+        n = len(starts)
+        if not k_min or n < k_min:
+            return []
+        # Every run of k_min consecutive tokens holds one position divisible by k_min:
+        # test only those, then every token within k_min - 1 of one that passed.
+        passed = np.flatnonzero(self._filter2[_edge_key(data, starts[::k_min], ends[::k_min])])
+        if not len(passed):
+            return []
+        near = ((passed * k_min)[:, None] + np.arange(1 - k_min, k_min)).ravel()
+        mask = np.zeros(n + k_min, dtype=np.bool_)
+        mask[near[near >= 0]] = True
+        near = np.flatnonzero(mask[:n])
+        cand = near[self._filter2[_edge_key(data, starts[near], ends[near])]]
+        if len(cand) < k_min:
+            return []
+        brk = np.flatnonzero(cand[k_min - 1 :] - cand[: len(cand) - k_min + 1] == k_min - 1)
+        if not len(brk):
+            return []
+        # brk: indices i in cand where cand[i .. i+k_min-1] are consecutive positions.
+        # Gather the maximal runs of consecutive positions that hold such a stretch.
+        get = self.vocab.get
+        positions: list[int] = []
+        picked: list[bytes] = []
+        ids: list[int] = []
+        cand_l = cand.tolist()
+        last_end = -1
+        n_cand = len(cand_l)
+        for i in brk.tolist():
+            p0 = cand_l[i]
+            if p0 < last_end:
+                continue
+            j = i + k_min - 1
+            while j + 1 < n_cand and cand_l[j + 1] == cand_l[j] + 1:
+                j += 1
+            p1 = cand_l[j] + 1
+            last_end = p1
+            a_list = starts[p0:p1].tolist()
+            b_list = ends[p0:p1].tolist()
+            positions.extend(range(p0, p1))
+            toks = [data[a:b] for a, b in zip(a_list, b_list)]
+            picked.extend(toks)
+            picked.append(b"")
+            ids.extend([get(t, 0) for t in toks])
+            # A separator of id 0: no window spans two runs.
+            positions.append(-1)
+            ids.append(0)
+        found = self.find(picked, np.array(ids, dtype=np.int32))
+        return [(positions[c], g) for c, g in found]
+
     def find(self, tokens: Any, ids: Any) -> list[tuple[int, int]]:
         """Verified matches ``(start position, gram id)`` in a token stream.
 
@@ -262,8 +355,9 @@ class EvalIndex:
             pos = np.searchsorted(keys, h)
             pos[pos == len(keys)] = 0
             hit = np.flatnonzero(keys[pos] == h)
+            as_list = isinstance(tokens, list)
             for c, p in zip(cand[hit].tolist(), pos[hit].tolist()):
-                window = tuple(tokens[c + j] for j in range(k))
+                window = tuple(tokens[c : c + k]) if as_list else tuple(tokens[c + j] for j in range(k))
                 for g in gids[starts[p] : starts[p + 1]].tolist():
                     if self.grams[g] == window:
                         found.append((c, g))

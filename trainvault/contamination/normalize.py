@@ -69,6 +69,45 @@ def unicode_table(map_digits: bool) -> dict[int, str]:
     return table
 
 
+@lru_cache(maxsize=None)
+def simple_chars(map_digits: bool, strip_diacritics: bool) -> Any:
+    """Bool array over code points below `SEPARATOR_LIMIT`: characters tvnorm-v1 leaves alone.
+
+    A simple character is not whitespace nor in P*, S*, Z*; has combining class 0; is its
+    own NFKC and its own casefold (and NFD, and not ``Mn``, with `strip_diacritics`; not a
+    decimal digit with `map_digits`); and is never the second character of a canonical
+    composition (nor a Hangul vowel or trailing jamo). A word made of ASCII token bytes
+    and simple characters normalises to itself with its ASCII lower-cased: nothing in it
+    composes, reorders, folds or separates. Built once per process.
+    """
+    from trainvault.extras import require
+
+    np = require("numpy", "contamination")
+    second: set[int] = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for cp in range(SEPARATOR_LIMIT):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                second.add(int(parts[1], 16))
+    out = np.zeros(SEPARATOR_LIMIT, dtype=np.bool_)
+    for cp in range(128, SEPARATOR_LIMIT):
+        if cp in second:
+            continue
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch):
+            continue
+        if unicodedata.normalize("NFKC", ch) != ch or ch.casefold() != ch:
+            continue
+        if map_digits and cat == "Nd":
+            continue
+        if strip_diacritics and (cat == "Mn" or unicodedata.normalize("NFD", ch) != ch):
+            continue
+        out[cp] = True
+    return out
+
+
 class Normalizer:
     """Tokenises text under one `NormalizationSpec`. Build once; `tokens` is the hot path."""
 
@@ -89,6 +128,8 @@ class Normalizer:
         # For batches: 0xFF (never in UTF-8) joins texts and becomes the marker token "A",
         # which no normalised token equals (tokens are casefolded).
         self._batch_table = bytes(table[:128]) + b"\x80" * 127 + b"A"
+        # The same, keeping non-ASCII bytes (0xFF, never in UTF-8, still becomes "A").
+        self._keep_table = bytes(table[:128]) + bytes(range(128, 255)) + b"A"
         # Original bytes of a word holding non-ASCII -> its tokens.
         self._word_cache: dict[bytes, tuple[bytes, ...]] = {}
         self._unicode: dict[int, str] | None = None
@@ -161,32 +202,40 @@ class Normalizer:
     def tokenize_batch(self, texts: list[bytes]) -> TokenBatch:
         """Tokens of many UTF-8 texts at once, as offsets into one byte string.
 
-        Vectorised: one translate and a few numpy passes for the whole batch; only words
-        holding non-ASCII bytes are normalised one by one (and cached). Texts are
-        separated by the marker token ``A``.
+        Vectorised: one translate and a few numpy passes for the whole batch. Words
+        holding non-ASCII bytes keep their bytes when every such character is one that
+        tvnorm-v1 leaves alone (see `simple_chars`; decoded and checked with numpy);
+        the others are normalised one by one (and cached). Texts are separated by the
+        marker token ``A``. Texts must not hold the byte 0xFF (UTF-8 never does; other
+        malformed UTF-8 raises `UnicodeDecodeError`).
         """
         from trainvault.extras import require
 
         np = require("numpy", "contamination")
         raw = b" " + b" \xff ".join(texts) + b" "
-        mapped = raw.translate(self._batch_table)
+        mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
         word = arr != 0x20
         bounds = np.flatnonzero(word[1:] != word[:-1]) + 1
         starts, ends = bounds[0::2], bounds[1::2]
-        if mapped.find(b"\x80") < 0:
+        hi = np.flatnonzero(arr >= 0x80)
+        if not len(hi):
             return TokenBatch(mapped, starts, ends, len(texts))
-        # Tokens holding a non-ASCII byte: normalise each word from its original bytes.
-        hi = np.flatnonzero(arr == 0x80)
-        tok = np.searchsorted(starts, hi, side="right") - 1
+        # Tokens that need the per-word treatment: those holding a character that is not
+        # simple, or every token with a non-ASCII byte if the UTF-8 is not well formed
+        # (the per-word path then raises on it).
+        slow = self._slow_positions(np, arr, hi)
+        if not len(slow):
+            return TokenBatch(mapped, starts, ends, len(texts))
+        tok = np.searchsorted(starts, slow, side="right") - 1
         tok = tok[np.concatenate(([True], tok[1:] != tok[:-1]))]
         cache = self._word_cache
         pairs = list(zip(starts[tok].tolist(), ends[tok].tolist()))
-        if raw.find(b"\xcc\xb8") >= 0:
-            # U+0338 present: '<', '=', '>' may compose with it (see `normalized_utf8`).
-            keys = [raw[a - 1 : b] if raw[a - 1] in b"<=>" else raw[a:b] for a, b in pairs]
-        else:
-            keys = [raw[a:b] for a, b in pairs]
+        keys = [raw[a:b] for a, b in pairs]
+        if any(b"\xcc\xb8" in key for key in keys):
+            # U+0338 (never simple, so only in these words): '<', '=', '>' may compose
+            # with it (see `normalized_utf8`); only a word holding it can compose.
+            keys = [raw[a - 1 : b] if raw[a - 1] in b"<=>" and b"\xcc\xb8" in raw[a:b] else raw[a:b] for a, b in pairs]
         norms = list(map(cache.get, keys))
         if None in norms:
             if len(cache) >= _WORD_CACHE_LIMIT:
@@ -227,6 +276,49 @@ class Normalizer:
         new_starts[slots] = aux_starts
         new_ends[slots] = aux_starts + lengths
         return TokenBatch(mapped, new_starts, new_ends, len(texts))
+
+    def _slow_positions(self, np: Any, arr: Any, hi: Any) -> Any:
+        """Positions (in `arr`) of non-ASCII characters that need per-word normalisation.
+
+        `hi` are the positions of all bytes >= 0x80 (0xFF, the text separator, is not
+        among them: it was mapped to ``A``). When the bytes are not well-formed UTF-8,
+        all of `hi` is returned.
+        """
+        b = arr[hi]
+        lead = b >= 0xC0
+        pos = hi[lead]
+        b0 = b[lead].astype(np.int32)
+        n = len(arr)
+        p1 = np.minimum(pos + 1, n - 1)
+        p2 = np.minimum(pos + 2, n - 1)
+        p3 = np.minimum(pos + 3, n - 1)
+        b1 = arr[p1].astype(np.int32)
+        b2 = arr[p2].astype(np.int32)
+        b3 = arr[p3].astype(np.int32)
+        two = b0 < 0xE0
+        three = (b0 >= 0xE0) & (b0 < 0xF0)
+        four = b0 >= 0xF0
+        c1, c2, c3 = (b1 & 0xC0) == 0x80, (b2 & 0xC0) == 0x80, (b3 & 0xC0) == 0x80
+        cp = np.where(
+            two,
+            ((b0 & 0x1F) << 6) | (b1 & 0x3F),
+            np.where(
+                three,
+                ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F),
+                ((b0 & 0x07) << 18) | ((b1 & 0x3F) << 12) | ((b2 & 0x3F) << 6) | (b3 & 0x3F),
+            ),
+        )
+        ok = np.where(two, c1 & (cp >= 0x80), np.where(three, c1 & c2 & (cp >= 0x800), c1 & c2 & c3 & (cp >= 0x10000)))
+        ok &= b0 < 0xF5
+        # Every continuation byte must belong to exactly one (valid) lead.
+        width = np.where(two, 1, np.where(three, 2, 3))
+        if not ok.all() or int(width.sum()) != len(hi) - len(pos):
+            return hi
+        simple = simple_chars(self.spec.map_digits, self.spec.strip_diacritics)
+        inside = cp < len(simple)
+        good = inside.copy()
+        good[inside] = simple[cp[inside]]
+        return pos[~good]
 
     def tokens_with_spans(self, text: str) -> tuple[list[bytes], list[tuple[int, int]]]:
         """Tokens plus each token's [start, end) character span in the original `text`.

@@ -159,8 +159,7 @@ class _Accumulator:
         self.text_bytes += size
         batch = index.normalizer.tokenize_batch(raws)
         self.tokens += len(batch) - (len(texts) - 1)
-        ids = index.stream_ids(batch.data, batch.starts, batch.ends)
-        found = index.find(batch, ids)
+        found = index.find_stream(batch.data, batch.starts, batch.ends)
         if found:
             self._collect(found, batch.text_starts(), texts)
 
