@@ -99,9 +99,12 @@ class ShardReader:
         start = blocks[run[0]].offset
         end = blocks[run[-1]].offset + blocks[run[-1]].length
         if len(run) == 1:
-            chunks: Any = [self.storage.get_range(self.entry.uri, start, end)]
-        else:
-            chunks = self.storage.stream(self.entry.uri, start=start, end=end, chunk_size=STREAM_CHUNK)
+            # One ranged read is the block itself: verified and handed on without a copy.
+            data = self.storage.get_range(self.entry.uri, start, end)
+            self._verify(data, blocks[run[0]].sha256, f"block {run[0]}")
+            yield run[0], data
+            return
+        chunks = self.storage.stream(self.entry.uri, start=start, end=end, chunk_size=STREAM_CHUNK)
         buf = bytearray()
         pos = start
         k = 0
