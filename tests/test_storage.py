@@ -66,6 +66,16 @@ def test_object_operations(vault_root) -> None:
     assert st.list(root) == []
 
 
+def test_a_folder_is_not_an_object(tmp_path) -> None:
+    st = Storage()
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(ObjectNotFoundError, match="is a folder"):
+        st.get(str(tmp_path / "dir"))
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(ObjectNotFoundError, match="is a folder"):
+        st.get(str(tmp_path / "file" / "below"))
+
+
 def test_local_create_is_atomic_and_hides_temp_files(tmp_path) -> None:
     st = Storage()
     uri = str(tmp_path / "a" / "b.bin")

@@ -601,6 +601,8 @@ class _translate:
             return False
         if isinstance(exc, FileNotFoundError):
             raise ObjectNotFoundError(f"{self.uri} does not exist") from exc
+        if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
+            raise ObjectNotFoundError(f"{self.uri} is a folder (or lies under a file), not an object; name the object") from exc
         if isinstance(exc, (obx.PermissionDeniedError, obx.UnauthenticatedError, PermissionError)):
             raise AuthenticationError(
                 f"cannot {self.op} {self.uri}: access denied; check the storage credentials and permissions"
