@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import MethodSpec, Policy
 from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.scan import ShardScanResult
+from trainvault.contamination.scan import ShardHit, ShardScanResult
 from trainvault.documents import Document
 from trainvault.errors import ContaminationError
 from trainvault.manifest import DataManifest, natural_key
@@ -73,19 +73,12 @@ class BenchmarkResult(_Model):
     passed: bool = Field(alias="pass")
 
 
-class ReportHit(_Model):
-    """Training coordinates of one match (see `ShardHit` for the offsets)."""
+class ReportHit(ShardHit):
+    """Training coordinates of one match: a `ShardHit` placed in its split and shard."""
 
     split: str
     shard: str
     shard_sha256: str = Field(pattern=_SHA)
-    record_index: int = Field(ge=0)
-    record_id: str | None
-    field: str
-    token_start: int = Field(ge=0)
-    token_end: int = Field(ge=0)
-    char_start: int = Field(ge=0)
-    char_end: int = Field(ge=0)
 
 
 class ContaminatedItem(_Model):
