@@ -7,6 +7,7 @@ windows and epoch tails are all exercised in seconds.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainvault import IntegrityError, ResumeStateError, SelectionError, TrainVault  # noqa: E402
+from trainvault import IntegrityError, ResumeStateError, SelectionError, StorageError, TrainVault  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -320,3 +321,16 @@ def test_torch_is_optional() -> None:
         "    raise AssertionError('no ImportError')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_memory_store_with_workers_is_refused_up_front() -> None:
+    vault = TrainVault()
+    uri = f"memory://loader-{os.getpid()}/ds/data-manifest-v1.json"
+    saver = vault.dataset_saver(uri)
+    saver.save("train", None, [{"i": i} for i in range(20)], shard_id="0")
+    saver.commit_manifest()
+    collect = vault.split_data_loader(uri, collate_fn=lambda rs: [r["i"] for r in rs], dataloader_args={"batch_size": 5})
+    assert [i for b in collect.load("train") for i in b] == list(range(20))  # num_workers=0 works
+    workers = vault.split_data_loader(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
+    with pytest.raises(StorageError, match="memory:// stores live inside one process"):
+        workers.load("train")

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import SelectionError
+from trainvault.errors import SelectionError, StorageError
 from trainvault.extras import require
 from trainvault.loading.view import RecordView
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
@@ -31,8 +31,8 @@ _DESCRIPTOR_THREADS = 16
 
 def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
     """The multiprocessing context for workers: what the user asked for, else ``fork`` when
-    every shard is a local file or in memory (plain file I/O and in-process stores survive
-    fork, and forked workers start at once), else ``forkserver``.
+    every shard is a local file (plain file I/O survives fork, and forked workers start at
+    once), else ``forkserver``. memory:// shards cannot be read by workers at all.
 
     obstore's I/O runtime (S3) does not survive ``fork()`` in a process that has used it,
     so a forked worker would fail on its first read: object-store shards need a worker that
@@ -41,9 +41,15 @@ def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
     """
     import multiprocessing
 
+    if any(uri.startswith("memory:") for uri in uris):
+        # A memory:// store exists in one process only: a worker would see another store.
+        raise StorageError(
+            "memory:// stores live inside one process, so DataLoader workers cannot read them: "
+            "use num_workers=0, or save the dataset to a local folder or S3"
+        )
     if requested is not None:
         return requested
-    if all(uri.startswith(("file:", "memory:", "/")) for uri in uris):
+    if all(uri.startswith(("file:", "/")) for uri in uris):
         return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "trainvault.loading.dataset"])
