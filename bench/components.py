@@ -113,29 +113,57 @@ def publish(records: int, shard_records: int, seed: int, max_rows: int) -> tuple
     return vault, request
 
 
+def _output(count: int, dtype: Any) -> tuple[Any, Any]:
+    """A fresh 1-D tensor of `count` elements and its numpy view. In a DataLoader worker it is
+    allocated in shared memory, as torch's default_collate does, so handing it to the main
+    process does not copy it again (both collates do this in a worker: like for like)."""
+    import torch
+    import torch.utils.data
+
+    if torch.utils.data.get_worker_info() is None:
+        view = np.empty(count, dtype=dtype)
+        return torch.from_numpy(view), view
+    elem = torch.from_numpy(np.empty(0, dtype=dtype))
+    out = elem.new(elem._typed_storage()._new_shared(count, device=elem.device)).resize_(count)
+    return out, out.numpy()
+
+
 def pack_plain(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Packed records as a trainer takes them: one [batch, 65536] tensor."""
     import torch
+    import torch.utils.data
 
-    return {"input_ids": torch.from_numpy(np.stack([r["input_ids"] for r in batch]))}
+    ids = [r["input_ids"] for r in batch]
+    if torch.utils.data.get_worker_info() is None:
+        return {"input_ids": torch.from_numpy(np.stack(ids))}
+    out, view = _output(sum(len(a) for a in ids), np.int32)
+    np.stack(ids, out=view.reshape(len(ids), -1))
+    return {"input_ids": out.view(len(ids), -1)}
 
 
 def pack_sequences(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Isolated sequences as a varlen trainer takes them: flat tensors plus cu_seqlens, targets
-    as flat row indices (a group batch is flattened first)."""
-    import torch
-
+    as flat row indices (a group batch is flattened first). Each tensor is written once, in place."""
     seqs = [s for r in batch for s in r.get("component_sequences", (r,))]
     lengths = np.fromiter((len(s["input_ids"]) for s in seqs), dtype=np.int64, count=len(seqs))
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    return {
-        "input_ids": torch.from_numpy(np.concatenate([s["input_ids"] for s in seqs])),
-        "position_ids": torch.from_numpy(np.concatenate([s["position_ids"] for s in seqs])),
-        "loss_mask": torch.from_numpy(np.concatenate([s["loss_mask"] for s in seqs])),
-        "target_row_indices": torch.from_numpy(
-            np.concatenate([s["target_row_indices"] + o for s, o in zip(seqs, starts[:-1].tolist())])),
-        "cu_seqlens": torch.from_numpy(starts.astype(np.int32)),
-    }
+    starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    rows = int(starts[-1])
+    ids, ids_v = _output(rows, np.int32)
+    pos, pos_v = _output(rows, np.int32)
+    loss, loss_v = _output(rows, np.bool_)
+    np.concatenate([s["input_ids"] for s in seqs], out=ids_v)
+    np.concatenate([s["position_ids"] for s in seqs], out=pos_v)
+    np.concatenate([s["loss_mask"] for s in seqs], out=loss_v)
+    tgts = [s["target_row_indices"] for s in seqs]
+    targets, tgt_v = _output(sum(len(t) for t in tgts), np.int64)
+    at = 0
+    for t, o in zip(tgts, starts[:-1].tolist()):
+        np.add(t, o, out=tgt_v[at : at + len(t)])  # flat row index: the sequence's start plus its row
+        at += len(t)
+    cu, cu_v = _output(len(starts), np.int32)
+    cu_v[:] = starts
+    return {"input_ids": ids, "position_ids": pos, "loss_mask": loss, "target_row_indices": targets, "cu_seqlens": cu}
 
 
 def epoch(loader: Any) -> int:

@@ -138,8 +138,31 @@ class ComponentRangeMaterializer:
                 yield from self.expand(entry, desc.blocks[j].first_record, records)
 
 
+#: Cached constants that outputs are copied from (never handed out): aranges for
+#: positions and targets, all-true rows for masks and ``ce_valid``. Grown on demand.
+_CACHE: dict[str, Any] = {}
+
+
+def _constants(rows: int) -> tuple[Any, Any, Any]:
+    """int32 and int64 aranges and an all-true bool array of at least `rows` entries."""
+    import numpy as np
+
+    cached = _CACHE.get("constants")
+    if cached is None or len(cached[0]) < rows:
+        size = max(rows, 8192 + 1, 0 if cached is None else 2 * len(cached[0]))
+        cached = _CACHE["constants"] = (
+            np.arange(size, dtype=np.int32), np.arange(-1, size - 1, dtype=np.int64), np.ones(size, dtype=np.bool_),
+        )
+        for a in cached:
+            a.flags.writeable = False
+    return cached
+
+
 def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[dict[str, Any]]:
-    """Record `index` of `shard` as unpack records, in ledger order, after the custody checks."""
+    """Record `index` of `shard` as unpack records, in ledger order, after the custody checks.
+
+    Every range's digest is checked before anything is returned, so a refused range (or a
+    later one of the record) yields nothing of the record."""
     import numpy as np
 
     if index >= len(shard.records):
@@ -149,51 +172,58 @@ def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[di
         )
     expected = shard.records[index]
     ids = check_read(shard.key, index, expected, record)
-    if not expected.ranges:
+    ranges = expected.ranges
+    if not ranges:
         return []
     mask = read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
     pid = expected.packed_record_id
+    positions, shifted, true = _constants(max(hi - lo for *_, lo, hi, _ in ranges))
+    sha256 = hashlib.sha256
     out = []
-    for rid, cid, c, n, lo, hi, digest in expected.ranges:
+    for rid, cid, c, n, lo, hi, digest in ranges:
         rows = ids[lo:hi].copy()  # a copy: never a view of the record
-        if hashlib.sha256(rows.data).hexdigest() != digest:
+        if sha256(rows).hexdigest() != digest:  # hashed from the fresh copy, still in cache
             raise IntegrityError(
                 f"{where(shard.key, index, pid, rid)}: its {hi - lo} tokens do not match the ledger's sha256; "
                 "the tokens or the ledger changed: nothing of the range is used. Rebuild the ledger and approve again"
             )
-        if mask is None:  # all true: every row after the first bears loss
-            loss = np.ones(hi - lo, dtype=np.bool_)
+        m = hi - lo
+        if mask is None:  # all true: every row after the first bears loss, row t's target is t - 1
+            loss = true[:m].copy()
             loss[0] = False
-            targets = np.arange(hi - lo - 1, dtype=np.int64)
+            targets = shifted[1:m].copy()
+            valid = true[: m - 1].copy()
         else:
             loss = mask[lo:hi].copy()
             loss[0] = False  # the predecessor, or the first token: context only
-            targets = np.flatnonzero(loss).astype(np.int64, copy=False) - 1
-        first = hi - n  # record position of the range's first token
+            targets = np.flatnonzero(loss).astype(np.int64, copy=False)
+            targets -= 1
+            valid = true[: len(targets)].copy()
         out.append({
             "packed_record_id": pid,
             "component_id": cid,
             "range_id": rid,
             "component_range": (c, c + n),
-            "record_range": (first, hi),
+            "record_range": (hi - n, hi),  # record positions of the range's own tokens
             "input_ids": rows,
-            "position_ids": np.arange(hi - lo, dtype=np.int32),
+            "position_ids": positions[:m].copy(),
             "loss_mask": loss,
             "target_row_indices": targets,
-            "ce_valid": np.ones(len(targets), dtype=np.bool_),
+            "ce_valid": valid,
         })
     return out
 
 
 def group_sequences(sequences: list[dict[str, Any]]) -> dict[str, Any]:
-    """One packed record's unpack records as a group record."""
+    """One packed record's unpack records as a group record (``cu_seqlens`` from one cumsum)."""
     import numpy as np
 
-    lengths = [len(s["input_ids"]) for s in sequences]
+    cu = np.zeros(len(sequences) + 1, dtype=np.int32)
+    np.cumsum([len(s["input_ids"]) for s in sequences], out=cu[1:])
     return {
         "packed_record_id": sequences[0]["packed_record_id"],
         "component_sequences": sequences,
-        "cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32),
+        "cu_seqlens": cu,
     }
 
 
