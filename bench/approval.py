@@ -37,31 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402
 
 from trainvault import TrainVault  # noqa: E402
-from trainvault.approval import (  # noqa: E402
-    ApprovalRequest,
-    ArtifactRef,
-    build_training_scan_manifest,
-    collect_producer_pins,
-    write_producer_pins,
-    write_training_scan_manifest,
-)
-from trainvault.canonical import sha256_hex  # noqa: E402
-from trainvault.contamination import (  # noqa: E402
-    VerifierContract,
-    jsonl_benchmark,
-    load_index,
-    publish_document,
-    publish_release,
-    scan_dataset,
-    write_report,
-)
+from chain import approval_request  # noqa: E402
+from trainvault.approval import ApprovalRequest  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / ".data" / "approval"
-ITEMS = b"".join(
-    b'{"id": "item-%d", "text": "%s"}\n' % (i, " ".join(f"zq{i}w{j}" for j in range(20)).encode()) for i in range(8)
-)
-
-
 def publish(records: int, seed: int, shard_records: int) -> tuple[TrainVault, ApprovalRequest, list[Path]]:
     """The publication and its custody chain; returns the request and every file the gate hashes."""
     shutil.rmtree(DATA, ignore_errors=True)
@@ -73,24 +52,7 @@ def publish(records: int, seed: int, shard_records: int) -> tuple[TrainVault, Ap
         saver.save("train", None, corpus.iter_records(min(shard_records, records - start), seed=seed, start=start),
                    shard_id=f"{i:05d}")
     saver.commit_manifest()
-    scan = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json",
-                                        build_training_scan_manifest(vault, manifest_uri))
-    pins = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins())
-    release = publish_release(vault.storage, f"{root}/release", "bench", [jsonl_benchmark("bench", ITEMS)])
-    contract = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", VerifierContract())
-    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
-    report = write_report(vault, f"{root}/ds/contamination-report-v1.json",
-                          scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
-                                       producer_pins_sha256=pins.sha256, progress=False))
-    ref = lambda uri, sha: ArtifactRef(uri=uri, sha256=sha)  # noqa: E731
-    request = ApprovalRequest(
-        data_manifest=ref(manifest_uri, sha256_hex(vault.storage.get(manifest_uri))),
-        training_scan_manifest=ref(scan.uri, scan.sha256),
-        evaluation_release=ref(release.uri, release.sha256),
-        contamination_report=ref(report.uri, report.sha256),
-        verifier_contract=ref(contract.uri, contract.sha256),
-        producer_pins=ref(pins.uri, pins.sha256),
-    )
+    request = approval_request(vault, root, manifest_uri)
     files = sorted(p for p in DATA.rglob("*") if p.is_file() and "release" not in p.parts)
     return vault, request, files
 

@@ -36,31 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from chain import approval_request  # bench/ is the script folder, first on sys.path
 from trainvault import TrainVault
-from trainvault.approval import (
-    ApprovalRequest,
-    ArtifactRef,
-    build_training_scan_manifest,
-    collect_producer_pins,
-    write_producer_pins,
-    write_training_scan_manifest,
-)
-from trainvault.canonical import sha256_hex
+from trainvault.approval import ApprovalRequest
 from trainvault.components import Frame, split_frame
-from trainvault.contamination import (
-    VerifierContract,
-    jsonl_benchmark,
-    load_index,
-    publish_document,
-    publish_release,
-    scan_dataset,
-    write_report,
-)
 
 DATA = Path(__file__).resolve().parent / ".data" / "components"
 TOKENS = 65_536
-ITEMS = b"".join(b'{"id": "item-%d", "text": "%s"}\n' % (i, " ".join(f"zq{i}w{j}" for j in range(20)).encode())
-                 for i in range(8))
 
 
 def packed_records(n: int, seed: int, start: int) -> list[dict[str, Any]]:
@@ -91,25 +73,7 @@ def publish(records: int, shard_records: int, seed: int, max_rows: int) -> tuple
         return [split_frame(Frame(cid, s, e, cs), max_rows) for cid, s, e, cs in record["frames"]]
 
     ledger = vault.build_component_ledger(manifest_uri, split="train", declare=declare)
-    scan = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json",
-                                        build_training_scan_manifest(vault, manifest_uri))
-    pins = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins())
-    release = publish_release(vault.storage, f"{root}/release", "bench", [jsonl_benchmark("bench", ITEMS)])
-    contract = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", VerifierContract())
-    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
-    report = write_report(vault, f"{root}/ds/contamination-report-v1.json",
-                          scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
-                                       producer_pins_sha256=pins.sha256, progress=False))
-    ref = lambda uri, sha: ArtifactRef(uri=uri, sha256=sha)  # noqa: E731
-    request = ApprovalRequest(
-        data_manifest=ref(manifest_uri, sha256_hex(vault.storage.get(manifest_uri))),
-        training_scan_manifest=ref(scan.uri, scan.sha256),
-        evaluation_release=ref(release.uri, release.sha256),
-        contamination_report=ref(report.uri, report.sha256),
-        verifier_contract=ref(contract.uri, contract.sha256),
-        producer_pins=ref(pins.uri, pins.sha256),
-        sidecars=ledger.sidecars(),
-    )
+    request = approval_request(vault, root, manifest_uri, sidecars=ledger.sidecars())
     return vault, request
 
 

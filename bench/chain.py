@@ -1,0 +1,54 @@
+"""The custody chain around a committed benchmark publication: scan manifest, producer pins,
+a small evaluation release, the verifier contract, the contamination report, and the
+approval request binding them. Shared by the benchmarks that go through the gate."""
+
+from __future__ import annotations
+
+from trainvault import TrainVault
+from trainvault.approval import (
+    ApprovalRequest,
+    ArtifactRef,
+    build_training_scan_manifest,
+    collect_producer_pins,
+    write_producer_pins,
+    write_training_scan_manifest,
+)
+from trainvault.canonical import sha256_hex
+from trainvault.contamination import (
+    VerifierContract,
+    jsonl_benchmark,
+    load_index,
+    publish_document,
+    publish_release,
+    scan_dataset,
+    write_report,
+)
+
+#: Benchmark items whose words never occur in the synthetic corpus: the report passes.
+ITEMS = b"".join(
+    b'{"id": "item-%d", "text": "%s"}\n' % (i, " ".join(f"zq{i}w{j}" for j in range(20)).encode()) for i in range(8)
+)
+
+
+def approval_request(
+    vault: TrainVault, root: str, manifest_uri: str, *, sidecars: dict[str, ArtifactRef] | None = None
+) -> ApprovalRequest:
+    """Write every artifact of the chain under `root` and return the request that binds them."""
+    scan = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json",
+                                        build_training_scan_manifest(vault, manifest_uri))
+    pins = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins())
+    release = publish_release(vault.storage, f"{root}/release", "bench", [jsonl_benchmark("bench", ITEMS)])
+    contract = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", VerifierContract())
+    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
+    report = write_report(vault, f"{root}/ds/contamination-report-v1.json",
+                          scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
+                                       producer_pins_sha256=pins.sha256, progress=False))
+    return ApprovalRequest(
+        data_manifest=ArtifactRef(uri=manifest_uri, sha256=sha256_hex(vault.storage.get(manifest_uri))),
+        training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),
+        evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256),
+        contamination_report=ArtifactRef(uri=report.uri, sha256=report.sha256),
+        verifier_contract=ArtifactRef(uri=contract.uri, sha256=contract.sha256),
+        producer_pins=ArtifactRef(uri=pins.uri, sha256=pins.sha256),
+        **({"sidecars": sidecars} if sidecars else {}),
+    )
