@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approval_chain import Chain, build_chain
 from trainvault import TrainVault
 from trainvault.approval import ArtifactRef
-from trainvault.components import Frame, split_frame
+from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
 from trainvault.components.custody import CompiledRecord, CompiledShard, check_record
 from trainvault.components.ledger import ComponentLedger, ComponentLedgerPart
@@ -438,3 +439,48 @@ def test_group_batches_and_resume_state_binds_the_view(world: dict[str, Any]) ->
         other.load_state_dict(loader.state_dict())
     with pytest.raises(Exception, match="covers split 'train'"):
         unpack.load("valid")
+
+
+# -- the varlen collate ------------------------------------------------------------------
+
+
+def collated(approved: Any, mode: str, batch_size: int, workers: int) -> list[dict[str, Any]]:
+    m = approved.component_range_materializer("train", mode=mode)
+    args = {"batch_size": batch_size, "num_workers": workers}
+    return list(approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train"))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_sequences_packs_ranges_into_one_varlen_buffer(world: dict[str, Any], workers: int) -> None:
+    approved = world["approved"]
+    records = list(approved.component_range_materializer("train").iter_records())
+    batches = collated(approved, "unpack", 5, workers)
+    assert [rid for b in batches for rid in b["range_ids"]] == [r["range_id"] for r in records]
+    k = 0
+    for b in batches:
+        seqs = records[k : k + len(b["range_ids"])]
+        k += len(seqs)
+        # One buffer a batch: in a worker, one shared-memory segment reaches the trainer.
+        assert len({t.untyped_storage().data_ptr() for t in b.values() if isinstance(t, torch.Tensor)}) == 1
+        assert b["cu_seqlens"].dtype == torch.int32 and b["input_ids"].dtype == torch.int32
+        assert b["cu_seqlens"].diff().tolist() == [len(s["input_ids"]) for s in seqs]
+        assert b["max_seqlen"] == max(len(s["input_ids"]) for s in seqs)
+        for name in ("input_ids", "position_ids", "loss_mask"):
+            assert b[name].tolist() == np.concatenate([s[name] for s in seqs]).tolist()
+        starts = b["cu_seqlens"][:-1].tolist()
+        flat_targets = [t + o for s, o in zip(seqs, starts) for t in s["target_row_indices"].tolist()]
+        assert b["target_row_indices"].dtype == torch.int64 and b["target_row_indices"].tolist() == flat_targets
+        assert b["ce_valid"].all() and len(b["ce_valid"]) == len(flat_targets)
+        # The loss pairs logits at each target row with the next row's token: the loss-bearing tokens.
+        ids = b["input_ids"]
+        assert ids[b["target_row_indices"] + 1].tolist() == ids[b["loss_mask"]].tolist()
+    assert k == len(records)
+
+
+def test_collate_sequences_flattens_group_records_like_unpack(world: dict[str, Any]) -> None:
+    approved = world["approved"]
+    unpack, group = collated(approved, "unpack", 7, 0), collated(approved, "group", 3, 2)
+    for name in ("input_ids", "position_ids", "loss_mask", "ce_valid"):
+        assert torch.cat([b[name] for b in group]).tolist() == torch.cat([b[name] for b in unpack]).tolist()
+    assert [r for b in group for r in b["range_ids"]] == [r for b in unpack for r in b["range_ids"]]
+    assert sum(len(b["target_row_indices"]) for b in group) == sum(len(b["target_row_indices"]) for b in unpack)

@@ -1,9 +1,11 @@
-"""Component ranges of packed long-context records: the ledger, its builder and the materializer.
+"""Component ranges of packed long-context records: the ledger, its builder, the materializer
+and a varlen collate for its records.
 
 Importing this package imports neither torch nor numpy; they are imported on use.
 """
 
 from trainvault.components.builder import Binding, Frame, build_component_ledger, split_frame
+from trainvault.components.collate import collate_sequences
 from trainvault.components.ledger import (
     LEDGER_NAME,
     ComponentLedger,
@@ -32,6 +34,7 @@ __all__ = [
     "LedgerRange",
     "LedgerRecord",
     "build_component_ledger",
+    "collate_sequences",
     "ledger_sidecar_name",
     "ledger_uri",
     "range_id",

@@ -1,0 +1,91 @@
+"""Varlen batches of materialised ranges, as flash-attention style trainers take them.
+
+``collate_sequences`` packs a batch of logical records (``unpack`` ranges, or ``group``
+records flattened in ledger order) into flat tensors plus ``cu_seqlens``. Every tensor is
+a view of one buffer written once; in a DataLoader worker that buffer is allocated in
+shared memory, as torch's ``default_collate`` does, so the batch reaches the trainer
+through one shared segment instead of one per tensor (a segment costs the receiving
+process a descriptor, a mapping and an unmapping). Imports torch: extra ``torch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+#: Output tensors in buffer order: widest first, so every view is aligned to its element size.
+_LAYOUT = (
+    ("target_row_indices", "int64", "targets"),
+    ("input_ids", "int32", "rows"),
+    ("position_ids", "int32", "rows"),
+    ("cu_seqlens", "int32", "sequences"),
+    ("loss_mask", "bool", "rows"),
+    ("ce_valid", "bool", "targets"),
+)
+
+_PUBLIC_ORDER = ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid", "cu_seqlens")
+
+
+def _buffer(nbytes: int) -> Any:
+    """A fresh uint8 tensor of `nbytes`, in shared memory inside a DataLoader worker."""
+    import torch
+    import torch.utils.data
+
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
+
+
+def allocate_varlen(rows: int, targets: int, sequences: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The output tensors of a varlen batch, uninitialised, as views of one fresh buffer, and
+    numpy views of the same memory to write them through."""
+    import numpy as np
+    import torch
+
+    counts = {"rows": rows, "targets": targets, "sequences": sequences + 1}
+    spans = []
+    at = 0
+    for name, dtype, count in _LAYOUT:
+        size = np.dtype(dtype).itemsize * counts[count]
+        spans.append((name, at, size, dtype))
+        at += -(-size // 8) * 8
+    buf = _buffer(at)
+    raw = buf.numpy()
+    tensors = {name: buf[lo : lo + size].view(getattr(torch, dtype)) for name, lo, size, dtype in spans}
+    views = {name: raw[lo : lo + size].view(dtype) for name, lo, size, dtype in spans}
+    return tensors, views
+
+
+def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A batch of ``unpack`` or ``group`` records as one varlen batch.
+
+    Returns ``input_ids`` and ``position_ids`` (int32), ``loss_mask`` (bool), all sequences'
+    rows back to back; ``cu_seqlens`` (int32, sequence starts and the total) and
+    ``max_seqlen``; ``target_row_indices`` (int64) as flat row indices into that batch, with
+    ``ce_valid``; ``range_ids`` and ``packed_record_ids``, one per sequence. The loss is
+    CE(``logits[target_row_indices]``, ``input_ids[target_row_indices + 1]``).
+    """
+    import numpy as np
+
+    seqs = [s for r in batch for s in r.get("component_sequences", (r,))]
+    lengths = np.fromiter((len(s["input_ids"]) for s in seqs), dtype=np.int64, count=len(seqs))
+    starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    targets = [s["target_row_indices"] for s in seqs]
+    out, views = allocate_varlen(int(starts[-1]), sum(len(t) for t in targets), len(seqs))
+
+    for name in ("input_ids", "position_ids", "loss_mask", "ce_valid") if seqs else ():
+        np.concatenate([s[name] for s in seqs], out=views[name])
+    views["cu_seqlens"][:] = starts
+    flat, k = views["target_row_indices"], 0
+    for t, row in zip(targets, starts[:-1].tolist()):
+        np.add(t, row, out=flat[k : k + len(t)])  # the sequence's start plus its own row
+        k += len(t)
+    out = {name: out[name] for name in _PUBLIC_ORDER}
+    out["max_seqlen"] = int(lengths.max()) if seqs else 0
+    out["range_ids"] = [s["range_id"] for s in seqs]
+    out["packed_record_ids"] = [s["packed_record_id"] for s in seqs]
+    return out
+
+
+__all__ = ["allocate_varlen", "collate_sequences"]
