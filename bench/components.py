@@ -17,6 +17,10 @@ into the tensors a trainer takes (so they cross processes through shared memory)
   ``position_ids``, ``loss_mask``, ``target_row_indices``, ``ce_valid``, ``cu_seqlens``);
 - group: ``mode="group"``, batch 4 packed records, the same collate.
 
+With 0 workers it also prints each epoch's CPU time (every thread of the process) and the
+bound it sets: no epoch can finish before its CPU time spread over every core, so the
+floor's CPU time caps the ratio any materializer can reach on this machine.
+
 Tokens/s counts the packed records' tokens read per wall-clock second (the same tokens in
 every mode, so the ratios compare like with like); the materialised modes also emit one
 predecessor row per mid-component range. Goal: each mode >= 85% of plain. Workers are
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import random
 import shutil
 import statistics
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     modes = {"plain": (None, 4, pack_plain), "floor": (None, 4, floor), "unpack": (unpack, 32, collate_sequences),
              "group": (group, 4, collate_sequences)}
     results: dict[tuple[str, int], float] = {}
+    cpu_s: dict[str, float] = {}  # CPU seconds an epoch with 0 workers
     for workers in (0, 2):
         loaders = {}
         for name, (m, batch, collate) in modes.items():
@@ -177,14 +183,18 @@ def main(argv: list[str] | None = None) -> None:
                                                        materializer=m).load("train")
             epoch(loaders[name])  # warm-up: imports, workers, page cache
         times: dict[str, list[float]] = {name: [] for name in modes}
+        cpu: dict[str, list[float]] = {name: [] for name in modes}  # every thread of this process
         names = list(modes)
         for i in range(args.repeats):
             for name in names[i % len(names):] + names[: i % len(names)]:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 epoch(loaders[name])
                 times[name].append(time.perf_counter() - t)
+                cpu[name].append(time.process_time() - c)
         for name in modes:
             results[(name, workers)] = tokens / statistics.median(times[name])
+            if not workers:
+                cpu_s[name] = statistics.median(cpu[name])
         del loaders
     for workers in (0, 2):
         plain = results[("plain", workers)]
@@ -192,7 +202,15 @@ def main(argv: list[str] | None = None) -> None:
         for name in modes:
             tps = results[(name, workers)]
             goal = " (goal >= 0.85)" if name in ("unpack", "group") else ""
-            print(f"  {name:6s}: {tps / 1e6:8.1f} M tokens/s" + ("" if name == "plain" else f"   ratio {name}/plain {tps / plain:.2f}{goal}"))
+            line = f"  {name:6s}: {tps / 1e6:8.1f} M tokens/s"
+            if not workers:
+                line += f", {cpu_s[name] * 1e3:5.0f} ms CPU an epoch"
+            print(line + ("" if name == "plain" else f"   ratio {name}/plain {tps / plain:.2f}{goal}"))
+        if not workers:
+            # An epoch cannot take less wall time than its CPU time spread over every core.
+            cores = os.cpu_count() or 1
+            bound = (tokens / plain) / (cpu_s["floor"] / cores)
+            print(f"  bound: the floor's CPU time on all {cores} cores at once allows at most ratio {bound:.2f}")
 
 
 if __name__ == "__main__":
