@@ -17,8 +17,9 @@ into the tensors a trainer takes (so they cross processes through shared memory)
   ``position_ids``, ``loss_mask``, ``target_row_indices``, ``ce_valid``, ``cu_seqlens``);
 - group: ``mode="group"``, batch 4 packed records, the same collate.
 
-With 0 workers it also prints each epoch's CPU time (every thread of the process) and the
-bound it sets: no epoch can finish before its CPU time spread over every core, so the
+It prints how busy the machine's cores were during each epoch (all processes: the workers
+and anything else running) and, with 0 workers, each epoch's CPU time (every thread of
+this process) and the bound it sets: no epoch can finish before its CPU time spread over every core, so the
 floor's CPU time caps the ratio any materializer can reach on this machine.
 
 Tokens/s counts the packed records' tokens read per wall-clock second (the same tokens in
@@ -144,6 +145,16 @@ def max_rows_of(ranges: dict[str, list[tuple[int, int, str]]]) -> int:
     return max((hi - lo for spans in ranges.values() for lo, hi, _ in spans), default=1)
 
 
+def machine_jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat; None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
+
+
 def epoch(loader: Any) -> int:
     """Batches of one epoch (consumed, not kept)."""
     return sum(1 for _ in loader)
@@ -173,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
              "group": (group, 4, collate_sequences)}
     results: dict[tuple[str, int], float] = {}
     cpu_s: dict[str, float] = {}  # CPU seconds an epoch with 0 workers
+    busy_s: dict[tuple[str, int], float] = {}  # share of the machine's cores busy during an epoch
     for workers in (0, 2):
         loaders = {}
         for name, (m, batch, collate) in modes.items():
@@ -184,17 +196,22 @@ def main(argv: list[str] | None = None) -> None:
             epoch(loaders[name])  # warm-up: imports, workers, page cache
         times: dict[str, list[float]] = {name: [] for name in modes}
         cpu: dict[str, list[float]] = {name: [] for name in modes}  # every thread of this process
+        busy: dict[str, list[float]] = {name: [] for name in modes}  # the whole machine's cores
         names = list(modes)
         for i in range(args.repeats):
             for name in names[i % len(names):] + names[: i % len(names)]:
-                t, c = time.perf_counter(), time.process_time()
+                t, c, j = time.perf_counter(), time.process_time(), machine_jiffies()
                 epoch(loaders[name])
                 times[name].append(time.perf_counter() - t)
                 cpu[name].append(time.process_time() - c)
+                if j is not None and (k := machine_jiffies()) is not None and k[1] > j[1]:
+                    busy[name].append((k[0] - j[0]) / (k[1] - j[1]))
         for name in modes:
             results[(name, workers)] = tokens / statistics.median(times[name])
             if not workers:
                 cpu_s[name] = statistics.median(cpu[name])
+            if busy[name]:
+                busy_s[(name, workers)] = statistics.median(busy[name])
         del loaders
     for workers in (0, 2):
         plain = results[("plain", workers)]
@@ -205,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
             line = f"  {name:6s}: {tps / 1e6:8.1f} M tokens/s"
             if not workers:
                 line += f", {cpu_s[name] * 1e3:5.0f} ms CPU an epoch"
+            if (name, workers) in busy_s:
+                line += f", cores {busy_s[(name, workers)]:4.0%} busy"
             print(line + ("" if name == "plain" else f"   ratio {name}/plain {tps / plain:.2f}{goal}"))
         if not workers:
             # An epoch cannot take less wall time than its CPU time spread over every core.
