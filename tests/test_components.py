@@ -484,3 +484,11 @@ def test_collate_sequences_flattens_group_records_like_unpack(world: dict[str, A
         assert torch.cat([b[name] for b in group]).tolist() == torch.cat([b[name] for b in unpack]).tolist()
     assert [r for b in group for r in b["range_ids"]] == [r for b in unpack for r in b["range_ids"]]
     assert sum(len(b["target_row_indices"]) for b in group) == sum(len(b["target_row_indices"]) for b in unpack)
+
+
+def test_collate_sequences_refuses_records_that_are_not_materialised(world: dict[str, Any]) -> None:
+    plain = world["approved"].split_data_loader(collate_fn=collate_sequences).load("train")
+    with pytest.raises(TypeError, match="component range materializer"):
+        next(iter(plain))
+    empty = collate_sequences([])
+    assert empty["cu_seqlens"].tolist() == [0] and len(empty["input_ids"]) == 0 and empty["max_seqlen"] == 0

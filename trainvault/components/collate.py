@@ -68,6 +68,12 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     import numpy as np
 
     seqs = [s for r in batch for s in r.get("component_sequences", (r,))]
+    missing = next((s for s in seqs if "target_row_indices" not in s), None)
+    if missing is not None:
+        raise TypeError(
+            "collate_sequences takes the records of a component range materializer (unpack or group), got one "
+            f"with keys {sorted(missing)}; pass materializer=approved.component_range_materializer(split)"
+        )
     lengths = np.fromiter((len(s["input_ids"]) for s in seqs), dtype=np.int64, count=len(seqs))
     starts = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
