@@ -19,8 +19,8 @@ into the tensors a trainer takes (so they cross processes through shared memory)
 
 It prints how busy the machine's cores were during each epoch (all processes: the workers
 and anything else running) and, with 0 workers, each epoch's CPU time (every thread of
-this process) and the bound it sets: no epoch can finish before its CPU time spread over every core, so the
-floor's CPU time caps the ratio any materializer can reach on this machine.
+this process) and the bound it sets: no epoch finishes before its CPU time spread over
+every core, so the floor's CPU time caps the ratio any materializer reaches here.
 
 Tokens/s counts the packed records' tokens read per wall-clock second (the same tokens in
 every mode, so the ratios compare like with like); the materialised modes also emit one
@@ -102,10 +102,10 @@ class FloorCollate:
     and cached aranges, with no per-range records (the records here have no loss_mask, so
     every row after the first bears loss). No implementation of the spec can beat it."""
 
-    def __init__(self, vault: TrainVault, ledger_uri: str):
+    def __init__(self, vault: TrainVault, uri: str):
         self.ranges: dict[str, list[tuple[int, int, str]]] = {}
-        ledger = ComponentLedger.from_json_bytes(vault.storage.get(ledger_uri))
-        base = ledger_uri.rsplit("/", 1)[0]
+        ledger = ComponentLedger.from_json_bytes(vault.storage.get(uri))
+        base = uri.rsplit("/", 1)[0]
         for ref in ledger.parts:
             part = ComponentLedgerPart.from_json_bytes(vault.storage.get(f"{base}/{ref.uri}"))
             for rec in part.records:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-#: Output tensors in buffer order: widest first, so every view is aligned to its element size.
+#: Output tensors in buffer order; each starts on an 8-byte boundary, so every view is aligned.
 _LAYOUT = (
     ("target_row_indices", "int64", "targets"),
     ("input_ids", "int32", "rows"),
@@ -23,6 +23,7 @@ _LAYOUT = (
     ("ce_valid", "bool", "targets"),
 )
 
+#: The order a batch lists them in.
 _PUBLIC_ORDER = ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid", "cu_seqlens")
 
 
@@ -43,16 +44,20 @@ def allocate_varlen(rows: int, targets: int, sequences: int) -> tuple[dict[str, 
     import torch
 
     counts = {"rows": rows, "targets": targets, "sequences": sequences + 1}
-    spans = []
+    spans = {}
     at = 0
     for name, dtype, count in _LAYOUT:
         size = np.dtype(dtype).itemsize * counts[count]
-        spans.append((name, at, size, dtype))
+        spans[name] = (at, size, dtype)
         at += -(-size // 8) * 8
     buf = _buffer(at)
     raw = buf.numpy()
-    tensors = {name: buf[lo : lo + size].view(getattr(torch, dtype)) for name, lo, size, dtype in spans}
-    views = {name: raw[lo : lo + size].view(dtype) for name, lo, size, dtype in spans}
+    tensors = {}
+    views = {}
+    for name in _PUBLIC_ORDER:
+        lo, size, dtype = spans[name]
+        tensors[name] = buf[lo : lo + size].view(getattr(torch, dtype))
+        views[name] = raw[lo : lo + size].view(dtype)
     return tensors, views
 
 
@@ -87,7 +92,6 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for t, row in zip(targets, starts[:-1].tolist()):
         np.add(t, row, out=flat[k : k + len(t)])  # the sequence's start plus its own row
         k += len(t)
-    out = {name: out[name] for name in _PUBLIC_ORDER}
     out["max_seqlen"] = int(lengths.max()) if seqs else 0
     out["range_ids"] = [s["range_id"] for s in seqs]
     out["packed_record_ids"] = [s["packed_record_id"] for s in seqs]
