@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import shutil
 import statistics
 import sys
 import time
@@ -37,22 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402
 
 from trainvault import TrainVault  # noqa: E402
-from chain import approval_request  # noqa: E402
+from chain import approval_request, publish_train  # noqa: E402
 from trainvault.approval import ApprovalRequest  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / ".data" / "approval"
+
+
 def publish(records: int, seed: int, shard_records: int) -> tuple[TrainVault, ApprovalRequest, list[Path]]:
     """The publication and its custody chain; returns the request and every file the gate hashes."""
-    shutil.rmtree(DATA, ignore_errors=True)
-    vault = TrainVault()
-    root = str(DATA)
-    manifest_uri = f"{root}/ds/data-manifest-v1.json"
-    saver = vault.dataset_saver(manifest_uri)
-    for i, start in enumerate(range(0, records, shard_records)):
-        saver.save("train", None, corpus.iter_records(min(shard_records, records - start), seed=seed, start=start),
-                   shard_id=f"{i:05d}")
-    saver.commit_manifest()
-    request = approval_request(vault, root, manifest_uri)
+    vault, manifest_uri = publish_train(DATA, records, shard_records,
+                                        lambda n, start: corpus.iter_records(n, seed=seed, start=start))
+    request = approval_request(vault, str(DATA), manifest_uri)
     files = sorted(p for p in DATA.rglob("*") if p.is_file() and "release" not in p.parts)
     return vault, request, files
 

@@ -1,8 +1,13 @@
-"""The custody chain around a committed benchmark publication: scan manifest, producer pins,
-a small evaluation release, the verifier contract, the contamination report, and the
+"""A fresh benchmark publication and the custody chain around it: scan manifest, producer
+pins, a small evaluation release, the verifier contract, the contamination report, and the
 approval request binding them. Shared by the benchmarks that go through the gate."""
 
 from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from trainvault import TrainVault
 from trainvault.approval import (
@@ -28,6 +33,21 @@ from trainvault.contamination import (
 ITEMS = b"".join(
     b'{"id": "item-%d", "text": "%s"}\n' % (i, " ".join(f"zq{i}w{j}" for j in range(20)).encode()) for i in range(8)
 )
+
+
+def publish_train(
+    folder: Path, records: int, shard_records: int, make: Callable[[int, int], Iterable[dict[str, Any]]]
+) -> tuple[TrainVault, str]:
+    """Empty `folder` and commit `records` train records in shards of `shard_records` under
+    it; `make(count, start)` gives a shard's records. Returns the vault and the manifest URI."""
+    shutil.rmtree(folder, ignore_errors=True)
+    vault = TrainVault()
+    manifest_uri = f"{folder}/ds/data-manifest-v1.json"
+    saver = vault.dataset_saver(manifest_uri)
+    for i, start in enumerate(range(0, records, shard_records)):
+        saver.save("train", None, make(min(shard_records, records - start), start), shard_id=f"{i:05d}")
+    saver.commit_manifest()
+    return vault, manifest_uri
 
 
 def approval_request(

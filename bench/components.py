@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import os
 import random
-import shutil
 import statistics
 import sys
 import time
@@ -45,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from chain import approval_request  # bench/ is the script folder, first on sys.path
+from chain import approval_request, publish_train  # bench/ is the script folder, first on sys.path
 from trainvault import TrainVault
 from trainvault.approval import ApprovalRequest
 from trainvault.components import ComponentLedger, ComponentLedgerPart, Frame, collate_sequences, ledger_uri, split_frame
@@ -70,20 +69,13 @@ def packed_records(n: int, seed: int, start: int) -> list[dict[str, Any]]:
 
 
 def publish(records: int, shard_records: int, seed: int, max_rows: int) -> tuple[TrainVault, ApprovalRequest]:
-    shutil.rmtree(DATA, ignore_errors=True)
-    vault = TrainVault()
-    root = str(DATA)
-    manifest_uri = f"{root}/ds/data-manifest-v1.json"
-    saver = vault.dataset_saver(manifest_uri)
-    for i, start in enumerate(range(0, records, shard_records)):
-        saver.save("train", None, packed_records(min(shard_records, records - start), seed, start), shard_id=f"{i:05d}")
-    saver.commit_manifest()
+    vault, manifest_uri = publish_train(DATA, records, shard_records, lambda n, start: packed_records(n, seed, start))
 
     def declare(record: dict[str, Any]) -> list[Frame]:
         return [split_frame(Frame(cid, s, e, cs), max_rows) for cid, s, e, cs in record["frames"]]
 
     ledger = vault.build_component_ledger(manifest_uri, split="train", declare=declare)
-    request = approval_request(vault, root, manifest_uri, sidecars=ledger.sidecars())
+    request = approval_request(vault, str(DATA), manifest_uri, sidecars=ledger.sidecars())
     return vault, request
 
 

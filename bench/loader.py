@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
 
     limit = args.records / med(raw, "seconds") if raw else None
     print()
-    print(f"| reader | workers | rec/s | MB/s | TTFB s | % of raw decode limit | peak RSS MB (main / worker) | ok |")
+    print("| reader | workers | rec/s | MB/s | TTFB s | % of raw decode limit | peak RSS MB (main / worker) | ok |")
     print("|---|---|---|---|---|---|---|---|")
     if limit:
         print(f"| raw decode limit (zstd + msgpack, one loop) | – | {limit:,.0f} | {limit * raw_total / args.records / 1e6:.1f} | – | 100% | {med(raw, 'rss'):.0f} | {'yes' if raw[0]['records'] == args.records else 'NO'} |")
