@@ -7,8 +7,8 @@ those the manifest declares, only after their size matches the approved size, an
 and reads of anything else raise `CustodyError`.
 
 Custody is issued, not built: `CustodyStorage()` raises `TypeError`, and a copy or a
-pickle of one raises `TypeError` too, except while a worker process is being started.
-There it travels as an `ApprovedObjects` reader: the approved data objects and their
+pickle of one raises `TypeError` too, except while a worker process is being started
+(a forked worker inherits it unpickled). There it travels as an `ApprovedObjects` reader: the approved data objects and their
 sizes, no pinned manifest or descriptors (the worker is handed the verified descriptors
 with its dataset), and not a `CustodyStorage`, so nothing takes it for custody. Unpickling
 cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStorage`.
