@@ -1,10 +1,13 @@
-"""Canonical JSON and SHA-256 digests: the bytes that get hashed and published."""
+"""Canonical JSON and SHA-256 digests: the bytes that get hashed and published; the one
+strict JSON parser every document goes through."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from typing import Any
+
+from trainvault.errors import ManifestError
 
 
 def canonical_json(value: Any) -> bytes:
@@ -26,3 +29,33 @@ def sha256_hex(data: bytes | bytearray | memoryview) -> str:
 def is_sha256_hex(value: str) -> bool:
     """True for a 64-character lowercase hex digest."""
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # the common case costs one length check
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def loads_strict(data: bytes | bytearray | str, *, source: str) -> Any:
+    """`json.loads` that refuses a key repeated within one object with `ManifestError`
+    naming `source` and the key: parsers disagree on which value wins, so such bytes do not
+    mean one document. Invalid JSON raises json's own `ValueError` for the caller to word
+    (catch `ManifestError` first: it is a `ValueError` too)."""
+    try:
+        return json.loads(data, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise ManifestError(
+            f"{source}: key {dup.key!r} appears more than once in one JSON object; trainvault refuses duplicate "
+            "keys (parsers disagree on which value wins): write the document with each key once"
+        ) from None

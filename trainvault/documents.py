@@ -7,12 +7,11 @@ Parsing checks both before the fields, so a document from a newer trainvault fai
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.errors import ManifestError
 
 D = TypeVar("D", bound="Document")
@@ -38,8 +37,10 @@ class Document(BaseModel):
     def from_json_bytes(cls: type[D], data: bytes | str, *, source: str = "document") -> D:
         """Parse and validate; raise `ManifestError` naming `source` and the bad field."""
         try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+            obj = loads_strict(data, source=source)
+        except ManifestError:
+            raise
+        except ValueError as exc:  # UnicodeDecodeError too
             raise ManifestError(f"{source}: not valid JSON ({exc}); the object is damaged or not a {cls.KIND}") from None
         return cls.from_obj(obj, source=source)
 

@@ -5,41 +5,46 @@ The data manifest and the shard descriptors come from the very bytes the gate ha
 those the manifest declares, only after their size matches the approved size, and (in
 `ShardReader`) block by block, each block's SHA-256 checked before it is decoded. Writes
 and reads of anything else raise `CustodyError`.
+
+Custody is issued, not built: `CustodyStorage()` raises `TypeError`, and a copy or a
+pickle of one raises `TypeError` too, except while a worker process is being started
+(a forked worker inherits it unpickled). There it travels as an `ApprovedObjects` reader: the approved data objects and their
+sizes, no pinned manifest or descriptors (the worker is handed the verified descriptors
+with its dataset), and not a `CustodyStorage`, so nothing takes it for custody. Unpickling
+cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStorage`.
 """
 
 from __future__ import annotations
 
+import multiprocessing.context
 import threading
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from trainvault.errors import CustodyError, IntegrityError
 from trainvault.storage import ObjectInfo, Storage, StorageConfig, normalize_uri
 
+_ISSUE = object()
 
-class CustodyStorage(Storage):
-    """A read-only `Storage` over the approved objects.
 
-    Pickles into DataLoader workers without the pinned documents: workers read only
-    data objects, with descriptors handed to them.
+class ApprovedObjects(Storage):
+    """A read-only `Storage` over listed data objects, each read only once its size matches.
+
+    What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
     """
 
-    def __init__(self, config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes] | None = None):
+    def __init__(self, config: StorageConfig, objects: Mapping[str, int]):
         super().__init__(config)
         self._objects = MappingProxyType(dict(objects))
-        self._pinned = MappingProxyType(dict(pinned or {}))
         self._sized: set[str] = set()
         self._size_lock = threading.Lock()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "objects": dict(self._objects)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["config"], state["objects"])  # type: ignore[misc]
+    def __reduce__(self) -> Any:
+        return ApprovedObjects, (self.config, dict(self._objects))
 
     def __repr__(self) -> str:
-        return f"CustodyStorage({len(self._objects)} approved objects, {self.config!r})"
+        return f"{type(self).__name__}({len(self._objects)} approved objects, {self.config!r})"
 
     def _approved(self, uri: str) -> str:
         uri = normalize_uri(uri)
@@ -61,10 +66,7 @@ class CustodyStorage(Storage):
         return uri
 
     def get(self, uri: str) -> bytes:
-        key = normalize_uri(uri)
-        if key in self._pinned:
-            return self._pinned[key]
-        return super().get(self._approved(key))
+        return super().get(self._approved(uri))
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         return super().get_range(self._approved(uri), start, end)
@@ -89,3 +91,51 @@ class CustodyStorage(Storage):
 
     def delete(self, uri: str) -> None:
         self._refuse_write(uri)
+
+
+class CustodyStorage(ApprovedObjects):
+    """A read-only `Storage` over the approved objects, serving the approved manifest and
+    descriptors from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "CustodyStorage cannot be constructed directly; get one from ApprovedDataset.custody_storage() of a "
+            "dataset that passed the approval gate"
+        )
+
+    @classmethod
+    def _issue(cls, token: object, config: StorageConfig, objects: Mapping[str, int],
+               pinned: Mapping[str, bytes]) -> CustodyStorage:
+        if token is not _ISSUE:
+            raise TypeError("a CustodyStorage is issued by an ApprovedDataset only")
+        self = object.__new__(cls)
+        ApprovedObjects.__init__(self, config, objects)
+        self._pinned = MappingProxyType(dict(pinned))
+        return self
+
+    def __reduce__(self) -> Any:
+        # Only a worker start pickles custody, and then as the data objects alone.
+        if multiprocessing.context.get_spawning_popen() is None:
+            _refuse_copy()
+        return ApprovedObjects, (self.config, dict(self._objects))
+
+    def __copy__(self) -> Any:
+        _refuse_copy()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        _refuse_copy()
+
+    def get(self, uri: str) -> bytes:
+        key = normalize_uri(uri)
+        if key in self._pinned:
+            return self._pinned[key]
+        return super().get(key)
+
+
+def _refuse_copy() -> NoReturn:
+    raise TypeError("a CustodyStorage does not pickle or copy: get it from the ApprovedDataset where it is needed")
+
+
+def issue_custody(config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]) -> CustodyStorage:
+    """The `CustodyStorage` of an approved dataset (internal to trainvault.approval)."""
+    return CustodyStorage._issue(_ISSUE, config, objects, pinned)

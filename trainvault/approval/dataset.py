@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.custody import CustodyStorage
-from trainvault.canonical import sha256_hex
+from trainvault.approval.custody import CustodyStorage, issue_custody
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ class ApprovedDataset:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
         pinned = {r.manifest_uri: r.manifest_raw, **r.descriptors_raw}
-        return CustodyStorage(self._config, r.shard_sizes, pinned)
+        return issue_custody(self._config, r.shard_sizes, pinned)
 
     def split_data_loader(
         self,
@@ -129,10 +128,9 @@ class ApprovedDataset:
         """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
         ``num_workers``, and every block is verified before its records are yielded. With a
         `materializer` (from `component_range_materializer`) it batches its logical records."""
-        from trainvault.approval.loader import ApprovedSplitDataLoader
+        from trainvault.approval.loader import issue_loader
 
-        assert sha256_hex(self._result.manifest_raw) == self.manifest_sha256
-        return ApprovedSplitDataLoader(
+        return issue_loader(
             self.custody_storage(),
             self.manifest_uri,
             self.manifest_sha256,

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainvault.approval.keys import SigningKey, VerifyingKey, load_verifying_key
-from trainvault.canonical import canonical_json
+from trainvault.canonical import canonical_json, loads_strict
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ApprovalError
+from trainvault.errors import ApprovalError, ManifestError
 
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
@@ -48,10 +48,15 @@ class Envelope(BaseModel):
 
     @classmethod
     def from_json_bytes(cls, data: bytes, *, source: str = "envelope") -> Envelope:
+        """Parse an envelope: `ManifestError` for a duplicated key, else `ApprovalError`."""
         try:
-            return cls.model_validate_json(data)
-        except ValidationError as exc:
+            return cls.model_validate(loads_strict(data, source=source))
+        except ManifestError:
+            raise
+        except ValidationError as exc:  # before ValueError: it is one
             raise ApprovalError(f"{source}: not a DSSE envelope ({describe_validation_error(exc)})") from None
+        except ValueError as exc:
+            raise ApprovalError(f"{source}: not a DSSE envelope (not valid JSON: {exc})") from None
 
 
 def _b64decode(value: str, what: str) -> bytes:

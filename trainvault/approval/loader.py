@@ -5,6 +5,12 @@ order that does not depend on `num_workers`: workers form batches and the loader
 them back in sequence) and adds the approval's: the manifest and descriptors are the
 bytes the gate hashed, only approved shards are opened, and every block's SHA-256 is
 checked before any of its records is decoded.
+
+Like `ApprovedDataset`, it is issued, not built: the constructor raises `TypeError`, its
+attributes cannot be replaced (no swapping in another manifest or storage), and it does
+not pickle or copy. What crosses into DataLoader workers is the dataset `load` makes:
+verified descriptors and an `ApprovedObjects` reader of the approved shards, never a
+manifest (see `trainvault.approval.custody`).
 """
 
 from __future__ import annotations
@@ -20,13 +26,23 @@ if TYPE_CHECKING:
     from trainvault.components.materializer import ComponentRangeMaterializer
 
 
+_ISSUE = object()
+
+
 class ApprovedSplitDataLoader(SplitDataLoader):
     """Loads selections of an approved dataset: ``.load(split, curriculum_stage=...,
     curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
     `materializer`, it batches the materializer's logical records (ranges or packed records)."""
 
-    def __init__(
-        self,
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "ApprovedSplitDataLoader cannot be constructed directly; get one from ApprovedDataset.split_data_loader()"
+        )
+
+    @classmethod
+    def _issue(
+        cls,
+        token: object,
         storage: CustodyStorage,
         manifest_uri: str,
         manifest_sha256: str,
@@ -34,7 +50,11 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         materializer: ComponentRangeMaterializer | None = None,
-    ):
+    ) -> ApprovedSplitDataLoader:
+        if token is not _ISSUE:
+            raise TypeError("an ApprovedSplitDataLoader is issued by an ApprovedDataset only")
+        if not isinstance(storage, CustodyStorage):
+            raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
         if materializer is not None:
             from trainvault.components.materializer import ComponentRangeMaterializer
 
@@ -45,11 +65,26 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                     f"{materializer!r} belongs to data manifest {materializer.manifest_sha256}, this approved loader "
                     f"to {manifest_sha256}; make it with this dataset's component_range_materializer()"
                 )
-        super().__init__(storage, manifest_uri, collate_fn=collate_fn, dataloader_args=dataloader_args,
-                         shuffle=False, seed=0, view=materializer)
+        self = object.__new__(cls)
+        SplitDataLoader.__init__(self, storage, manifest_uri, collate_fn=collate_fn, dataloader_args=dataloader_args,
+                                 shuffle=False, seed=0, view=materializer)
         if self.manifest_sha256 != manifest_sha256:  # the custody storage serves only the approved bytes
             raise CustodyError(f"{manifest_uri}: the loader did not get the approved manifest bytes")
         self.materializer = materializer
+        object.__setattr__(self, "_sealed", True)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_sealed", False):
+            raise AttributeError(f"an ApprovedSplitDataLoader is read-only; cannot set {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"an ApprovedSplitDataLoader is read-only; cannot delete {name!r}")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("an ApprovedSplitDataLoader does not pickle or copy: build it from the ApprovedDataset where "
+                        "it is needed")
 
     def __repr__(self) -> str:
         return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
@@ -72,3 +107,10 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
         return super().load(split, curriculum_stage, curriculum_stages, False)
+
+
+def issue_loader(
+    storage: CustodyStorage, manifest_uri: str, manifest_sha256: str, **options: Any
+) -> ApprovedSplitDataLoader:
+    """The approved loader over `storage` (internal: `ApprovedDataset.split_data_loader` calls it)."""
+    return ApprovedSplitDataLoader._issue(_ISSUE, storage, manifest_uri, manifest_sha256, **options)

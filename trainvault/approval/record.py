@@ -8,7 +8,6 @@ public keys it trusts, and the gate runs again on the request inside it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,8 @@ from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
 from trainvault.approval.keys import SigningKey, load_signing_key
 from trainvault.approval.progress import HashProgressCallback
-from trainvault.canonical import canonical_json, is_sha256_hex, sha256_hex
-from trainvault.errors import ApprovalError, ObjectNotFoundError, TrainVaultError
+from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
+from trainvault.errors import ApprovalError, ManifestError, ObjectNotFoundError, TrainVaultError
 from trainvault.storage import normalize_uri
 
 if TYPE_CHECKING:
@@ -102,7 +101,8 @@ def open_approved(
 ) -> ApprovedDataset:
     """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
     at least `threshold` of `trusted_keys` must have signed it), then run the gate on
-    the request inside it. Raises `ApprovalError` saying what failed."""
+    the request inside it. Raises `ApprovalError` saying what failed (`ManifestError` for an
+    envelope or signed statement with a duplicated key)."""
     if not isinstance(sha256, str) or not is_sha256_hex(sha256):
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
@@ -121,7 +121,9 @@ def open_approved(
     envelope = Envelope.from_json_bytes(raw, source=uri)
     payload, signers = verify_envelope(envelope, trusted_keys, threshold, source=uri)
     try:
-        statement = json.loads(payload)
+        statement = loads_strict(payload, source=f"{uri} (its signed statement)")
+    except ManifestError:
+        raise
     except ValueError:
         raise ApprovalError(f"{uri}: the signed payload is not JSON") from None
     if _field(statement, "_type", str, uri) != STATEMENT_TYPE:

@@ -9,17 +9,16 @@ any JSONL file a user points at.
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.contamination.bound import Bound, publish_document, read_document
 from trainvault.documents import Document
-from trainvault.errors import ContaminationError, IntegrityError
+from trainvault.errors import ContaminationError, IntegrityError, ManifestError
 from trainvault.manifest import validate_name
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 
@@ -139,7 +138,9 @@ def parse_jsonl(data: bytes, source: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(loads_strict(line, source=f"{source}: line {n}"))
+        except ManifestError:
+            raise
         except ValueError as exc:
             raise ContaminationError(f"{source}: line {n} is not valid JSON ({exc}); fix or remove it") from None
     return out

@@ -10,15 +10,14 @@ decoded and tensors are views of the one buffer rather than a second copy.
 
 from __future__ import annotations
 
-import json
 import struct
 import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from trainvault.canonical import canonical_json
-from trainvault.errors import IntegrityError
+from trainvault.canonical import canonical_json, loads_strict
+from trainvault.errors import IntegrityError, ManifestError
 from trainvault.extras import require
 from trainvault.representations.documents import HEADER_LIMIT, ArtifactEntry
 
@@ -96,8 +95,10 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
     if 8 + hlen > size:
         raise IntegrityError(f"{uri}: header says {hlen} bytes but the object has {size - 8} after its length (truncated)")
     try:
-        header = json.loads(bytes(buf[8 : 8 + hlen]))
-    except (ValueError, UnicodeDecodeError):
+        header = loads_strict(bytes(buf[8 : 8 + hlen]), source=f"{uri} (safetensors header)")
+    except ManifestError:
+        raise
+    except ValueError:  # UnicodeDecodeError too
         raise IntegrityError(f"{uri}: the safetensors header is not valid JSON; the artifact is damaged") from None
     if not isinstance(header, dict):
         raise IntegrityError(f"{uri}: the safetensors header is not a JSON object; the artifact is damaged")
