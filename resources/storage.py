@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from trainvault import TrainVault
+from trainvault.storage import S3_ENV_VARS
 
 _SECRET = {"dagster__is_secret": True}
 
@@ -17,7 +18,7 @@ class ObjectStore(dg.ConfigurableResource):
 
     Leave everything unset for the embedded default (a local folder store). For S3 (or
     Tigris, R2, MinIO) set `s3_base_url`, `region` and the keys, the keys through
-    `dg.EnvVar` so they never show in the UI or in run config.
+    `dg.EnvVar` so they never show in the UI or in run config (`object_store_from_env`).
     """
 
     s3_base_url: str | None = Field(default=None, description="endpoint of an S3-compatible service")
@@ -37,15 +38,7 @@ class ObjectStore(dg.ConfigurableResource):
 
 
 def object_store_from_env() -> ObjectStore:
-    """The store as the code location configures it: each setting from its environment
-    variable when that variable is set (as an `EnvVar`, resolved at run start), else unset."""
-
-    def env(name: str) -> dg.EnvVar | None:
-        return dg.EnvVar(name) if os.environ.get(name) else None
-
-    return ObjectStore(
-        s3_base_url=env("TRAINVAULT_S3_URL"),
-        region=env("TRAINVAULT_S3_REGION"),
-        access_key_id=env("TRAINVAULT_S3_KEY_ID"),
-        secret_access_key=env("TRAINVAULT_S3_SECRET"),
-    )
+    """The store as the code location configures it: each setting from the variable
+    `StorageConfig.from_env` reads (``TRAINVAULT_S3_*``) when that variable is set, as an
+    `EnvVar` resolved at run start so keys never show in the UI; else unset."""
+    return ObjectStore(**{name: dg.EnvVar(var) for name, var in S3_ENV_VARS.items() if os.environ.get(var)})

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +91,19 @@ def s3_config(endpoint: str, **overrides: object) -> StorageConfig:
     )
     base.update(overrides)
     return StorageConfig(**base)  # type: ignore[arg-type]
+
+
+def closed_loopback_port() -> int:
+    """A 127.0.0.1 port nothing listens on (bound, read, closed): connections to it are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def env_without_s3_settings(**extra: str) -> dict[str, str]:
+    """This process's environment less every TRAINVAULT_S3_* and AWS_* variable, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_S3_", "AWS_"))}
+    return {**env, **extra}
 
 
 @pytest.fixture

@@ -61,6 +61,11 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        # shutdown() wakes the blocked accept(); close() alone leaves the port listening until then.
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
         for c in list(self._conns):
             try:

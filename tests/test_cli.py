@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import queue
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from approval_chain import build_chain
+from conftest import S3_KEY, S3_SECRET, closed_loopback_port, env_without_s3_settings, s3_config
 
 from trainvault import TrainVault
 from trainvault.cli import main
@@ -67,6 +71,69 @@ def test_console_script_runs(chain: Any) -> None:
     proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "verify", "nowhere.json", "--sha256", "x",
                            "--key", "nokey.pub"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+
+
+def test_inspect_names_the_entries_their_descriptors_do_not_back(chain: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(chain.manifest_uri)
+    doc = json.loads(path.read_bytes())
+    doc["splits"]["train"]["shards"][0]["record_count"] += 1  # an edited manifest, still valid JSON
+    path.write_text(json.dumps(doc))
+    chain.vault.storage.delete(doc["splits"]["valid"]["shards"][0]["descriptor_uri"])
+    code, out, err = run(capsys, "inspect", chain.manifest_uri)
+    assert code == 3
+    assert "split train: 2 shards, 21 records" in out  # the summary still shows what the manifest claims
+    mismatches = [line for line in out.splitlines() if "MISMATCH" in line]
+    assert len(mismatches) == 2
+    assert mismatches[0].startswith("  MISMATCH split train shard easy/s0: ")
+    assert "record_count 10 in the descriptor, 11 in the manifest" in mismatches[0]
+    assert mismatches[1].startswith("  MISMATCH split valid shard _/v0: ") and "does not exist" in mismatches[1]
+    assert err.count("\n") == 1 and err.startswith("trainvault: error: 2 of 3 shard entries do not match")
+    code, out, _ = run(capsys, "inspect", "--json", chain.manifest_uri)
+    assert code == 3
+    assert [(m["split"], m["key"]) for m in json.loads(out)["mismatches"]] == [("train", "easy/s0"), ("valid", "_/v0")]
+
+
+def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainvault.cli", *argv], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_server: str, s3_bucket: str) -> None:
+    uri = f"s3://{s3_bucket}/ds/data-manifest-v1.json"
+    saver = TrainVault(storage=s3_config(s3_server)).dataset_saver(uri)
+    saver.save("train", None, [{"i": i} for i in range(3)], shard_id="0")
+    saver.commit_manifest()
+    env = env_without_s3_settings(TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1",
+                                  TRAINVAULT_S3_KEY_ID=S3_KEY, TRAINVAULT_S3_SECRET=S3_SECRET)
+    proc = cli("inspect", uri, env=env)
+    assert proc.returncode == 0 and "split train: 1 shards, 3 records" in proc.stdout, proc.stderr
+    # No settings: at once, naming the variables to set.
+    proc = cli("inspect", uri, env=env_without_s3_settings())
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "S3 storage is not configured" in proc.stderr
+    assert all(name in proc.stderr for name in ("TRAINVAULT_S3_URL", "TRAINVAULT_S3_KEY_ID", "TRAINVAULT_S3_SECRET"))
+    # An endpoint that refuses connections: named, after its first-contact attempts.
+    dead = f"http://127.0.0.1:{closed_loopback_port()}"
+    proc = cli("inspect", uri, env={**env, "TRAINVAULT_S3_URL": dead})
+    assert proc.returncode == 1 and f"the S3 endpoint {dead} did not answer" in proc.stderr.splitlines()[-1]
+    assert S3_SECRET not in proc.stderr and S3_KEY not in proc.stderr
+
+
+def test_cli_says_which_endpoint_it_is_still_connecting_to() -> None:
+    # A server that accepts connections (the kernel's backlog) and never answers.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = env_without_s3_settings(TRAINVAULT_S3_URL=endpoint, TRAINVAULT_S3_KEY_ID="k", TRAINVAULT_S3_SECRET="s")
+        proc = subprocess.Popen([sys.executable, "-m", "trainvault.cli", "inspect", "s3://b/data-manifest-v1.json"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        try:
+            first = lines.get(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert first == f"trainvault: connecting to {endpoint} ...\n"
 
 
 def test_progress_bar_on_a_terminal(chain: Any) -> None:

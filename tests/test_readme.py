@@ -41,3 +41,13 @@ def test_readme_examples_run_as_written(tmp_path, s3_server, s3_bucket) -> None:
     assert lines[4] == "3200"  # every easy record through the approved loader
     assert len(lines) == 5
     assert (tmp_path / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
+
+
+def test_readme_names_one_set_of_s3_variables() -> None:
+    from trainvault.storage import S3_ENV_VARS
+
+    text = README.read_text()
+    cli = text.split("### Command line", 1)[1].split("## Pipeline", 1)[0]
+    for variable in S3_ENV_VARS.values():
+        assert f"`{variable}`" in cli and f"| `{variable}` |" in text
+    assert not re.search(r"TRAINVAULT_S3_ENDPOINT|AWS_ENDPOINT_URL|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY", text)

@@ -1,31 +1,83 @@
 """The ``trainvault`` command: inspect a manifest, generate keys, approve, verify an approval.
 
-Storage settings come from the environment: ``TRAINVAULT_S3_ENDPOINT`` (or
-``AWS_ENDPOINT_URL``), ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``.
-Failures print one line, ``trainvault: error: ...``, and exit with status 1.
+S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
+``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
+``trainvault: error: ...``, and exit with status 1; ``inspect`` exits 3 when shard entries do
+not match their completion descriptors. Waits of more than a second are announced on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import logging
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
 from typing import Any
 
 from trainvault.errors import TrainVaultError
+
+#: `inspect`: the manifest lists shards that their completion descriptors do not back.
+EXIT_MISMATCH = 3
+#: Seconds of waiting before the command says what it waits for.
+NOTICE_AFTER_S = 1.0
 
 
 def _vault() -> Any:
     from trainvault.client import TrainVault
 
-    return TrainVault(
-        s3_base_url=os.environ.get("TRAINVAULT_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL"),
-        region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
-        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID"),
-        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
-    )
+    return TrainVault.from_env()
+
+
+def _say(text: str) -> None:
+    print(f"trainvault: {text}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _waiting(text: str) -> Iterator[None]:
+    """Say ``text ...`` on stderr if the block still runs after `NOTICE_AFTER_S`."""
+    timer = threading.Timer(NOTICE_AFTER_S, _say, (f"{text} ...",))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+@contextmanager
+def _announcing_storage_waits() -> Iterator[None]:
+    """While the command runs, say which S3 endpoint it is still connecting to after a second,
+    and show storage retries and resumes (logged at INFO, never with credentials)."""
+    from trainvault.storage import CONTACTS
+
+    stop, announced = threading.Event(), set()
+
+    def watch() -> None:
+        while not stop.wait(0.1):
+            for endpoint, seconds in CONTACTS.waiting().items():
+                if seconds >= NOTICE_AFTER_S and endpoint not in announced:
+                    announced.add(endpoint)
+                    _say(f"connecting to {endpoint} ...")
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("trainvault: %(message)s"))
+    logger = logging.getLogger("trainvault.storage")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    watcher = threading.Thread(target=watch, name="trainvault-connecting", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _mb(n: int) -> str:
@@ -33,12 +85,32 @@ def _mb(n: int) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from trainvault.reader import check_descriptors
+
     vault = _vault()
-    summary = vault.load_manifest(args.manifest).summary()
+    manifest = vault.load_manifest(args.manifest)
+    shards = sum(len(split.shards) for split in manifest.splits.values())
+    with _waiting(f"checking {shards} shard descriptors against the manifest"):
+        mismatches = check_descriptors(vault.storage, manifest)
+    summary = manifest.summary()
     if args.json:
+        summary["mismatches"] = [asdict(m) for m in mismatches]
         print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        _print_summary(args.manifest, summary)
+        for m in mismatches:
+            print(f"  MISMATCH split {m.split} shard {m.key}: {m.problem}")
+    if not mismatches:
         return 0
-    print(f"manifest {args.manifest}")
+    _say(
+        f"error: {len(mismatches)} of {shards} shard entries do not match their completion descriptors "
+        f"(listed above); do not train on {args.manifest}"
+    )
+    return EXIT_MISMATCH
+
+
+def _print_summary(uri: str, summary: dict[str, Any]) -> None:
+    print(f"manifest {uri}")
     print(f"  sha256 {summary['sha256']}  format {summary['data_format']}")
     for name, split in sorted(summary["splits"].items()):
         print(f"  split {name}: {split['shards']} shards, {split['records']:,} records, {_mb(split['bytes'])}")
@@ -47,7 +119,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"    stage {label}: {st['shards']} shards, {st['records']:,} records, {_mb(st['bytes'])}")
         for cur, n in sorted(split["curricula"].items()):
             print(f"    curriculum {cur}: {n} shards")
-    return 0
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -60,10 +131,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(quiet: bool) -> Any:
+@contextmanager
+def _gate_progress(quiet: bool, text: str) -> Iterator[Any]:
+    """The hashing bar on a terminal; elsewhere `text` once, if the gate runs over a second."""
     from trainvault.approval.progress import terminal_hash_progress
 
-    return None if quiet else terminal_hash_progress("hashing")
+    bar = None if quiet else terminal_hash_progress("hashing")
+    with _waiting(text) if bar is None and not quiet else nullcontext():
+        yield bar
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -80,7 +155,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise TrainVaultError(f"--provenance takes NAME=VALUE, got {item!r}")
         provenance[name] = value
-    approved = approve_dataset(vault, raw, progress=_progress(args.quiet))
+    gate = f"running the approval gate on {args.request}: hashing every file it binds"
+    with _gate_progress(args.quiet, gate) as bar:
+        approved = approve_dataset(vault, raw, progress=bar)
     written = write_approval(vault, args.out, approved, signing_keys=keys, provenance=provenance)
     s = approved.summary
     print(f"approved {approved.manifest_uri}: {s.shards} shards, {s.records:,} records, {_mb(s.shard_bytes)}")
@@ -93,8 +170,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from trainvault.approval.record import open_approved
 
     vault = _vault()
-    approved = open_approved(vault, args.approval, args.sha256, trusted_keys=args.key, threshold=args.threshold,
-                             progress=_progress(args.quiet))
+    with _gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
+        approved = open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
+                                 threshold=args.threshold, progress=bar)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
     print(f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
@@ -106,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainvault", description="Custody chain for model-training data.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("inspect", help="splits, stages, shards, records and bytes of a data manifest")
+    p = sub.add_parser("inspect", help="splits, stages, shards, records and bytes of a data manifest; checks "
+                       "each shard descriptor against it (exit 3 on a mismatch)")
     p.add_argument("manifest", help="data manifest URI or path")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_inspect)
@@ -144,7 +223,8 @@ def add_archive_commands(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        with _announcing_storage_waits():
+            return int(args.run(args))
     except TrainVaultError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the error held
         print(f"trainvault: error: {message}", file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from trainvault.errors import ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.manifest import MANIFEST_NAME, DataManifest, ShardEntry, SplitManifest
@@ -44,17 +46,25 @@ class TrainVault:
         )
         self.storage = Storage(self.storage_config)
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TrainVault:
+        """S3 settings from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID``
+        and ``TRAINVAULT_S3_SECRET`` (see `StorageConfig.from_env`); local paths need none."""
+        return cls(storage=StorageConfig.from_env(environ))
+
     def __repr__(self) -> str:
         return f"TrainVault({self.storage_config!r})"
 
     def __getstate__(self) -> dict[str, object]:
-        return {"storage_config": self.storage_config}
+        # The Storage travels too: it tells the new process whether its endpoint has answered.
+        return {"storage_config": self.storage_config, "storage": self.storage}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        config = state["storage_config"]
-        assert isinstance(config, StorageConfig)
+        config, storage = state["storage_config"], state.get("storage")
+        if not isinstance(config, StorageConfig):
+            raise TypeError(f"not a pickled TrainVault: storage_config is {type(config).__name__}")
         self.storage_config = config
-        self.storage = Storage(config)
+        self.storage = storage if isinstance(storage, Storage) else Storage(config)
 
     # -- saving -----------------------------------------------------------------
 

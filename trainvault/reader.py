@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import IntegrityError
+from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.formats import BlockRef, get_format
-from trainvault.manifest import ShardDescriptor, ShardEntry
+from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage, StorageConfig
 
 STREAM_CHUNK = 4 << 20
@@ -29,7 +31,7 @@ def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
         )
     desc = ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri)
     mismatched = [
-        name
+        f"{name} {a!r} in the descriptor, {b!r} in the manifest"
         for name, a, b in (
             ("size_bytes", desc.size_bytes, entry.size_bytes),
             ("sha256", desc.sha256, entry.sha256),
@@ -39,8 +41,39 @@ def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
         if a != b
     ]
     if mismatched:
-        raise IntegrityError(f"{entry.descriptor_uri}: {', '.join(mismatched)} differ from the manifest entry")
+        raise IntegrityError(f"{entry.descriptor_uri}: differs from the manifest entry: {'; '.join(mismatched)}")
     return desc
+
+
+@dataclass(frozen=True)
+class DescriptorMismatch:
+    """A manifest entry that its completion descriptor does not back."""
+
+    split: str
+    key: str
+    problem: str
+
+
+def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 16) -> list[DescriptorMismatch]:
+    """Every shard entry whose descriptor is missing, altered, or disagrees with it (split, key,
+    format, size, sha256, record count). Reads the small descriptors only, never shard data."""
+    entries = [(name, entry) for name, split in sorted(manifest.splits.items()) for entry in split.shards]
+
+    def check(item: tuple[str, ShardEntry]) -> DescriptorMismatch | None:
+        split, entry = item
+        try:
+            desc = read_descriptor(storage, entry)
+        except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
+            return DescriptorMismatch(split, entry.key, str(exc))
+        if (desc.split, desc.data_format) != (split, manifest.data_format):
+            return DescriptorMismatch(
+                split, entry.key, f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, "
+                f"but the manifest lists it in split {split!r} in {manifest.data_format}"
+            )
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(entries)))) as pool:
+        return [m for m in pool.map(check, entries) if m is not None]
 
 
 class ShardReader:

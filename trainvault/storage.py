@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -34,6 +34,7 @@ from trainvault.errors import (
     StorageError,
     StorageTimeoutError,
     TransientStorageError,
+    TrainVaultError,
 )
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,15 @@ SINGLE_PUT_LIMIT = 5 * 1024**3
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
+
+#: The environment variable behind each S3 setting: read by `StorageConfig.from_env`, the
+#: command line and the Dagster resource. Nothing else (no ``AWS_*``) is read for them.
+S3_ENV_VARS = {
+    "s3_base_url": "TRAINVAULT_S3_URL",
+    "region": "TRAINVAULT_S3_REGION",
+    "access_key_id": "TRAINVAULT_S3_KEY_ID",
+    "secret_access_key": "TRAINVAULT_S3_SECRET",
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,9 @@ class StorageConfig:
     client_retry_timeout_s: float = 60.0
     #: trainvault's recovery: retry with a fresh client until this long passes without progress.
     recovery_window_s: float = 900.0
+    #: Attempts (each with `client_retries`) at an endpoint that has never answered this process:
+    #: a wrong or dead endpoint fails in seconds instead of riding out the recovery window.
+    first_contact_attempts: int = 2
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 15.0
 
@@ -79,6 +92,12 @@ class StorageConfig:
 
     def with_overrides(self, **changes: Any) -> StorageConfig:
         return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StorageConfig:
+        """Endpoint, region and keys from the `S3_ENV_VARS` variables (unset or empty: None)."""
+        env = os.environ if environ is None else environ
+        return cls(**{name: env.get(var) or None for name, var in S3_ENV_VARS.items()})
 
 
 @dataclass(frozen=True)
@@ -175,6 +194,48 @@ def _claim_obstore(uri: str) -> None:
             "ProcessPoolExecutor(mp_context=multiprocessing.get_context('forkserver'))), or create the pool "
             "before the parent's first storage access"
         )
+
+
+class _Contacts:
+    """Which S3 endpoints have answered, and since when each other one is being tried.
+
+    An endpoint that never answered is most likely wrong or down, so it gets
+    `StorageConfig.first_contact_attempts`; one that answered keeps the recovery window,
+    because its failures are then most likely transient. "Answered" holds for this process
+    and for the processes it hands a pickled `Storage` to (loader and pool workers).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answered: set[str] = set()
+        self._trying: dict[str, float] = {}
+
+    def answered(self, endpoint: str) -> bool:
+        return endpoint in self._answered
+
+    def trying(self, endpoint: str) -> None:
+        if endpoint not in self._answered:
+            with self._lock:
+                self._trying.setdefault(endpoint, time.monotonic())
+
+    def heard_from(self, endpoint: str) -> None:
+        if endpoint not in self._answered:
+            with self._lock:
+                self._answered.add(endpoint)
+                self._trying.pop(endpoint, None)
+
+    def gave_up(self, endpoint: str) -> None:
+        with self._lock:
+            self._trying.pop(endpoint, None)
+
+    def waiting(self) -> dict[str, float]:
+        """Endpoints being tried that have never answered, with seconds since the first try."""
+        now = time.monotonic()
+        with self._lock:
+            return {endpoint: now - started for endpoint, started in self._trying.items()}
+
+
+CONTACTS = _Contacts()
 
 
 class _ObstoreBackend:
@@ -335,10 +396,13 @@ class Storage:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config}
+        endpoint = self.config.s3_base_url
+        return {"config": self.config, "answered": bool(endpoint and CONTACTS.answered(endpoint))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])
+        if state.get("answered") and self.config.s3_base_url:
+            CONTACTS.heard_from(self.config.s3_base_url)
 
     def __repr__(self) -> str:
         return f"Storage({self.config!r})"
@@ -346,6 +410,7 @@ class Storage:
     # -- backends ---------------------------------------------------------------
 
     def _backend(self, loc: Location) -> Any:
+        """The cached client for `loc`'s store; called once per attempt, so it notes the attempt."""
         if loc.scheme != "file":
             _claim_obstore(loc.uri)
         key = (loc.scheme, loc.bucket)
@@ -356,6 +421,8 @@ class Storage:
                 if backend is None:
                     backend = self._make_backend(loc)
                     self._backends[key] = backend
+        if loc.scheme == "s3":
+            CONTACTS.trying(self.config.s3_base_url)
         return backend
 
     def _make_backend(self, loc: Location) -> Any:
@@ -365,6 +432,7 @@ class Storage:
             with _MEMORY_LOCK:
                 return _ObstoreBackend(_MEMORY_STORES.setdefault(loc.bucket, MemoryStore()))
         cfg = self.config
+        _require_s3_settings(cfg, loc.uri)
         client_options: dict[str, Any] = {
             "connect_timeout": _timedelta(cfg.connect_timeout_s),
             "read_timeout": _timedelta(cfg.read_timeout_s),
@@ -385,15 +453,16 @@ class Storage:
             },
             "virtual_hosted_style_request": False,
         }
-        if cfg.s3_base_url:
-            kwargs["endpoint"] = cfg.s3_base_url
+        kwargs["endpoint"] = cfg.s3_base_url
+        kwargs["access_key_id"] = cfg.access_key_id
+        kwargs["secret_access_key"] = cfg.secret_access_key
         if cfg.region:
             kwargs["region"] = cfg.region
-        if cfg.access_key_id:
-            kwargs["access_key_id"] = cfg.access_key_id
-        if cfg.secret_access_key:
-            kwargs["secret_access_key"] = cfg.secret_access_key
         return _ObstoreBackend(S3Store(loc.bucket, **kwargs))
+
+    def _heard_from(self, loc: Location) -> None:
+        if loc.scheme == "s3" and self.config.s3_base_url:
+            CONTACTS.heard_from(self.config.s3_base_url)
 
     def _drop_backend(self, loc: Location) -> None:
         """Forget the client so the next attempt opens a fresh one (a broken pool is discarded)."""
@@ -407,7 +476,18 @@ class Storage:
         cfg = self.config
         idle = time.monotonic() - since
         reason = _first_line(exc.__cause__ or exc)
+        endpoint = cfg.s3_base_url if loc.scheme == "s3" else None
+        if endpoint and not CONTACTS.answered(endpoint) and attempt >= cfg.first_contact_attempts:
+            CONTACTS.gave_up(endpoint)
+            STATS.add("gave_up")
+            raise StorageError(
+                f"cannot {op} {loc.uri}: the S3 endpoint {endpoint} did not answer ({attempt} attempts, connect "
+                f"timeout {cfg.connect_timeout_s:g} s, {cfg.client_retries} retries each); last error: {reason}. "
+                f"Check {S3_ENV_VARS['s3_base_url']} (s3_base_url) and that the service is up and reachable"
+            ) from exc
         if idle >= cfg.recovery_window_s:
+            if endpoint:
+                CONTACTS.gave_up(endpoint)
             STATS.add("gave_up")
             where = f" at byte {offset}" if offset is not None else ""
             raise StorageTimeoutError(
@@ -433,10 +513,16 @@ class Storage:
             backend = self._backend(loc)
             try:
                 with _translate(loc.uri, op):
-                    return fn(backend, loc.path, loc)
+                    result = fn(backend, loc.path, loc)
             except TransientStorageError as exc:
                 attempt += 1
                 self._pause_or_give_up(loc, op, exc, since, attempt)
+                continue
+            except TrainVaultError:
+                self._heard_from(loc)  # a refusal (missing, denied, changed) is an answer too
+                raise
+            self._heard_from(loc)
+            return result
 
     # -- reads ------------------------------------------------------------------
 
@@ -474,6 +560,7 @@ class Storage:
                 with _translate(loc.uri, "stream"):
                     if chunks is None:
                         got, chunks = self._backend(loc).open_stream(loc.path, pos, end, chunk_size, etag)
+                        self._heard_from(loc)
                         etag = etag or got
                     chunk = next(chunks, None)
             except TransientStorageError as exc:
@@ -580,6 +667,23 @@ class StorageStats:
 
 
 STATS = StorageStats()
+
+
+def _require_s3_settings(cfg: StorageConfig, uri: str) -> None:
+    """Refuse before any network call: without an endpoint and keys, the client would try a
+    public cloud endpoint and its credential service (which hang on a closed network)."""
+    missing = [
+        f"{var} ({name})"
+        for name, var in S3_ENV_VARS.items()
+        if name != "region" and not getattr(cfg, name)
+    ]
+    if missing:
+        region = "" if cfg.region else f" (and {S3_ENV_VARS['region']} if the service needs a region)"
+        raise StorageError(
+            f"cannot reach {uri}: S3 storage is not configured: set {', '.join(missing)}{region} in the "
+            "environment (read by the command line, the pipeline and TrainVault.from_env()), or pass the "
+            "settings to TrainVault(...)"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
