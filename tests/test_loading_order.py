@@ -82,3 +82,18 @@ def test_worker_chunks_deal_every_batch_once() -> None:
     order = EpochOrder(_plan([100] * 40), key=1, epoch=0, shuffle=True, window_blocks=4)
     assert chunk_batches(order, 16, 1, 0) == 1
     assert chunk_batches(order, 16, 1, 2) == 50  # two windows of 400 records in batches of 16
+
+
+def test_infinite_dealing_runs_on_across_epochs() -> None:
+    # Epochs of a few batches, fewer than workers x chunk: every worker must still get
+    # batches, chunk after chunk in the stream's order, as torch asks the workers in turn.
+    for lengths, chunk, workers in [([1, 1, 1, 1, 1, 1], 1, 3), ([3, 3, 3, 3], 4, 2), ([2, 5, 1, 7, 0, 4], 3, 3)]:
+        owner: dict[int, int] = {}
+        first = 0
+        for n in lengths:
+            for w in range(workers):
+                for t in worker_batches(n, chunk, workers, w, first):
+                    assert first + t not in owner
+                    owner[first + t] = w
+            first += n
+        assert owner == {i: (i // chunk) % workers for i in range(first)}

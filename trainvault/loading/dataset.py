@@ -87,15 +87,18 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
     def _generate(self, epoch: int, position: int, num_workers: int, worker: int) -> Iterator[Item]:
         if self.total == 0:
             return
+        # Record and window counts, hence the chunk, are the same in every epoch.
+        chunk = chunk_batches(self.order(epoch), self.batch_size, self.world_size, num_workers)
         offset = 0
         while True:
             if position >= self.total:
                 epoch, position = epoch + 1, 0
-            order = self.order(epoch)
             schedule = self.schedule(position)
-            chunk = chunk_batches(order, self.batch_size, self.world_size, num_workers)
-            mine = list(worker_batches(len(schedule), chunk, num_workers, worker))
-            yield from self._epoch(order, schedule, mine, offset)
+            # Chunks are dealt on from batch `offset` of the run: torch's in-order iterator
+            # asks the workers in turn forever, so none may sit out an epoch.
+            mine = list(worker_batches(len(schedule), chunk, num_workers, worker, offset))
+            if mine:
+                yield from self._epoch(self.order(epoch), schedule, mine, offset)
             if not self.infinite:
                 return
             offset += len(schedule)

@@ -17,7 +17,9 @@ Dealing
     records than there are ranks, a rank left without one repeats one tail record (at most
     ``world_size - 1`` repeats an epoch). Policy ``drop`` (``drop_last=True``): the tail is
     not yielded. Within a rank, batches go to workers in chunks of consecutive batches, so
-    each worker decodes mostly its own windows; the loader puts them back in order.
+    each worker decodes mostly its own windows; the loader puts them back in order. An
+    infinite run deals its chunks on across epoch boundaries, so every worker keeps getting
+    batches however few an epoch holds.
 """
 
 from __future__ import annotations
@@ -175,12 +177,16 @@ class RankSchedule:
         raise IndexError(t)
 
 
-def worker_batches(n_batches: int, chunk: int, num_workers: int, worker: int) -> Iterator[int]:
-    """Indices of a rank's batches that `worker` forms: chunks of `chunk` consecutive
-    batches, dealt round robin to workers."""
-    chunks = -(-n_batches // chunk)
-    for c in range(worker, chunks, num_workers):
-        yield from range(c * chunk, min((c + 1) * chunk, n_batches))
+def worker_batches(n_batches: int, chunk: int, num_workers: int, worker: int, first: int = 0) -> Iterator[int]:
+    """Indices of a rank's batches that `worker` forms: the rank's batch stream is cut into
+    chunks of `chunk` consecutive batches, dealt round robin to workers. Batch 0 is number
+    `first` of the stream (an infinite run numbers its batches on across epochs)."""
+    end = first + n_batches
+    c = first // chunk
+    c += (worker - c) % num_workers
+    while c * chunk < end:
+        yield from range(max(c * chunk, first) - first, min((c + 1) * chunk, end) - first)
+        c += num_workers
 
 
 def chunk_batches(order: EpochOrder, batch_size: int, world_size: int, num_workers: int) -> int:

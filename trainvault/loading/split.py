@@ -171,6 +171,12 @@ class SplitDataLoader:
         )
         if infinite_iter and plan.total_records == 0:
             raise SelectionError(f"{selection.describe()} holds no records; an infinite loader would never yield")
+        if infinite_iter and self.drop_last and plan.total_records < self.batch_size * self.world_size:
+            raise SelectionError(
+                f"{selection.describe()} holds {plan.total_records} records, fewer than one round of batch_size "
+                f"{self.batch_size} x world_size {self.world_size}: drop_last drops them all, so an infinite loader "
+                "would never yield; use drop_last=False or a smaller batch_size"
+            )
         identity = OrderIdentity(
             manifest_sha256=self.manifest_sha256,
             split=split,
