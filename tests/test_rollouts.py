@@ -19,7 +19,7 @@ import pytest
 
 from conftest import s3_config
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
-from trainvault.errors import ArchiveExistsError, ConflictError
+from trainvault.errors import ArchiveExistsError, ConflictError, StorageError
 from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
 from trainvault.rollouts.cli import parse_duration
 from trainvault.rollouts.documents import GcMarker
@@ -325,6 +325,28 @@ def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
         assert len(RolloutArchive(uri, storage=st).load_samples()) == 32
 
 
+def test_gc_deletes_nothing_unless_it_reads_every_owner(tmp_path: Path) -> None:
+    st = Storage()
+    pool = normalize_uri(str(tmp_path / "pool"))
+    common = make_samples(16, seed=1)
+    a = RolloutArchive.save(str(tmp_path / "a.json"), common, rollout_id=1, chunk_size=8, pool=pool)
+    RolloutArchive.save(str(tmp_path / "b.json"), common + make_samples(8, seed=2, first=16), rollout_id=2,
+                        chunk_size=8, pool=pool).release()
+    before = pool_objects(st, pool)
+    owners = tmp_path / "pool" / "owners"
+    (owners / "dangling.json").symlink_to(tmp_path / "moved-away.json")  # an owner we cannot read
+    with pytest.raises(StorageError, match="cannot list"):
+        gc(pool, grace=0, storage=st)
+    (owners / "dangling.json").unlink()
+    (owners / "garbled.json").write_bytes(b"{not json")
+    with pytest.raises(ManifestError, match="garbled.json"):
+        gc(pool, grace=0, storage=st)
+    assert pool_objects(st, pool) == before and st.list(join_uri(pool, "gc")) == []
+    assert len(a.load_samples()) == 16
+    (owners / "garbled.json").unlink()
+    assert len(gc(pool, grace=0, storage=st).deleted) == 1  # b's own chunk, now that every owner was read
+
+
 def test_corrupted_chunk_is_refused(place: tuple[CountingStorage, str]) -> None:
     st, root = place
     archive = RolloutArchive.save(join_uri(root, "a.json"), make_samples(20), rollout_id=1, chunk_size=10, storage=st)
@@ -467,3 +489,4 @@ def test_unique_owner_per_save(tmp_path: Path) -> None:
     a.release()
     assert gc(pool, grace=0).deleted == [] and len(b.load_samples()) == 8
     assert uuid.UUID(b.index.owner.split("-")[1])
+
