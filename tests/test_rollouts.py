@@ -19,7 +19,7 @@ import pytest
 
 from conftest import s3_config
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
-from trainvault.errors import ArchiveExistsError, ConflictError
+from trainvault.errors import ArchiveExistsError, ConflictError, StorageError
 from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
 from trainvault.rollouts.cli import parse_duration
 from trainvault.rollouts.documents import GcMarker
@@ -325,6 +325,28 @@ def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
         assert len(RolloutArchive(uri, storage=st).load_samples()) == 32
 
 
+def test_gc_deletes_nothing_unless_it_reads_every_owner(tmp_path: Path) -> None:
+    st = Storage()
+    pool = normalize_uri(str(tmp_path / "pool"))
+    common = make_samples(16, seed=1)
+    a = RolloutArchive.save(str(tmp_path / "a.json"), common, rollout_id=1, chunk_size=8, pool=pool)
+    RolloutArchive.save(str(tmp_path / "b.json"), common + make_samples(8, seed=2, first=16), rollout_id=2,
+                        chunk_size=8, pool=pool).release()
+    before = pool_objects(st, pool)
+    owners = tmp_path / "pool" / "owners"
+    (owners / "dangling.json").symlink_to(tmp_path / "moved-away.json")  # an owner we cannot read
+    with pytest.raises(StorageError, match="cannot list"):
+        gc(pool, grace=0, storage=st)
+    (owners / "dangling.json").unlink()
+    (owners / "garbled.json").write_bytes(b"{not json")
+    with pytest.raises(ManifestError, match="garbled.json"):
+        gc(pool, grace=0, storage=st)
+    assert pool_objects(st, pool) == before and st.list(join_uri(pool, "gc")) == []
+    assert len(a.load_samples()) == 16
+    (owners / "garbled.json").unlink()
+    assert len(gc(pool, grace=0, storage=st).deleted) == 1  # b's own chunk, now that every owner was read
+
+
 def test_corrupted_chunk_is_refused(place: tuple[CountingStorage, str]) -> None:
     st, root = place
     archive = RolloutArchive.save(join_uri(root, "a.json"), make_samples(20), rollout_id=1, chunk_size=10, storage=st)
@@ -467,3 +489,130 @@ def test_unique_owner_per_save(tmp_path: Path) -> None:
     a.release()
     assert gc(pool, grace=0).deleted == [] and len(b.load_samples()) == 8
     assert uuid.UUID(b.index.owner.split("-")[1])
+
+
+# -- gc racing a writer in other processes --------------------------------------
+
+#: (trials, archives saved per trial) per store: the S3 test server is slower.
+RACE_RUNS = {"file": (4, 20), "s3": (2, 16)}
+RACE_DEADLINE_S = 180.0
+
+
+def _race_pool(root: str, trial: int) -> str:
+    return join_uri(root, f"trial-{trial}", "pool")
+
+
+def _race_writer(
+    root: str, config: Any, seed: int, runs: tuple[int, int], current: Any, start: Any, done: Any, results: Any
+) -> None:
+    """Save archives that reuse a released archive's chunks and release some of them, trial by trial."""
+    import random
+
+    rng, st = random.Random(seed), Storage(config)
+    kept: list[str] = []
+    try:
+        start.wait()
+        trials, saves = runs
+        for trial in range(trials):
+            pool = _race_pool(root, trial)
+            common = make_samples(24, seed=trial)
+            base = join_uri(root, f"trial-{trial}", "base.json")
+            RolloutArchive.save(base, common, rollout_id=0, chunk_size=8, pool=pool, storage=st).release()
+            current.value = trial
+            alive: list[str] = []
+            for i in range(saves):
+                uri = join_uri(root, f"trial-{trial}", f"a{i}.json")
+                samples = common + make_samples(8, seed=1000 * trial + i, first=24)
+                RolloutArchive.save(uri, samples, rollout_id=i, chunk_size=8, pool=pool, storage=st)
+                alive.append(uri)
+                time.sleep(rng.uniform(0, 0.02))  # at a random point of the collectors' runs
+                if rng.random() < 0.5:
+                    RolloutArchive(alive.pop(rng.randrange(len(alive))), storage=st).release()
+            kept += alive
+        results.put(("writer", kept, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        results.put(("writer", kept, f"{type(exc).__name__}: {exc}"))
+    finally:
+        done.set()
+
+
+def _race_collector(
+    root: str, config: Any, seed: int, rank: int, current: Any, start: Any, done: Any, results: Any
+) -> None:
+    """Run gc(grace=0) on the current trial's pool until the writer is done (rank 1 only in odd trials)."""
+    import random
+
+    rng, st, runs, error = random.Random(seed), Storage(config), 0, None
+    try:
+        start.wait()
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        done.set()
+        error = f"{type(exc).__name__}: {exc}"
+    while not done.is_set():
+        trial = current.value
+        if rank == 0 or trial % 2:
+            try:
+                gc(_race_pool(root, trial), grace=0, storage=st)
+            except BaseException as exc:  # noqa: BLE001 - reported to the test; keep collecting
+                error = error or f"{type(exc).__name__}: {exc}"
+            runs += 1
+        time.sleep(rng.uniform(0, 0.006))
+    results.put((f"collector-{rank}", runs, error))
+
+
+def _run_race(root: str, config: Any, seed: int, runs: tuple[int, int]) -> dict[str, tuple[Any, str | None]]:
+    """Start the writer and two collectors as spawned processes; {name: (result, first error)}."""
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("spawn")  # obstore does not survive fork
+    current, start, done, results = ctx.Value("i", 0), ctx.Barrier(3, timeout=60), ctx.Event(), ctx.Queue()
+    shared = (current, start, done, results)
+    procs = [ctx.Process(target=_race_writer, args=(root, config, seed, runs, *shared), daemon=True)]
+    procs += [
+        ctx.Process(target=_race_collector, args=(root, config, seed + 1 + rank, rank, *shared), daemon=True)
+        for rank in range(2)
+    ]
+    for p in procs:
+        p.start()
+    outcome: dict[str, tuple[Any, str | None]] = {}
+    give_up = time.monotonic() + RACE_DEADLINE_S
+    try:
+        while len(outcome) < len(procs):
+            name, value, error = results.get(timeout=max(give_up - time.monotonic(), 0.1))
+            outcome[name] = (value, error)
+    except queue.Empty:
+        pytest.fail(f"the race did not finish within {RACE_DEADLINE_S:.0f} s (seed {seed}); finished: {sorted(outcome)}")
+    finally:
+        done.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return outcome
+
+
+def test_gc_in_other_processes_never_collects_owned_chunks(place: tuple[CountingStorage, str]) -> None:
+    # Owner records are released while one or two collectors (separate processes) list and
+    # read them: every archive never released must still read back whole.
+    import random
+
+    st, root = place
+    seed, runs = random.randrange(1 << 30), RACE_RUNS[root.split(":")[0]]
+    outcome = _run_race(root, st.config, seed, runs)
+    assert outcome["writer"][1] is None, f"seed {seed}"
+    kept = outcome["writer"][0]
+    lost = []
+    for uri in kept:
+        try:
+            assert [s["index"] for s in RolloutArchive(uri, storage=st).load_samples()] == list(range(32))
+        except ObjectNotFoundError:
+            lost.append(uri)
+    assert lost == [], f"seed {seed}: {len(lost)} of {len(kept)} archives never released lost chunks"
+    assert {name: error for name, (_, error) in outcome.items() if error} == {}, f"seed {seed}"
+    for trial in range(runs[0]):  # with no writer left, a collection keeps exactly the kept archives' chunks
+        pool = _race_pool(root, trial)
+        gc(pool, grace=0, storage=st)
+        owned = {object_uri(pool, c.sha256) for u in kept if f"/trial-{trial}/" in u
+                 for c in RolloutArchive(u, storage=st).index.chunks}
+        assert set(pool_objects(st, pool)) == owned

@@ -86,6 +86,50 @@ def test_local_create_is_atomic_and_hides_temp_files(tmp_path) -> None:
     assert [o.uri for o in st.list(str(tmp_path))] == [normalize_uri(uri)]
 
 
+def test_listing_skips_objects_deleted_meanwhile_and_nothing_else(tmp_path) -> None:
+    # Deletions race the listings: each listing holds every object never deleted (a vanished
+    # entry once made a whole folder look empty).
+    import threading
+    import time
+
+    st = Storage()
+    names = [f"o{i:04d}.json" for i in range(600)]
+    for name in names:
+        (tmp_path / name).write_bytes(b"{}")
+    keep = {normalize_uri(str(tmp_path / n)) for n in names[::3]}
+    doomed = [tmp_path / n for i, n in enumerate(names) if i % 3]
+
+    def delete() -> None:
+        for p in doomed:
+            p.unlink()
+            time.sleep(0.0002)  # spread the deletions over many listings
+
+    deleter = threading.Thread(target=delete)
+    deleter.start()
+    listings = []
+    while deleter.is_alive() or not listings:
+        listings.append({o.uri for o in st.list(str(tmp_path))})
+    deleter.join()
+    assert [len(keep - got) for got in listings if not keep <= got] == []
+    assert {o.uri for o in st.list(str(tmp_path))} == keep
+
+
+def test_listing_fails_rather_than_looking_empty(tmp_path) -> None:
+    import re
+
+    st = Storage()
+    assert st.list(str(tmp_path / "not-yet")) == []  # a folder that does not exist holds nothing
+    (tmp_path / "a.json").write_bytes(b"{}")
+    (tmp_path / "b.json").symlink_to(tmp_path / "moved-away.json")
+    with pytest.raises(StorageError, match=re.escape(f"cannot list {normalize_uri(str(tmp_path))}") + ".*b.json"):
+        st.list(str(tmp_path))
+    (tmp_path / "b.json").unlink()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.json").symlink_to(tmp_path / "sub" / "c.json")  # a link loop
+    with pytest.raises(StorageError, match="c.json"):
+        st.list(str(tmp_path))
+
+
 def test_default_timeouts() -> None:
     cfg = StorageConfig()
     assert (cfg.connect_timeout_s, cfg.read_timeout_s, cfg.request_timeout_s) == (10.0, 60.0, 600.0)

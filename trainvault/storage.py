@@ -339,14 +339,26 @@ class _FileBackend:
         return st.st_size, _file_etag(st)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, str | None, datetime | None]]:
-        top = "/" + prefix
-        for dirpath, dirnames, filenames in os.walk(top):
+        """Files under the folder `prefix`; raises OSError for anything but a missing or vanished entry."""
+
+        def unless_gone(exc: OSError) -> None:
+            # A folder that does not exist (or vanished mid-walk) holds nothing; any other
+            # failure to read one must not pass for an empty folder.
+            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                raise exc
+
+        for dirpath, dirnames, filenames in os.walk("/" + prefix, onerror=unless_gone):
             dirnames.sort()
             for name in sorted(filenames):
                 if name.startswith(self._TMP):
                     continue  # an interrupted write's leftovers are not objects
                 full = os.path.join(dirpath, name)
-                st = os.stat(full)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    if os.path.lexists(full):
+                        raise  # a link to nothing did not vanish: we cannot say what it holds
+                    continue  # deleted between the directory read and the stat: no longer an object
                 yield (
                     full.lstrip("/"),
                     st.st_size,
@@ -588,7 +600,12 @@ class Storage:
         return True
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
-        """Every object under the folder `prefix_uri`, sorted by URI."""
+        """Every object under the folder `prefix_uri`, sorted by URI.
+
+        Complete or an error, never less: every object that exists for the whole call is
+        listed (a folder that does not exist holds nothing; objects created or deleted
+        during the call may or may not appear). Anything else raises a `StorageError`.
+        """
 
         def run(backend: Any, path: str, loc: Location) -> list[ObjectInfo]:
             try:
@@ -596,8 +613,12 @@ class Storage:
                     ObjectInfo(replace(loc, path=p).uri, size, etag, modified)
                     for p, size, etag, modified in backend.list(path.rstrip("/"))
                 ]
-            except FileNotFoundError:
-                return []  # a folder that does not exist yet holds nothing
+            except (StorageError, PermissionError):
+                raise  # already typed, or made an AuthenticationError by _translate
+            except OSError as exc:
+                # Never "no objects": a caller such as the rollout collector would take an
+                # unreadable folder for an empty one and delete what it protects.
+                raise StorageError(f"cannot list {loc.uri}: {exc}; nothing was listed: check the folder and retry") from exc
 
         return sorted(self._recovering(prefix_uri, "list", run), key=lambda o: o.uri)
 

@@ -13,6 +13,15 @@ records and deletes nothing after its marker's deadline. So either the collector
 writer's owner record, or the writer saw the collector's marker and repaired after it
 finished: an index never names a deleted object. The grace period additionally keeps
 young unowned objects (a writer between its puts and its owner record) untouched.
+
+Why "either ... or" holds: both sides rely on listings that are complete (`Storage.list`
+shows every object that exists throughout the call, or raises). A collector that missed
+an owner record therefore began listing owners before the record existed, so its marker
+was already there when the writer, after committing the record, listed the markers: the
+writer waits for it, or it had already finished (its deletions done) and the repair
+restores them. A collector never deletes on a partial view of the owners: a record
+released after the listing is skipped (its claim is gone), and any other failure to list
+or read one raises before the first deletion.
 """
 
 from __future__ import annotations
@@ -169,10 +178,12 @@ def gc(
     max_seconds: float = GC_MAX_SECONDS,
     on_delete: Callable[[str], None] | None = None,
 ) -> GcReport:
-    """Delete pool objects that no owner record names and that are older than `grace`.
+    """Delete pool objects that no owner record names and that were older than `grace` when
+    the collection began.
 
     `grace`: seconds or a timedelta; give writers at least that long between their first
-    object put and their owner record. A dry run writes and deletes nothing.
+    object put and their owner record. A dry run writes and deletes nothing. Fails closed:
+    when any owner record cannot be listed or read, it raises and deletes nothing.
     """
     grace_s = grace.total_seconds() if isinstance(grace, timedelta) else float(grace)
     if grace_s < 0:
@@ -188,15 +199,11 @@ def gc(
         marker_uri = join_uri(pool, "gc", f"{uuid.uuid4().hex}.json")
         storage.put_create(marker_uri, GcMarker(started_unix=started, deadline_unix=deadline).to_json_bytes())
     try:
-        referenced: set[str] = set()
-        for info in storage.list(join_uri(pool, "owners")):
-            record = OwnerRecord.from_json_bytes(storage.get(info.uri), source=info.uri)
-            report.owners += 1
-            referenced.update(record.objects)
-            if check_orphans and _is_orphan(storage, info.uri, record):
-                report.orphan_owners.append(info.uri)
-        report.referenced = len(referenced)
-        now = datetime.now(timezone.utc)
+        referenced = _owned_digests(storage, pool, report, check_orphans)
+        # Age is measured from our start, so objects put while we run are kept whatever the
+        # grace. That is not what makes gc safe (store clocks and timestamp granularity
+        # differ from ours); the marker and the writer's repair are.
+        cutoff = datetime.fromtimestamp(started, tz=timezone.utc) - timedelta(seconds=grace_s)
         prefix = join_uri(pool, "objects", "sha256")
         for info in storage.list(prefix):
             report.objects += 1
@@ -206,7 +213,7 @@ def gc(
                 continue
             if digest in referenced:
                 continue
-            if info.last_modified is None or (now - info.last_modified).total_seconds() < grace_s:
+            if info.last_modified is None or info.last_modified >= cutoff:
                 report.kept_young += 1
                 continue
             if not dry_run:
@@ -222,6 +229,29 @@ def gc(
         if marker_uri is not None:
             storage.delete(marker_uri)
     return report
+
+
+def _owned_digests(storage: Storage, pool: str, report: GcReport, check_orphans: bool) -> set[str]:
+    """Every digest a live owner record names, or an error: never a partial set.
+
+    `Storage.list` raises rather than return less than every record that exists
+    throughout the listing, and any failure to read a record propagates, so gc deletes
+    nothing on an incomplete view. A record deleted after the listing was released (the
+    only way records go): its claim is gone, so skipping it is exact, not a guess.
+    """
+    referenced: set[str] = set()
+    for info in storage.list(join_uri(pool, "owners")):
+        try:
+            raw = storage.get(info.uri)
+        except ObjectNotFoundError:
+            continue
+        record = OwnerRecord.from_json_bytes(raw, source=info.uri)
+        report.owners += 1
+        referenced.update(record.objects)
+        if check_orphans and _is_orphan(storage, info.uri, record):
+            report.orphan_owners.append(info.uri)
+    report.referenced = len(referenced)
+    return referenced
 
 
 def _is_orphan(storage: Storage, record_uri: str, record: OwnerRecord) -> bool:
