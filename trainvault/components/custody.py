@@ -4,9 +4,10 @@ At construction (`open_ledger`): the ledger must be the approval's sidecar for t
 and manifest (`ApprovalError`), every part must match its digest (`IntegrityError`), every
 shard of the approved split must be listed once, every record once, frames and ranges
 must fit (`ManifestError`), and each range's predecessor token must lie in its own frame
-and each record index in its shard (`CustodyError`). At read time (`check_read`): the
-stored record must be the one the ledger describes (`CustodyError`), and each range's
-emitted tokens must match their digest (`IntegrityError`, in the materializer).
+and each record index in its shard (`CustodyError`). The gate runs these when it approves
+the ledger, and then, for every record (`check_read`): the stored record must be the one
+the ledger describes (`CustodyError`), and each range's tokens must match their digest
+(`IntegrityError`, `trainvault.components.verify`). Later reads repeat `check_read` only.
 """
 
 from __future__ import annotations
