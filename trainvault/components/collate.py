@@ -126,7 +126,10 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
     np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans)], out=v["input_ids"])
     np.concatenate([positions[: hi - lo] for lo, hi in spans], out=v["position_ids"])
     loss = v["loss_mask"]
-    np.concatenate([true[: hi - lo] if s[1] is None else s[1][lo:hi] for s, (lo, hi) in zip(seqs, spans)], out=loss)
+    if all(mask is None for _, mask, _, _ in seqs):
+        loss[:] = True
+    else:
+        np.concatenate([true[: hi - lo] if s[1] is None else s[1][lo:hi] for s, (lo, hi) in zip(seqs, spans)], out=loss)
     loss[starts[:-1]] = False
     flat, k = v["target_row_indices"], 0
     for (_, mask, _, _), row, m, n in zip(seqs, starts[:-1].tolist(), lengths.tolist(), counts):

@@ -22,7 +22,7 @@ from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.manifest import DataManifest, ShardEntry
 from trainvault.reader import ShardReader, read_descriptor
-from trainvault.storage import Storage
+from trainvault.storage import Storage, normalize_uri
 
 
 def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:
@@ -141,7 +141,7 @@ class LedgerChecks:
         out: dict[str, Callable[[], ShardCheck]] = {}
         for split, checked in self.ledgers.items():
             for entry, shard in zip(self.manifest.splits[split].shards, checked.shards):
-                out[entry.uri] = self._factory(entry, shard)
+                out[normalize_uri(entry.uri)] = self._factory(entry, shard)  # as the gate names the files it hashes
         return out
 
     def _factory(self, entry: ShardEntry, shard: CompiledShard) -> Callable[[], ShardCheck]:
@@ -155,10 +155,10 @@ class LedgerChecks:
     def finish(self) -> dict[str, CheckedLedger]:
         """The checked ledgers by split, once every covered shard was fed whole; else the first refusal in
         manifest order."""
-        fed = {c.entry.uri: c for c in self._checks}
+        fed = {normalize_uri(c.entry.uri): c for c in self._checks}
         for split, checked in self.ledgers.items():
             for entry in self.manifest.splits[split].shards:
-                check = fed.get(entry.uri)
+                check = fed.get(normalize_uri(entry.uri))
                 if check is None:
                     raise LedgerRefusal(IntegrityError(f"{entry.uri}: the gate did not read the shard; its ranges are unchecked"))
                 if check.error is not None:
