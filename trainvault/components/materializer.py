@@ -25,9 +25,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.components.custody import CheckedLedger, CompiledRange, CompiledShard, check_read, read_mask, where
+from trainvault.components.custody import (
+    CheckedLedger,
+    CompiledRange,
+    CompiledShard,
+    check_max_rows,
+    check_read,
+    read_mask,
+    where,
+)
 from trainvault.components.ledger import ledger_sidecar_name
-from trainvault.errors import ApprovalError, CustodyError, ManifestError
+from trainvault.errors import ApprovalError, CustodyError
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
@@ -309,18 +317,6 @@ def open_materializer(
         _ISSUE, checked=checked, mode=mode, max_rows=max_rows, manifest_sha256=manifest_sha256, storage=custody,
         data_format=manifest.data_format, shards=shards, descriptors=descriptors,
     )
-
-
-def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
-    """`ManifestError` naming the first range of more than `max_rows` rows."""
-    for shard in checked.shards:
-        for index, rec in enumerate(shard.records):
-            for rid, _, _, _, lo, hi, _ in rec.ranges:
-                if hi - lo > max_rows:
-                    raise ManifestError(
-                        f"{where(shard.key, index, rec.packed_record_id, rid)}: {hi - lo} rows exceed "
-                        f"max_rows={max_rows}; declare shorter ranges (split_frame) or raise max_rows"
-                    )
 
 
 __all__ = [

@@ -128,7 +128,7 @@ class LedgerChecks:
         self.manifest = manifest
         try:
             self.ledgers: dict[str, CheckedLedger] = {
-                split: open_ledger(storage, bindings, manifest_sha256, split, s.shards, None)
+                split: open_ledger(storage, bindings, manifest_sha256, split, s.shards)
                 for split, s in manifest.splits.items()
                 if ledger_sidecar_name(split) in bindings
             }
