@@ -23,7 +23,8 @@ workers into the tensors a trainer takes (so they cross processes through shared
   is 4 GiB a record at 65,536 tokens; varlen attention takes the boundaries instead).
   Vectorised numpy, batch 4;
 - unpack: ``materializer=approved.component_range_materializer("train")``, batch 32
-  ranges, ``collate_fn=trainvault.components.collate_sequences`` (flat ``input_ids``,
+  ranges (`--unpack-batch`; about 42 hold as many tokens as 4 packed records),
+  ``collate_fn=trainvault.components.collate_sequences`` (flat ``input_ids``,
   ``position_ids``, ``loss_mask``, ``target_row_indices``, ``ce_valid``, ``cu_seqlens``);
 - group: ``mode="group"``, batch 4 packed records, the same collate.
 
@@ -208,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shard-records", type=int, default=64, help="records per shard (default %(default)s)")
     parser.add_argument("--max-rows", type=int, default=8192, help="rows per range at most (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="epochs per measurement (default %(default)s)")
+    parser.add_argument("--unpack-batch", type=int, default=32, help="ranges per unpack batch (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     args, _ = parser.parse_known_args(argv)  # bench/run.py passes every benchmark the same options
 
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
 
     floor = FloorCollate(vault, ledger_uri(f"{DATA}/ds/data-manifest-v1.json", "train"))
     modes = {"plain": (None, 4, pack_plain), "floor": (None, 4, floor), "peer": (None, 4, PeerCollate()),
-             "unpack": (unpack, 32, collate_sequences), "group": (group, 4, collate_sequences)}
+             "unpack": (unpack, args.unpack_batch, collate_sequences), "group": (group, 4, collate_sequences)}
     results: dict[tuple[str, int], float] = {}
     cpu_s: dict[tuple[str, int], float] = {}  # CPU seconds an epoch, workers included
     busy_s: dict[tuple[str, int], float] = {}  # share of the machine's cores busy during an epoch
