@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from approval_chain import Chain, build_chain
 from trainvault import TrainVault
-from trainvault.approval import ArtifactRef
+from trainvault.approval import ArtifactRef, PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
 from trainvault.components.custody import CompiledRecord, CompiledShard, check_record
 from trainvault.components.ledger import ComponentLedger, ComponentLedgerPart
-from trainvault.components.materializer import group_sequences, materialize_record
+from trainvault.components.materializer import LazyRanges, group_sequences, materialize_record, read_record
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
 
 SENTINEL = 999_999
@@ -202,6 +202,14 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
     grouped = group_sequences(out) if out else None
     if grouped is not None:
         assert grouped["cu_seqlens"].tolist() == [0, *np.cumsum([len(r["input_ids"]) for r in out]).tolist()]
+    # Lazy ranges, written by the collate straight from the record, give the owned records' batch.
+    pid, ids, mask, compiled_ranges = read_record(shard, 0, record)
+    lazy = collate_sequences([LazyRanges(pid, ids, mask, (r,), False) for r in compiled_ranges])
+    owned = collate_sequences(out)
+    for name in ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid", "cu_seqlens"):
+        assert lazy[name].dtype == owned[name].dtype and lazy[name].tolist() == owned[name].tolist(), name
+    assert (lazy["range_ids"], lazy["max_seqlen"], lazy["logical_records"]) == (
+        owned["range_ids"], owned["max_seqlen"], len(out))
 
 
 # -- the builder ---------------------------------------------------------------------
@@ -277,41 +285,37 @@ def test_refuses_another_approvals_valid_ledger(world: dict[str, Any], tmp_path:
                         shard_records=lambda i: shard_records(i + 5))
     theirs = vault.build_component_ledger(other.manifest_uri, split="train", declare=declare)
     assert vault.approve_dataset(other.request(sidecars=theirs.sidecars())).component_range_materializer("train")
-    mine = approve_with(world, ArtifactRef(uri=theirs.uri, sha256=theirs.sha256))
     with pytest.raises(ApprovalError, match="another dataset's ledger"):
-        mine.component_range_materializer("train")
+        approve_with(world, ArtifactRef(uri=theirs.uri, sha256=theirs.sha256))
 
 
 def test_refuses_a_part_whose_digest_differs(world: dict[str, Any]) -> None:
     def edit(top: dict[str, Any]) -> None:
         top["parts"][0]["sha256"] = "0" * 64
 
-    approved = approve_with(world, forge(world, "part-digest", edit_top=edit))
+    ref = forge(world, "part-digest", edit_top=edit)
     with pytest.raises(IntegrityError, match="easy/s0"):
-        approved.component_range_materializer("train")
+        approve_with(world, ref)
 
 
-def test_refuses_a_range_whose_digest_differs_and_yields_nothing_of_it(world: dict[str, Any]) -> None:
+def test_the_gate_refuses_a_range_whose_digest_differs(world: dict[str, Any]) -> None:
     def edit(part: dict[str, Any]) -> None:
         part["records"][12]["frames"][0]["ranges"][0]["sha256"] = "f" * 64
 
-    approved = approve_with(world, forge(world, "range-digest", edit_part=first_shard(edit)))
-    m = approved.component_range_materializer("train")
-    got = []
-    with pytest.raises(IntegrityError, match="record 12"):
-        for r in m.iter_records():
-            got.append(r["range_id"])
     bad = world["chain"].records["s0"][12]["packed_record_id"]
-    assert got and not any(rid.startswith(bad + ":") for rid in got)
+    ref = forge(world, "range-digest", edit_part=first_shard(edit))
+    # Checked once, at approval: no dataset is issued, the refusal names range, record and shard.
+    with pytest.raises(IntegrityError, match=rf"range {bad}:\S+ of record 12 \({bad!r}\) of shard easy/s0: .* sha256"):
+        approve_with(world, ref)
 
 
 def test_refuses_a_shard_outside_the_approved_split(world: dict[str, Any]) -> None:
     def edit(top: dict[str, Any]) -> None:
         top["parts"][0]["shard_key"] = "easy/s9"
 
-    approved = approve_with(world, forge(world, "foreign-shard", edit_top=edit))
+    ref = forge(world, "foreign-shard", edit_top=edit)
     with pytest.raises(CustodyError, match="easy/s9"):
-        approved.component_range_materializer("train")
+        approve_with(world, ref)
 
 
 def test_refuses_a_shifted_record_index(world: dict[str, Any]) -> None:
@@ -319,9 +323,9 @@ def test_refuses_a_shifted_record_index(world: dict[str, Any]) -> None:
         for r in part["records"]:
             r["record_index"] += 1
 
-    approved = approve_with(world, forge(world, "shifted", edit_part=first_shard(edit)))
+    ref = forge(world, "shifted", edit_part=first_shard(edit))
     with pytest.raises(CustodyError, match="record_index 27 is outside"):
-        approved.component_range_materializer("train")
+        approve_with(world, ref)
 
 
 def test_refuses_a_record_the_ledger_does_not_describe(world: dict[str, Any]) -> None:
@@ -332,9 +336,9 @@ def test_refuses_a_record_the_ledger_does_not_describe(world: dict[str, Any]) ->
             for r in f["ranges"]:
                 r["range_id"] = f"elsewhere:{f['component_id']}:{r['component_offset']}"
 
-    m = approve_with(world, forge(world, "other-record", edit_part=first_shard(edit))).component_range_materializer("train")
+    ref = forge(world, "other-record", edit_part=first_shard(edit))
     with pytest.raises(CustodyError, match=r"range elsewhere:.* of record 3 .* shard easy/s0"):
-        list(m.iter_records())
+        approve_with(world, ref)
 
 
 def test_refuses_a_continuation_range_at_its_frame_start(world: dict[str, Any]) -> None:
@@ -343,9 +347,9 @@ def test_refuses_a_continuation_range_at_its_frame_start(world: dict[str, Any]) 
         frame["component_start"] = 40
         frame["ranges"] = [{"range_id": "p7:A:40", "component_offset": 40, "length": 5, "sha256": "0" * 64}]
 
-    approved = approve_with(world, forge(world, "continuation", edit_part=first_shard(edit)))
+    ref = forge(world, "continuation", edit_part=first_shard(edit))
     with pytest.raises(CustodyError, match="range p7:A:40 of record 0 .* shard easy/s0.*predecessor"):
-        approved.component_range_materializer("train")
+        approve_with(world, ref)
 
 
 def _p7(part: dict[str, Any]) -> dict[str, Any]:
@@ -365,9 +369,9 @@ def _p7(part: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_refuses_bad_geometry(world: dict[str, Any], name: str, edit: Any, match: str) -> None:
-    approved = approve_with(world, forge(world, name, edit_part=first_shard(edit)))
+    ref = forge(world, name, edit_part=first_shard(edit))
     with pytest.raises(ManifestError, match=match):
-        approved.component_range_materializer("train")
+        approve_with(world, ref)
 
 
 def test_refuses_rows_above_max_rows(world: dict[str, Any]) -> None:
@@ -492,3 +496,75 @@ def test_collate_sequences_refuses_records_that_are_not_materialised(world: dict
         next(iter(plain))
     empty = collate_sequences([])
     assert empty["cu_seqlens"].tolist() == [0] and len(empty["input_ids"]) == 0 and empty["max_seqlen"] == 0
+
+
+def test_a_user_collate_gets_owned_records(world: dict[str, Any]) -> None:
+    approved = world["approved"]
+    m = approved.component_range_materializer("train", mode="group")
+    args = {"batch_size": 4, "num_workers": 2}
+    batches = list(approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train"))
+    records = [r for b in batches for r in b]
+    assert records and all(type(r) is dict for r in records)
+    for s in (s for r in records for s in r["component_sequences"]):
+        for name in ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid"):
+            assert s[name].base is None and s[name].flags.writeable, name  # a fresh array, nothing shared
+
+
+# -- PositionBudget over logical records -----------------------------------------------
+
+
+def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str, Any]) -> None:
+    approved = world["approved"]
+    m = approved.component_range_materializer("train")
+    args = {"batch_size": 3, "num_workers": 2}
+
+    def load() -> Any:
+        return approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
+
+    flat = [rid for b in load() for rid in b["range_ids"]]
+    assert len(flat) == m.logical_records
+    # Stop after batch `stop`, between two ranges of one packed record.
+    stop = next(k for k in range(1, len(flat) // 3) if flat[3 * k - 1].split(":")[0] == flat[3 * k].split(":")[0])
+    marks = [3 * stop - 1, 3 * stop + 2]  # reached inside the last batch before the stop, and the first after
+    budget = PositionBudget(m.logical_records, checkpoints=marks)
+    fired = []
+    loader = load()
+    it = iter(loader)
+    for _ in range(stop):
+        fired += budget.consume(next(it)["logical_records"])
+    state, snapshot = loader.state_dict(), budget.snapshot()
+    del it
+    assert budget.consumed == state["position"] == 3 * stop
+    again = PositionBudget(m.logical_records, checkpoints=marks)
+    again.restore(snapshot)
+    resumed = load()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    for b in rest:
+        fired += again.consume(b["logical_records"])
+    assert [b.position for b in fired] == marks and again.exhausted
+    assert flat[: 3 * stop] + [rid for b in rest for rid in b["range_ids"]] == flat
+
+
+def test_group_batches_count_packed_records_as_positions(world: dict[str, Any]) -> None:
+    approved = world["approved"]
+    g = approved.component_range_materializer("train", mode="group")
+    loader = approved.split_data_loader(collate_fn=collate_sequences, dataloader_args={"batch_size": 4, "num_workers": 2},
+                                        materializer=g).load("train")
+    budget = PositionBudget(g.logical_records)
+    it = iter(loader)
+    for b in it:
+        budget.consume(b["logical_records"])
+        assert b["logical_records"] == len(set(b["packed_record_ids"]))
+    assert budget.exhausted and g.logical_records == len(list(g.iter_records()))
+
+
+def test_a_signed_approval_reopens_with_its_checked_ledger(world: dict[str, Any]) -> None:
+    from trainvault.approval import SigningKey, write_approval
+
+    vault, approved = world["vault"], world["approved"]
+    key = SigningKey.generate()
+    written = write_approval(vault, f"{world['chain'].root}/approval-ledger.json", approved, signing_keys=[key])
+    opened = vault.open_approved(written.uri, written.sha256, trusted_keys=[key.public_key])
+    mine = [r["range_id"] for r in opened.component_range_materializer("train").iter_records()]
+    assert mine == [r["range_id"] for r in approved.component_range_materializer("train").iter_records()]

@@ -12,6 +12,13 @@ Rules:
   count is not behind this budget's, and whose emitted set is exactly the boundaries at
   or before its count (a boundary reached but not recorded, or recorded but not
   reached, is incomplete state). After a restore no emitted boundary fires again.
+
+What a position is, is the trainer's choice, kept for the whole run. With a component
+range materializer, count what the loader's positions count: logical records (ranges in
+``unpack`` mode, packed records with ranges in ``group`` mode). Size the budget with
+``materializer.logical_records`` and consume each batch's ``logical_records`` (from
+``collate_sequences``); `consumed` then equals the loader's ``state_dict()["position"]``,
+and a boundary may fall inside a packed record: a resume there continues with its next range.
 """
 
 from __future__ import annotations

@@ -141,15 +141,14 @@ class ApprovedDataset:
 
     def component_range_materializer(self, split: str, *, mode: str = "unpack", max_rows: int | None = None) -> Any:
         """The `ComponentRangeMaterializer` of `split`'s component ledger, which this approval must
-        bind as a sidecar; checked now (`ApprovalError`, `IntegrityError`, `ManifestError`,
-        `CustodyError`). `mode`: ``"unpack"`` (one record per range) or ``"group"`` (one per packed record)."""
+        bind as a sidecar (`ApprovalError` if not); the gate checked it against every token.
+        `mode`: ``"unpack"`` (one record per range) or ``"group"`` (one per packed record);
+        a range of more than `max_rows` rows is a `ManifestError`."""
         from trainvault.components.materializer import open_materializer
-        from trainvault.storage import Storage
 
         return open_materializer(
-            storage=Storage(self._config), custody=self.custody_storage(), bindings=self._bindings,
-            manifest=self._result.manifest, manifest_sha256=self.manifest_sha256, split=split, mode=mode,
-            max_rows=max_rows,
+            checked=self._result.ledgers.get(split), custody=self.custody_storage(), manifest=self._result.manifest,
+            manifest_sha256=self.manifest_sha256, split=split, mode=mode, max_rows=max_rows,
         )
 
 

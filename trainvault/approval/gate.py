@@ -3,7 +3,10 @@ agree with each other, recompute the verdict, and only then hand out an `Approve
 
 The gate is monotonic (deny unless every check passes): a missing binding, an unreadable
 or unknown document, a digest that differs, or a verdict that does not follow from the
-counts raises `ApprovalError` naming what failed and what to do.
+counts raises `ApprovalError` naming what failed and what to do. A bound component ledger
+is checked in the same pass that hashes its shards (`trainvault.components.verify`); its
+refusals keep their own class (`IntegrityError`, `ManifestError`, `CustodyError`) and
+name range, record and shard.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from trainvault.approval.scan_manifest import (
     declared_files,
 )
 from trainvault.canonical import is_sha256_hex
+from trainvault.components.verify import LedgerChecks, LedgerRefusal
 from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy, VerifierContract
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
@@ -103,6 +107,8 @@ class GateResult:
     shard_sizes: dict[str, int]
     report: ContaminationReport
     summary: VerificationSummary
+    #: Split -> its bound component ledger, checked against every token (a CheckedLedger).
+    ledgers: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _deny(message: str) -> NoReturn:
@@ -147,6 +153,8 @@ def run_gate(
     policy = policy or ApprovalPolicy()
     try:
         return _gate(storage, request, policy, progress, threads)
+    except LedgerRefusal as exc:
+        raise exc.error from None
     except ApprovalError:
         raise
     except TrainVaultError as exc:
@@ -194,6 +202,10 @@ def _gate(
             f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
         )
 
+    from trainvault.client import resolve_manifest_uris
+
+    resolved = resolve_manifest_uris(manifest, parent_uri(manifest_uri))
+    ledgers = LedgerChecks(storage, refs, resolved, refs["data_manifest"].sha256)
     # Every declared file, hashed now; descriptors are kept: the loader parses exactly these bytes.
     files = [f for f in declared if f.role != "data-manifest"]
     hashed = hash_objects(
@@ -203,6 +215,7 @@ def _gate(
         expected_sizes={f.resolved: scanned[f.resolved].size_bytes for f in files},
         threads=threads,
         progress=progress,
+        consumers=ledgers.consumers(),
     )
     for f in files:
         h, s = hashed[f.resolved], scanned[f.resolved]
@@ -213,9 +226,6 @@ def _gate(
                 "truncated or extended); do not train on it: re-publish, rescan and approve again"
             )
 
-    from trainvault.client import resolve_manifest_uris
-
-    resolved = resolve_manifest_uris(manifest, parent_uri(manifest_uri))
     descriptors_raw: dict[str, bytes] = {}
     shard_sizes: dict[str, int] = {}
     for split in resolved.splits.values():
@@ -228,6 +238,7 @@ def _gate(
             _check_producer(desc, pins, entry.descriptor_uri)
             descriptors_raw[entry.descriptor_uri] = data
             shard_sizes[entry.uri] = entry.size_bytes
+    checked = ledgers.finish()
 
     summary = VerificationSummary(
         data_manifest_sha256=refs["data_manifest"].sha256,
@@ -243,7 +254,7 @@ def _gate(
         verdict_recomputed=True,
         trainvault_version=__version__,
     )
-    return GateResult(request, manifest_uri, raw, resolved, descriptors_raw, shard_sizes, report, summary)
+    return GateResult(request, manifest_uri, raw, resolved, descriptors_raw, shard_sizes, report, summary, checked)
 
 
 def _check_scan(
@@ -394,7 +405,8 @@ def approve_dataset(
     return the `ApprovedDataset`, or raise `ApprovalError` saying what failed.
 
     Reads and hashes every bound artifact and every file the scan manifest declares
-    (on `threads` threads, reporting to `progress`) before anything is returned.
+    (on `threads` threads, reporting to `progress`) before anything is returned. A bound
+    component ledger is checked in that pass; its refusals keep their class (module doc).
     """
     result = run_gate(vault.storage, request, policy=policy, progress=progress, threads=threads)
     return issue(result, vault.storage_config)

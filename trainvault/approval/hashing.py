@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from trainvault.approval.progress import HashProgress, HashProgressCallback
 from trainvault.storage import Storage
@@ -31,6 +32,15 @@ class HashedObject:
     data: bytes | None = None
 
 
+class ChunkConsumer(Protocol):
+    """Sees an object's bytes in order while they are hashed (no second read)."""
+
+    def feed(self, chunk: bytes) -> None: ...
+
+    def close(self) -> None:
+        """The object ended."""
+
+
 def hash_objects(
     storage: Storage,
     uris: Sequence[str],
@@ -39,11 +49,13 @@ def hash_objects(
     expected_sizes: Mapping[str, int] | None = None,
     threads: int = DEFAULT_THREADS,
     progress: HashProgressCallback | None = None,
+    consumers: Mapping[str, Callable[[], ChunkConsumer]] | None = None,
 ) -> dict[str, HashedObject]:
     """Read and hash every URI (each once); keep the bytes of those in `keep`.
 
-    `expected_sizes` only sizes the progress total. Errors (missing object, store
-    failure) propagate from the first URI that failed.
+    `expected_sizes` only sizes the progress total. `consumers[uri]()` (for URIs not
+    kept) makes a consumer that is fed the chunks as they are hashed, on the same thread.
+    Errors (missing object, store failure) propagate from the first URI that failed.
     """
     todo = list(dict.fromkeys(uris))
     sizes = expected_sizes or {}
@@ -66,10 +78,15 @@ def hash_objects(
             return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
         h = hashlib.sha256()
         size = 0
+        sink = consumers[uri]() if consumers and uri in consumers else None
         for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES):
             h.update(chunk)
+            if sink is not None:
+                sink.feed(chunk)
             size += len(chunk)
             report(0, len(chunk))
+        if sink is not None:
+            sink.close()
         report(1, 0)
         return HashedObject(uri, size, h.hexdigest())
 

@@ -1,8 +1,10 @@
 """Varlen batches of materialised ranges, as flash-attention style trainers take them.
 
 ``collate_sequences`` packs a batch of logical records (``unpack`` ranges, or ``group``
-records flattened in ledger order) into flat tensors plus ``cu_seqlens``. Every tensor is
-a view of one buffer written once; in a DataLoader worker that buffer is allocated in
+records flattened in ledger order) into flat tensors plus ``cu_seqlens``. From the
+approved loader it gets lazy ranges and writes each range straight from its packed
+record into the batch (no per-range arrays); it also takes the owned records
+``iter_records`` yields. Every tensor is a view of one buffer written once; in a DataLoader worker that buffer is allocated in
 shared memory, as torch's ``default_collate`` does, so the batch reaches the trainer
 through one shared segment instead of one per tensor (a segment costs the receiving
 process a descriptor, a mapping and an unmapping). Imports torch: extra ``torch``.
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from trainvault.components.materializer import LazyRanges, _constants
 
 #: Output tensors in buffer order; each starts on an 8-byte boundary, so every view is aligned.
 _LAYOUT = (
@@ -67,11 +71,16 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     Returns ``input_ids`` and ``position_ids`` (int32), ``loss_mask`` (bool), all sequences'
     rows back to back; ``cu_seqlens`` (int32, sequence starts and the total) and
     ``max_seqlen``; ``target_row_indices`` (int64) as flat row indices into that batch, with
-    ``ce_valid``; ``range_ids`` and ``packed_record_ids``, one per sequence. The loss is
+    ``ce_valid``; ``range_ids`` and ``packed_record_ids``, one per sequence; and
+    ``logical_records``, the batch's records (ranges or group records): what the loader's
+    position advances by and what a `PositionBudget` consumes. The loss is
     CE(``logits[target_row_indices]``, ``input_ids[target_row_indices + 1]``).
     """
     import numpy as np
 
+    if batch and all(type(r) is LazyRanges for r in batch):
+        return _collate_lazy(batch)
+    batch = [r.owned() if isinstance(r, LazyRanges) else r for r in batch]
     seqs = [s for r in batch for s in r.get("component_sequences", (r,))]
     missing = next((s for s in seqs if "target_row_indices" not in s), None)
     if missing is not None:
@@ -95,6 +104,46 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["max_seqlen"] = int(lengths.max()) if seqs else 0
     out["range_ids"] = [s["range_id"] for s in seqs]
     out["packed_record_ids"] = [s["packed_record_id"] for s in seqs]
+    out["logical_records"] = len(batch)
+    return out
+
+
+def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
+    """`collate_sequences` of lazy ranges: each range's rows copied once, from its packed record
+    into the batch buffer, the other outputs written from cached constants."""
+    import numpy as np
+
+    seqs = [(r.ids, r.mask, rng, r.packed_record_id) for r in batch for rng in r.ranges]
+    spans = [(rng[4], rng[5]) for _, _, rng, _ in seqs]
+    lengths = np.fromiter((hi - lo for lo, hi in spans), dtype=np.int64, count=len(seqs))
+    starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    # Targets: the row before each loss-bearing row; row 0 of a sequence never bears loss.
+    counts = [hi - lo - 1 if mask is None else int(np.count_nonzero(mask[lo + 1 : hi]))
+              for (_, mask, _, _), (lo, hi) in zip(seqs, spans)]
+    out, v = allocate_varlen(int(starts[-1]), sum(counts), len(seqs))
+    positions, shifted, true = _constants(int(lengths.max()) if seqs else 0)
+    np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans)], out=v["input_ids"])
+    np.concatenate([positions[: hi - lo] for lo, hi in spans], out=v["position_ids"])
+    loss = v["loss_mask"]
+    if all(mask is None for _, mask, _, _ in seqs):
+        loss[:] = True
+    else:
+        np.concatenate([true[: hi - lo] if s[1] is None else s[1][lo:hi] for s, (lo, hi) in zip(seqs, spans)], out=loss)
+    loss[starts[:-1]] = False
+    flat, k = v["target_row_indices"], 0
+    for (_, mask, _, _), row, m, n in zip(seqs, starts[:-1].tolist(), lengths.tolist(), counts):
+        if mask is None:  # every row after the first bears loss
+            np.add(shifted[1:m], row, out=flat[k : k + n])
+        else:
+            np.add(np.flatnonzero(loss[row : row + m]), row - 1, out=flat[k : k + n])
+        k += n
+    v["ce_valid"][:] = True
+    v["cu_seqlens"][:] = starts
+    out["max_seqlen"] = int(lengths.max()) if seqs else 0
+    out["range_ids"] = [rng[0] for _, _, rng, _ in seqs]
+    out["packed_record_ids"] = [pid for *_, pid in seqs]
+    out["logical_records"] = len(batch)
     return out
 
 

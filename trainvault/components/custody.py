@@ -4,9 +4,10 @@ At construction (`open_ledger`): the ledger must be the approval's sidecar for t
 and manifest (`ApprovalError`), every part must match its digest (`IntegrityError`), every
 shard of the approved split must be listed once, every record once, frames and ranges
 must fit (`ManifestError`), and each range's predecessor token must lie in its own frame
-and each record index in its shard (`CustodyError`). At read time (`check_read`): the
-stored record must be the one the ledger describes (`CustodyError`), and each range's
-emitted tokens must match their digest (`IntegrityError`, in the materializer).
+and each record index in its shard (`CustodyError`). The gate runs these when it approves
+the ledger, and then, for every record (`check_read`): the stored record must be the one
+the ledger describes (`CustodyError`), and each range's tokens must match their digest
+(`IntegrityError`, `trainvault.components.verify`). Later reads repeat `check_read` only.
 """
 
 from __future__ import annotations
@@ -115,10 +116,7 @@ def check_record(rec: LedgerRecord, shard_key: str, max_rows: int | None = None)
                 )
             rows = rows_of(c, n)
             if max_rows is not None and rows > max_rows:
-                raise ManifestError(
-                    f"{at}: {rows} rows exceed max_rows={max_rows}; declare shorter ranges (split_frame) or raise "
-                    "max_rows"
-                )
+                raise too_many_rows(at, rows, max_rows)
             lo = f.start + (c - f.component_start)
             spans.append((c, c + n, r.range_id))
             out.append((r.range_id, f.component_id, c, n, lo - (rows - n), lo + n, r.sha256))
@@ -130,6 +128,19 @@ def check_record(rec: LedgerRecord, shard_key: str, max_rows: int | None = None)
                     "would bear loss twice; fix the declaration"
                 )
     return tuple(out)
+
+
+def too_many_rows(at: str, rows: int, max_rows: int) -> ManifestError:
+    return ManifestError(f"{at}: {rows} rows exceed max_rows={max_rows}; declare shorter ranges (split_frame) or raise max_rows")
+
+
+def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
+    """Refuse (`ManifestError`) the first range of a checked ledger with more than `max_rows` rows."""
+    for shard in checked.shards:
+        for index, rec in enumerate(shard.records):
+            for rid, _, _, _, lo, hi, _ in rec.ranges:
+                if hi - lo > max_rows:
+                    raise too_many_rows(where(shard.key, index, rec.packed_record_id, rid), hi - lo, max_rows)
 
 
 def _resolve_part(top_uri: str, uri: str) -> str:
@@ -159,7 +170,6 @@ def open_ledger(
     manifest_sha256: str,
     split: str,
     shards: Sequence[ShardEntry],
-    max_rows: int | None,
 ) -> CheckedLedger:
     """Read `split`'s ledger bound by the approval and check it against the approved `shards`."""
     name = ledger_sidecar_name(split)
@@ -209,7 +219,7 @@ def open_ledger(
         part_uri = _resolve_part(uri, p.uri)
         part_raw = _read_bound(storage, part_uri, p.sha256, f"component ledger part of shard {p.shard_key}")
         part = ComponentLedgerPart.from_json_bytes(part_raw, source=part_uri)
-        compiled.append(_check_part(part, p.record_count, p.range_count, entry, part_uri, split, max_rows))
+        compiled.append(_check_part(part, p.record_count, p.range_count, entry, part_uri, split))
     return CheckedLedger(uri, ref.sha256, ledger, tuple(compiled))
 
 
@@ -220,7 +230,6 @@ def _check_part(
     entry: ShardEntry,
     part_uri: str,
     split: str,
-    max_rows: int | None,
 ) -> CompiledShard:
     key = entry.key
     if part.split != split or part.shard_key != key:
@@ -243,7 +252,7 @@ def _check_part(
             raise ManifestError(
                 f"{where(key, rec.record_index, rec.packed_record_id)} is listed twice in {part_uri}; rebuild the ledger"
             )
-        by_index[rec.record_index] = CompiledRecord(rec.packed_record_id, rec.token_count, check_record(rec, key, max_rows))
+        by_index[rec.record_index] = CompiledRecord(rec.packed_record_id, rec.token_count, check_record(rec, key))
     absent = [i for i, r in enumerate(by_index) if r is None]
     if absent:
         raise ManifestError(
@@ -300,4 +309,13 @@ def read_mask(at: str, record: Mapping[str, Any], token_count: int) -> Any:
     return mask
 
 
-__all__ = ["CheckedLedger", "CompiledRecord", "CompiledShard", "check_read", "check_record", "open_ledger", "rows_of"]
+__all__ = [
+    "CheckedLedger",
+    "CompiledRecord",
+    "CompiledShard",
+    "check_max_rows",
+    "check_read",
+    "check_record",
+    "open_ledger",
+    "rows_of",
+]

@@ -6,23 +6,36 @@ False, position 0) and the range's tokens follow at positions 1..n. When ``c == 
 0 is the range's first token, context only (it has no causal row). Other rows take the
 record's ``loss_mask``. ``target_row_indices[k]`` is the row before the k-th loss-bearing
 row: the trainer's loss is CE(``logits[t]``, ``input_ids[t + 1]``) over those ``t``, and
-``ce_valid`` is true for each. Nothing after a range enters an output or a digest; outputs
-are fresh arrays, never views of the record.
+``ce_valid`` is true for each. Nothing after a range enters an output.
 
 ``unpack`` yields one logical record per range; ``group`` one per packed record that has
 ranges (records declaring none yield nothing), its ranges in ledger order under
 ``component_sequences`` with ``cu_seqlens``. Order: manifest, record, frame, range.
+
+The gate checked every range's tokens against its sha256 when it approved the ledger;
+each block read here is checked against the approved descriptor, so ranges are not
+hashed again. Records reach a user as fresh arrays, never views of the packed record
+(`iter_records`, or a loader whose collate is not ``collate_sequences``); the loader hands
+``collate_sequences`` lazy ranges (`LazyRanges`) that it writes straight into its batch.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.components.custody import CheckedLedger, CompiledShard, check_read, open_ledger, read_mask, where
-from trainvault.errors import CustodyError, IntegrityError
+from trainvault.components.custody import (
+    CheckedLedger,
+    CompiledRange,
+    CompiledShard,
+    check_max_rows,
+    check_read,
+    read_mask,
+    where,
+)
+from trainvault.components.ledger import ledger_sidecar_name
+from trainvault.errors import ApprovalError, CustodyError
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
@@ -94,12 +107,18 @@ class ComponentRangeMaterializer:
         per_record = self._record_counts(self._shard(entry))
         return [sum(per_record[b.first_record : b.first_record + b.record_count]) for b in descriptor.blocks]
 
+    @property
+    def logical_records(self) -> int:
+        """Logical records of the split (ranges, or packed records with ranges): the positions a
+        loader with this materializer counts, and the total to size a `PositionBudget` with."""
+        return sum(sum(self._record_counts(s)) for s in self._shards.values())
+
     def describe(self) -> str:
         """What this materializer yields, for people."""
         records = sum(len(s.records) for s in self._shards.values())
         ranges = sum(len(r.ranges) for s in self._shards.values() for r in s.records)
         rows = sum(hi - lo for s in self._shards.values() for r in s.records for *_, lo, hi, _ in r.ranges)
-        logical = sum(sum(self._record_counts(s)) for s in self._shards.values())
+        logical = self.logical_records
         limit = f", at most {self.max_rows} rows a range" if self.max_rows is not None else ""
         return (
             f"component ranges of split {self.split!r}, mode {self.mode!r}: {logical:,} logical records from "
@@ -109,23 +128,28 @@ class ComponentRangeMaterializer:
 
     # -- materialising ----------------------------------------------------------------
 
-    def expand(self, entry: ShardEntry, first_record: int, records: list[Any]) -> list[dict[str, Any]]:
-        """The logical records of a verified block whose first record is `first_record`.
-
-        The whole block is checked before anything is returned, so a refused range yields nothing.
-        """
+    def expand(self, entry: ShardEntry, first_record: int, records: list[Any]) -> list[LazyRanges]:
+        """The logical records of a verified block whose first record is `first_record`, as lazy
+        ranges (`LazyRanges.owned` makes them records). The whole block is checked first."""
         shard = self._shard(entry)
-        out: list[dict[str, Any]] = []
+        out: list[LazyRanges] = []
         for k, record in enumerate(records):
-            sequences = materialize_record(shard, first_record + k, record)
-            if self.mode == "unpack":
-                out.extend(sequences)
-            elif sequences:
-                out.append(group_sequences(sequences))
+            pid, ids, mask, ranges = read_record(shard, first_record + k, record)
+            if self.mode == "group":
+                out.extend([LazyRanges(pid, ids, mask, ranges, True)] if ranges else [])
+            else:
+                out.extend(LazyRanges(pid, ids, mask, (r,), False) for r in ranges)
         return out
 
+    def collate(self, collate_fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """What the loader collates logical records with: ``collate_sequences`` takes lazy ranges;
+        any other collate gets owned records (fresh arrays, nothing shared)."""
+        from trainvault.components.collate import collate_sequences
+
+        return collate_fn if collate_fn is collate_sequences else _Owned(collate_fn)
+
     def iter_records(self) -> Iterator[dict[str, Any]]:
-        """Every logical record of the split in order, read through custody (blocks verified)."""
+        """Every logical record of the split in order (fresh arrays), read through custody (blocks verified)."""
         from trainvault.reader import ShardReader
 
         for entry, desc in zip(self._entries, self._descriptors):
@@ -135,7 +159,37 @@ class ComponentRangeMaterializer:
                 continue
             reader = ShardReader(self._storage, entry, self._data_format, desc)
             for j, records in reader.iter_blocks(wanted):
-                yield from self.expand(entry, desc.blocks[j].first_record, records)
+                yield from (r.owned() for r in self.expand(entry, desc.blocks[j].first_record, records))
+
+
+class LazyRanges:
+    """Ranges of one packed record not yet copied out: an ``unpack`` record (one range) or a
+    ``group`` record (all of them). Internal to the loader: ``collate_sequences`` writes them
+    straight into its batch buffer; `owned` makes the records anything else gets."""
+
+    __slots__ = ("packed_record_id", "ids", "mask", "ranges", "group")
+
+    def __init__(self, packed_record_id: str, ids: Any, mask: Any, ranges: tuple[CompiledRange, ...], group: bool):
+        self.packed_record_id = packed_record_id
+        self.ids = ids
+        self.mask = mask
+        self.ranges = ranges
+        self.group = group
+
+    def owned(self) -> dict[str, Any]:
+        """The logical record, its arrays fresh copies."""
+        sequences = owned_sequences(self.packed_record_id, self.ids, self.mask, self.ranges)
+        return group_sequences(sequences) if self.group else sequences[0]
+
+
+class _Owned:
+    """A user's collate, given owned records (picklable into DataLoader workers when it is)."""
+
+    def __init__(self, collate_fn: Callable[[list[Any]], Any]):
+        self.collate_fn = collate_fn
+
+    def __call__(self, batch: list[LazyRanges]) -> Any:
+        return self.collate_fn([r.owned() for r in batch])
 
 
 #: Cached constants that outputs are copied from (never handed out): aranges for
@@ -158,13 +212,9 @@ def _constants(rows: int) -> tuple[Any, Any, Any]:
     return cached
 
 
-def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[dict[str, Any]]:
-    """Record `index` of `shard` as unpack records, in ledger order, after the custody checks.
-
-    Every range's digest is checked before anything is returned, so a refused range (or a
-    later one of the record) yields nothing of the record."""
-    import numpy as np
-
+def read_record(shard: CompiledShard, index: int, record: Any) -> tuple[str, Any, Any, tuple[CompiledRange, ...]]:
+    """Record `index` of `shard` after the custody checks: its id, int32 tokens, loss mask
+    (None: all true) and compiled ranges. The tokens are the record's own array, not a copy."""
     if index >= len(shard.records):
         raise CustodyError(
             f"record {index} of shard {shard.key} is not in the ledger's {len(shard.records)} records; the shard "
@@ -172,21 +222,26 @@ def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[di
         )
     expected = shard.records[index]
     ids = check_read(shard.key, index, expected, record)
-    ranges = expected.ranges
-    if not ranges:
-        return []
+    if not expected.ranges:
+        return expected.packed_record_id, ids, None, ()
     mask = read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
-    pid = expected.packed_record_id
+    return expected.packed_record_id, ids, mask, expected.ranges
+
+
+def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[dict[str, Any]]:
+    """Record `index` of `shard` as unpack records (fresh arrays), in ledger order, after the custody checks."""
+    pid, ids, mask, ranges = read_record(shard, index, record)
+    return owned_sequences(pid, ids, mask, ranges) if ranges else []
+
+
+def owned_sequences(pid: str, ids: Any, mask: Any, ranges: Sequence[CompiledRange]) -> list[dict[str, Any]]:
+    """A record's ranges as unpack records whose arrays are fresh copies, never views of the record."""
+    import numpy as np
+
     positions, shifted, true = _constants(max(hi - lo for *_, lo, hi, _ in ranges))
-    sha256 = hashlib.sha256
     out = []
-    for rid, cid, c, n, lo, hi, digest in ranges:
-        rows = ids[lo:hi].copy()  # a copy: never a view of the record
-        if sha256(rows).hexdigest() != digest:  # hashed from the fresh copy, still in cache
-            raise IntegrityError(
-                f"{where(shard.key, index, pid, rid)}: its {hi - lo} tokens do not match the ledger's sha256; "
-                "the tokens or the ledger changed: nothing of the range is used. Rebuild the ledger and approve again"
-            )
+    for rid, cid, c, n, lo, hi, _ in ranges:
+        rows = ids[lo:hi].copy()
         m = hi - lo
         if mask is None:  # all true: every row after the first bears loss, row t's target is t - 1
             loss = true[:m].copy()
@@ -229,18 +284,17 @@ def group_sequences(sequences: list[dict[str, Any]]) -> dict[str, Any]:
 
 def open_materializer(
     *,
-    storage: Storage,
+    checked: CheckedLedger | None,
     custody: Storage,
-    bindings: Mapping[str, Any],
     manifest: DataManifest,
     manifest_sha256: str,
     split: str,
     mode: str,
     max_rows: int | None,
 ) -> ComponentRangeMaterializer:
-    """Check `split`'s bound ledger against the approved `manifest` and make its materializer
-    (internal: ``ApprovedDataset.component_range_materializer`` calls it). `storage` reads the
-    ledger (bound by sha256), `custody` the approved shards and descriptors."""
+    """The materializer of `split`'s ledger, `checked` by the gate against the approved
+    `manifest` (internal: ``ApprovedDataset.component_range_materializer`` calls it).
+    `custody` reads the approved shards and descriptors."""
     from trainvault.errors import SelectionError
     from trainvault.reader import read_descriptor
 
@@ -251,7 +305,13 @@ def open_materializer(
     if split not in manifest.splits:
         raise SelectionError(f"split {split!r} is not in the approved manifest; splits: {', '.join(sorted(manifest.splits))}")
     shards = manifest.splits[split].shards
-    checked = open_ledger(storage, bindings, manifest_sha256, split, shards, max_rows)
+    if checked is None:
+        raise ApprovalError(
+            f"the approval binds no component ledger for split {split!r} (no sidecar {ledger_sidecar_name(split)!r}); "
+            "build one with TrainVault.build_component_ledger and bind it: ApprovalRequest(sidecars=binding.sidecars())"
+        )
+    if max_rows is not None:
+        check_max_rows(checked, max_rows)
     descriptors = [read_descriptor(custody, entry) for entry in shards]
     return ComponentRangeMaterializer._issue(
         _ISSUE, checked=checked, mode=mode, max_rows=max_rows, manifest_sha256=manifest_sha256, storage=custody,
@@ -259,4 +319,13 @@ def open_materializer(
     )
 
 
-__all__ = ["MODES", "ComponentRangeMaterializer", "group_sequences", "materialize_record", "open_materializer"]
+__all__ = [
+    "MODES",
+    "ComponentRangeMaterializer",
+    "LazyRanges",
+    "group_sequences",
+    "materialize_record",
+    "open_materializer",
+    "owned_sequences",
+    "read_record",
+]

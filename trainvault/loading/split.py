@@ -188,6 +188,8 @@ class SplitDataLoader:
             view_sha256=None if self.view is None else self.view.view_sha256,
         )
         collate = self.collate_fn or self._torch.utils.data.default_collate
+        if self.view is not None:
+            collate = self.view.collate(collate)
         dataset = SplitIterableDataset(
             storage=self.storage,
             data_format=self.manifest.data_format,

@@ -8,6 +8,7 @@ and range inside it. The component range materializer is one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainvault.manifest import ShardDescriptor, ShardEntry
@@ -22,3 +23,6 @@ class RecordView(Protocol):
 
     def expand(self, entry: ShardEntry, first_record: int, records: list[Any]) -> list[Any]:
         """The logical records of one verified, decoded block, exactly `block_counts` of them."""
+
+    def collate(self, collate_fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """The collate the loader applies to batches of `expand`'s records, given the user's."""

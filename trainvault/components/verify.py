@@ -1,0 +1,169 @@
+"""The gate's check of bound component ledgers: every range's tokens, once, at approval.
+
+When an approval request binds ``<split>_component_ledger``, the gate opens that ledger
+(`open_ledger`: parts by digest, frames, overlaps, range and record ids, predecessor
+custody) and, while it streams each of the split's shards to hash it, verifies each
+block against the shard's descriptor, decodes it from those same bytes and checks every
+record against the ledger (`check_read`) and every range's tokens against their sha256.
+A refusal names range, record and shard.
+
+After approval no read hashes a range again: each block read is checked against the
+approved descriptor, which proves its tokens are the ones checked here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trainvault.components.custody import CheckedLedger, CompiledShard, check_read, open_ledger, read_mask, where
+from trainvault.components.ledger import ledger_sidecar_name
+from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
+from trainvault.manifest import DataManifest, ShardEntry
+from trainvault.reader import ShardReader, read_descriptor
+from trainvault.storage import Storage, normalize_uri
+
+
+def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:
+    """Record `index` of `shard` is the one the ledger describes and each range's tokens match their sha256."""
+    if index >= len(shard.records):
+        raise CustodyError(
+            f"record {index} of shard {shard.key} is not in the ledger's {len(shard.records)} records; the shard "
+            "does not match its ledger"
+        )
+    expected = shard.records[index]
+    ids = check_read(shard.key, index, expected, record)
+    if not expected.ranges:
+        return
+    read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
+    for rid, _, _, _, lo, hi, digest in expected.ranges:
+        if hashlib.sha256(ids[lo:hi]).hexdigest() != digest:
+            raise IntegrityError(
+                f"{where(shard.key, index, expected.packed_record_id, rid)}: its {hi - lo} tokens do not match the "
+                "ledger's sha256; the tokens or the ledger changed: approval denied. Rebuild the ledger and approve again"
+            )
+
+
+class ShardCheck:
+    """Fed one shard's bytes as the gate hashes them: cuts out each block, checks its sha256
+    against the descriptor, decodes it and checks its records (`check_ranges`). Keeps the
+    first refusal in `error` instead of raising, so the gate reports a changed shard first."""
+
+    def __init__(self, storage: Storage, entry: ShardEntry, data_format: str, shard: CompiledShard):
+        self.entry = entry
+        self.shard = shard
+        self.error: TrainVaultError | None = None
+        self._reader: ShardReader | None = None
+        try:
+            # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps.
+            self._reader = ShardReader(storage, entry, data_format, read_descriptor(storage, entry))
+        except TrainVaultError as exc:
+            self.error = exc
+        self._buf = bytearray()
+        self._pos = 0  # object offset of _buf[0]
+        self._next = 0  # next block index
+        self._records = 0  # records checked
+
+    def feed(self, chunk: bytes) -> None:
+        if self.error is not None or self._reader is None:
+            return
+        self._buf += chunk
+        try:
+            self._blocks(self._reader)
+        except TrainVaultError as exc:
+            self.error = exc
+            self._buf = bytearray()
+
+    def _blocks(self, reader: ShardReader) -> None:
+        blocks = reader.blocks
+        while self._next < len(blocks):
+            b = blocks[self._next]
+            skip = b.offset - self._pos
+            if len(self._buf) < skip + b.length:
+                return
+            data = bytes(self._buf[skip : skip + b.length])
+            del self._buf[: skip + b.length]
+            self._pos = b.offset + b.length
+            if hashlib.sha256(data).hexdigest() != b.sha256:
+                raise IntegrityError(
+                    f"{self.entry.uri}: block {self._next} sha256 does not match the descriptor; the shard was changed "
+                    "after it was published: approval denied"
+                )
+            for k, record in enumerate(reader.decode(self._next, data)):
+                check_ranges(self.shard, b.first_record + k, record)
+                self._records += 1
+            self._next += 1
+
+    def close(self) -> None:
+        if self.error is not None or self._reader is None:
+            return
+        if self._next < len(self._reader.blocks):
+            self.error = IntegrityError(
+                f"{self.entry.uri}: the object ended before block {self._next}; it is truncated: approval denied"
+            )
+        elif self._records != len(self.shard.records):
+            self.error = CustodyError(
+                f"shard {self.shard.key} holds {self._records} records, its ledger describes {len(self.shard.records)}; "
+                "the ledger does not describe this shard: rebuild it"
+            )
+
+
+class LedgerRefusal(Exception):
+    """Carries a ledger's refusal (`error`) past the gate's `ApprovalError` wrapping: it keeps
+    its own class and names range, record and shard."""
+
+    def __init__(self, error: TrainVaultError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class LedgerChecks:
+    """The gate's checks of every component ledger the request binds, for the approved `manifest`
+    (shard URIs resolved). Construction checks the ledgers; `finish` what the shards held.
+    Both raise `LedgerRefusal`."""
+
+    def __init__(self, storage: Storage, bindings: Mapping[str, Any], manifest: DataManifest, manifest_sha256: str):
+        self.storage = storage
+        self.manifest = manifest
+        try:
+            self.ledgers: dict[str, CheckedLedger] = {
+                split: open_ledger(storage, bindings, manifest_sha256, split, s.shards)
+                for split, s in manifest.splits.items()
+                if ledger_sidecar_name(split) in bindings
+            }
+        except (IntegrityError, ManifestError) as exc:
+            raise LedgerRefusal(exc) from None
+        self._checks: list[ShardCheck] = []
+
+    def consumers(self) -> dict[str, Callable[[], ShardCheck]]:
+        """A `ShardCheck` factory for each shard a ledger covers, for `hash_objects`."""
+        out: dict[str, Callable[[], ShardCheck]] = {}
+        for split, checked in self.ledgers.items():
+            for entry, shard in zip(self.manifest.splits[split].shards, checked.shards):
+                out[normalize_uri(entry.uri)] = self._factory(entry, shard)  # as the gate names the files it hashes
+        return out
+
+    def _factory(self, entry: ShardEntry, shard: CompiledShard) -> Callable[[], ShardCheck]:
+        def make() -> ShardCheck:
+            check = ShardCheck(self.storage, entry, self.manifest.data_format, shard)
+            self._checks.append(check)  # list.append is atomic: hashing threads call this
+            return check
+
+        return make
+
+    def finish(self) -> dict[str, CheckedLedger]:
+        """The checked ledgers by split, once every covered shard was fed whole; else the first refusal in
+        manifest order."""
+        fed = {normalize_uri(c.entry.uri): c for c in self._checks}
+        for split, checked in self.ledgers.items():
+            for entry in self.manifest.splits[split].shards:
+                check = fed.get(normalize_uri(entry.uri))
+                if check is None:
+                    raise LedgerRefusal(IntegrityError(f"{entry.uri}: the gate did not read the shard; its ranges are unchecked"))
+                if check.error is not None:
+                    raise LedgerRefusal(check.error)
+        return self.ledgers
+
+
+__all__ = ["LedgerChecks", "LedgerRefusal", "ShardCheck", "check_ranges"]
