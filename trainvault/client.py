@@ -8,15 +8,8 @@ from trainvault.errors import ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.manifest import MANIFEST_NAME, DataManifest, ShardEntry, SplitManifest
 from trainvault.saver import DatasetSaver
-from trainvault.storage import (
-    Storage,
-    StorageConfig,
-    is_within,
-    join_uri,
-    normalize_uri,
-    parent_uri,
-    parse_uri,
-)
+from trainvault.storage import Storage, StorageConfig, normalize_uri, parent_uri, parse_uri
+from trainvault.uris import resolve_uri
 
 
 class TrainVault:
@@ -174,15 +167,6 @@ class TrainVault:
         return copy
 
 
-def _resolve(uri: str, base: str) -> str:
-    if "://" in uri or uri.startswith("/"):
-        return normalize_uri(uri)
-    resolved = join_uri(base, uri)
-    if ".." in uri.split("/") or not is_within(resolved, base):
-        raise ManifestError(f"shard URI {uri!r} escapes the manifest folder {base}")
-    return resolved
-
-
 def resolve_manifest_uris(manifest: DataManifest, base: str) -> DataManifest:
     """The same manifest with every shard and descriptor URI absolute."""
     parse_uri(base)
@@ -191,7 +175,9 @@ def resolve_manifest_uris(manifest: DataManifest, base: str) -> DataManifest:
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
-            uri, desc = _resolve(s.uri, base), _resolve(s.descriptor_uri, base)
+            where = f"the manifest in {base}, split {name!r} shard {s.key!r}"
+            uri = resolve_uri(s.uri, base, absolute="anywhere", where=where)
+            desc = resolve_uri(s.descriptor_uri, base, absolute="anywhere", where=where)
             changed |= uri != s.uri or desc != s.descriptor_uri
             shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
         splits[name] = SplitManifest(shards=shards, curricula=split.curricula)

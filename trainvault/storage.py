@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import obstore
 import obstore.exceptions as obx
@@ -36,6 +35,8 @@ from trainvault.errors import (
     TransientStorageError,
     TrainVaultError,
 )
+# URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
+from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -107,68 +108,6 @@ class ObjectInfo:
     etag: str | None
     #: When the store last wrote the object (UTC); filled by `Storage.list`, None from `head`.
     last_modified: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Location:
-    """A parsed URI: which store, and the path inside it."""
-
-    scheme: str  # "s3" | "file" | "memory"
-    bucket: str  # bucket, memory store name, or "" for local
-    path: str  # key inside the store, no leading slash
-
-    @property
-    def uri(self) -> str:
-        if self.scheme == "file":
-            return "file:///" + self.path
-        return f"{self.scheme}://{self.bucket}/{self.path}"
-
-
-def parse_uri(uri: str) -> Location:
-    """Parse a storage URI or plain local path; relative paths become absolute."""
-    if not isinstance(uri, str) or not uri:
-        raise StorageError(f"not a storage URI: {uri!r}; use s3://bucket/key, file:///path or memory://name/key")
-    if "://" not in uri:
-        return Location("file", "", os.path.abspath(uri).lstrip("/"))
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise StorageError(f"{uri}: file URIs must be absolute (file:///abs/path)")
-        return Location("file", "", os.path.normpath(unquote(parts.path)).lstrip("/"))
-    if scheme in ("s3", "memory"):
-        path = parts.path.lstrip("/")
-        if scheme == "s3" and not parts.netloc:
-            raise StorageError(f"{uri}: an s3 URI needs a bucket (s3://bucket/key)")
-        return Location(scheme, parts.netloc, path)
-    raise StorageError(f"{uri}: unsupported scheme {scheme!r}; use s3://, file:// or a local path, or memory://")
-
-
-def normalize_uri(uri: str) -> str:
-    """The canonical spelling of a URI (plain paths become file:///...)."""
-    return parse_uri(uri).uri
-
-
-def join_uri(base: str, *parts: str) -> str:
-    """Join path segments onto a folder URI."""
-    loc = parse_uri(base)
-    segs = [p.strip("/") for p in (loc.path, *parts) if p and p.strip("/")]
-    return replace(loc, path="/".join(segs)).uri
-
-
-def parent_uri(uri: str) -> str:
-    """The folder that holds an object."""
-    loc = parse_uri(uri)
-    return replace(loc, path=loc.path.rsplit("/", 1)[0] if "/" in loc.path else "").uri
-
-
-def is_within(uri: str, root: str) -> bool:
-    """True when `uri` names an object inside the folder `root` (same store)."""
-    a, b = parse_uri(uri), parse_uri(root)
-    if (a.scheme, a.bucket) != (b.scheme, b.bucket):
-        return False
-    prefix = b.path.rstrip("/")
-    return not prefix or a.path.startswith(prefix + "/")
 
 
 def _timedelta(seconds: float) -> timedelta:

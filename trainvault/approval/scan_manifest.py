@@ -20,7 +20,8 @@ from trainvault.contamination.bound import Bound, publish_document
 from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError
 from trainvault.manifest import DataManifest
-from trainvault.storage import Storage, is_within, join_uri, normalize_uri, parent_uri, parse_uri
+from trainvault.storage import Storage, normalize_uri, parent_uri, parse_uri
+from trainvault.uris import resolve_uri
 
 if TYPE_CHECKING:
     from trainvault.client import TrainVault
@@ -89,16 +90,8 @@ class DeclaredFile:
 
 
 def _resolve_declared(uri: str, base: str, where: str) -> str:
-    # Dot segments mean nothing to an object store but would let a key look inside the root.
-    if any(seg in (".", "..") for seg in uri.split("://", 1)[-1].split("/")):
-        raise ManifestError(f"{where}: URI {uri!r} has '.' or '..' segments; declare plain paths under the dataset root")
-    resolved = normalize_uri(uri) if ("://" in uri or uri.startswith("/")) else join_uri(base, uri)
-    if not is_within(resolved, base):
-        raise ManifestError(
-            f"{where}: URI {uri!r} escapes the dataset root {base}; an approved dataset reads only objects under "
-            "the folder of its data manifest: copy the data there"
-        )
-    return resolved
+    # An approved dataset reads only objects under the folder of its data manifest.
+    return resolve_uri(uri, base, absolute="within", where=where)
 
 
 def declared_files(manifest_uri: str, raw: bytes) -> tuple[DataManifest, list[DeclaredFile], dict[str, int]]:

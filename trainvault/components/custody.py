@@ -26,7 +26,8 @@ from trainvault.components.ledger import (
 )
 from trainvault.errors import ApprovalError, CustodyError, IntegrityError, ManifestError
 from trainvault.manifest import ShardEntry
-from trainvault.storage import Storage, is_within, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage, normalize_uri, parent_uri
+from trainvault.uris import resolve_uri
 
 #: One range, compiled for reading: id, component id, component offset, length, emitted
 #: rows ``[row_lo, row_hi)`` in record coordinates (predecessor included), digest.
@@ -144,13 +145,7 @@ def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
 
 
 def _resolve_part(top_uri: str, uri: str) -> str:
-    base = parent_uri(top_uri)
-    if "://" in uri or uri.startswith("/") or ".." in uri.split("/"):
-        raise ManifestError(f"{top_uri}: part URI {uri!r} must be relative to the ledger's folder")
-    resolved = join_uri(base, uri)
-    if not is_within(resolved, base):
-        raise ManifestError(f"{top_uri}: part URI {uri!r} escapes the ledger's folder")
-    return resolved
+    return resolve_uri(uri, parent_uri(top_uri), absolute="refuse", where=top_uri)
 
 
 def _read_bound(storage: Storage, uri: str, sha256: str, what: str) -> bytes:

@@ -21,6 +21,7 @@ from trainvault.documents import Document
 from trainvault.errors import ContaminationError, IntegrityError, ManifestError
 from trainvault.manifest import validate_name
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.uris import resolve_uri
 
 RELEASE_NAME = "evaluation-release-v1.json"
 _SHA = r"^[0-9a-f]{64}$"
@@ -253,9 +254,7 @@ def load_release(storage: Storage, uri: str, *, sha256: str | None = None) -> Lo
     loaded = []
     for entry in bound.document.benchmarks:
         f = entry.items
-        item_uri = f.uri if "://" in f.uri or f.uri.startswith("/") else join_uri(base, f.uri)
-        if "://" not in f.uri and ".." in f.uri.split("/"):
-            raise ContaminationError(f"{bound.uri}: item file {f.uri!r} escapes the release folder")
+        item_uri = resolve_uri(f.uri, base, absolute="anywhere", where=f"{bound.uri} (benchmark {entry.name!r})")
         data = storage.get(item_uri)
         if len(data) != f.size_bytes or sha256_hex(data) != f.sha256:
             raise IntegrityError(

@@ -1,0 +1,118 @@
+"""Storage URIs, and the one rule for references that would leave a publication's root.
+
+A URI's scheme picks the store: ``s3://bucket/key``, ``file:///abs/path`` or a plain path
+(local), ``memory://name/key``. Documents refer to objects by absolute URI or by a path
+relative to their folder; `resolve_uri` is the only place that decides which of those may
+point outside that folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from trainvault.errors import ManifestError, StorageError
+
+#: What an absolute reference may name: anywhere (a manifest copy reads the original
+#: shards), only objects under the root (what an approval binds), or nothing (documents
+#: whose parts always sit beside them).
+Absolute = Literal["anywhere", "within", "refuse"]
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed URI: which store, and the path inside it."""
+
+    scheme: str  # "s3" | "file" | "memory"
+    bucket: str  # bucket, memory store name, or "" for local
+    path: str  # key inside the store, no leading slash
+
+    @property
+    def uri(self) -> str:
+        if self.scheme == "file":
+            return "file:///" + self.path
+        return f"{self.scheme}://{self.bucket}/{self.path}"
+
+
+def parse_uri(uri: str) -> Location:
+    """Parse a storage URI or plain local path; relative paths become absolute."""
+    if not isinstance(uri, str) or not uri:
+        raise StorageError(f"not a storage URI: {uri!r}; use s3://bucket/key, file:///path or memory://name/key")
+    if "://" not in uri:
+        return Location("file", "", os.path.abspath(uri).lstrip("/"))
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise StorageError(f"{uri}: file URIs must be absolute (file:///abs/path)")
+        return Location("file", "", os.path.normpath(unquote(parts.path)).lstrip("/"))
+    if scheme in ("s3", "memory"):
+        path = parts.path.lstrip("/")
+        if scheme == "s3" and not parts.netloc:
+            raise StorageError(f"{uri}: an s3 URI needs a bucket (s3://bucket/key)")
+        return Location(scheme, parts.netloc, path)
+    raise StorageError(f"{uri}: unsupported scheme {scheme!r}; use s3://, file:// or a local path, or memory://")
+
+
+def normalize_uri(uri: str) -> str:
+    """The canonical spelling of a URI (plain paths become file:///...)."""
+    return parse_uri(uri).uri
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """Join path segments onto a folder URI."""
+    loc = parse_uri(base)
+    segs = [p.strip("/") for p in (loc.path, *parts) if p and p.strip("/")]
+    return replace(loc, path="/".join(segs)).uri
+
+
+def parent_uri(uri: str) -> str:
+    """The folder that holds an object."""
+    loc = parse_uri(uri)
+    return replace(loc, path=loc.path.rsplit("/", 1)[0] if "/" in loc.path else "").uri
+
+
+def is_within(uri: str, root: str) -> bool:
+    """True when `uri` names an object inside the folder `root` (same store)."""
+    a, b = parse_uri(uri), parse_uri(root)
+    if (a.scheme, a.bucket) != (b.scheme, b.bucket):
+        return False
+    prefix = b.path.rstrip("/")
+    return not prefix or a.path.startswith(prefix + "/")
+
+
+def _is_absolute(ref: str) -> bool:
+    return "://" in ref or ref.startswith("/")
+
+
+def resolve_uri(ref: str, root: str, *, absolute: Absolute, where: str) -> str:
+    """The absolute URI a document at `where` means by `ref`, resolved against the folder
+    `root`. A relative `ref` is plain path segments (never empty, ``.`` or ``..``) and always
+    lands under `root`; an absolute one is allowed as `absolute` says. Anything else raises
+    `ManifestError` naming the document, the reference and the root."""
+    if not isinstance(ref, str) or not ref:
+        raise ManifestError(f"{where}: {ref!r} is not a URI or relative path")
+    if _is_absolute(ref):
+        if absolute == "refuse":
+            raise ManifestError(
+                f"{where}: {ref!r} must be a path relative to {root}, not an absolute URI; keep the parts beside the document"
+            )
+        if absolute == "anywhere":
+            return normalize_uri(ref)
+        segments = ref.split("://", 1)[-1].strip("/").split("/")
+    else:
+        segments = ref.split("/")
+    # Dot segments mean nothing to an object store but would let a key look inside the root.
+    if any(seg in ("", ".", "..") for seg in segments):
+        raise ManifestError(
+            f"{where}: {ref!r} has empty, '.' or '..' segments (a path that escapes the root {root} is refused); "
+            "name objects by plain paths under it"
+        )
+    resolved = normalize_uri(ref) if _is_absolute(ref) else join_uri(root, ref)
+    if not is_within(resolved, root):
+        raise ManifestError(
+            f"{where}: {ref!r} escapes the root {root}; what a document binds must live under its root: copy it there"
+        )
+    return resolved
