@@ -122,7 +122,7 @@ def ledger_record(shard_key: str, index: int, record: Any, frames: Iterable[Fram
         ) from None
     compiled = check_record(draft, shard_key)
     ids = check_read(shard_key, index, CompiledRecord(pid, token_count, compiled), record)
-    digests = iter([token_digest(ids[lo:hi]) for _, _, _, _, lo, hi, _ in compiled])
+    digests = iter([token_digest(ids[r.row_lo : r.row_hi]) for r in compiled])
     frames_out = [
         f.model_copy(update={"ranges": [r.model_copy(update={"sha256": next(digests)}) for r in f.ranges]})
         for f in out_frames

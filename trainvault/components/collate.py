@@ -114,7 +114,7 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
     import numpy as np
 
     seqs = [(r.ids, r.mask, rng, r.packed_record_id) for r in batch for rng in r.ranges]
-    spans = [(rng[4], rng[5]) for _, _, rng, _ in seqs]
+    spans = [(rng.row_lo, rng.row_hi) for _, _, rng, _ in seqs]
     lengths = np.fromiter((hi - lo for lo, hi in spans), dtype=np.int64, count=len(seqs))
     starts = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
@@ -141,7 +141,7 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
     v["ce_valid"][:] = True
     v["cu_seqlens"][:] = starts
     out["max_seqlen"] = int(lengths.max()) if seqs else 0
-    out["range_ids"] = [rng[0] for _, _, rng, _ in seqs]
+    out["range_ids"] = [rng.range_id for _, _, rng, _ in seqs]
     out["packed_record_ids"] = [pid for *_, pid in seqs]
     out["logical_records"] = len(batch)
     return out

@@ -20,6 +20,7 @@ from trainvault.canonical import sha256_hex
 from trainvault.components.ledger import (
     ComponentLedger,
     ComponentLedgerPart,
+    LedgerFrame,
     LedgerRecord,
     ledger_sidecar_name,
     range_id,
@@ -29,9 +30,18 @@ from trainvault.manifest import ShardEntry
 from trainvault.storage import Storage, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
 
-#: One range, compiled for reading: id, component id, component offset, length, emitted
-#: rows ``[row_lo, row_hi)`` in record coordinates (predecessor included), digest.
-CompiledRange = tuple[str, str, int, int, int, int, str]
+@dataclass(frozen=True, slots=True)
+class CompiledRange:
+    """One range, compiled for reading. Rows ``[row_lo, row_hi)`` are in record coordinates,
+    the predecessor token included."""
+
+    range_id: str
+    component_id: str
+    component_offset: int
+    length: int
+    row_lo: int
+    row_hi: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,16 @@ def check_record(rec: LedgerRecord, shard_key: str, max_rows: int | None = None)
 
     Shared by the builder and the materializer, so both refuse the same declarations.
     """
+    _check_frames(rec, shard_key)
+    out: list[CompiledRange] = []
+    seen: set[str] = set()
+    for f in rec.frames:
+        out.extend(_compile_frame(rec, f, shard_key, max_rows, seen))
+    return tuple(out)
+
+
+def _check_frames(rec: LedgerRecord, shard_key: str) -> None:
+    """Each frame holds tokens of the record, and no two frames overlap."""
     frames = sorted(rec.frames, key=lambda f: (f.start, f.end))
     prev = None
     for f in frames:
@@ -89,46 +109,51 @@ def check_record(rec: LedgerRecord, shard_key: str, max_rows: int | None = None)
                 "component; fix the declaration"
             )
         prev = f
+
+
+def _compile_frame(
+    rec: LedgerRecord, f: LedgerFrame, shard_key: str, max_rows: int | None, seen: set[str]
+) -> list[CompiledRange]:
+    """One frame's ranges, checked (ids, bounds, predecessor, rows, overlaps) and compiled.
+
+    `seen` holds the range ids of the record's earlier frames; this frame's are added.
+    """
+    comp_end = f.component_start + (f.end - f.start)
     out: list[CompiledRange] = []
-    seen: set[str] = set()
-    for f in rec.frames:
-        comp_end = f.component_start + (f.end - f.start)
-        spans: list[tuple[int, int, str]] = []
-        for r in f.ranges:
-            c, n = r.component_offset, r.length
-            at = where(shard_key, rec.record_index, rec.packed_record_id, r.range_id)
-            expected = range_id(rec.packed_record_id, f.component_id, c)
-            if r.range_id != expected or r.range_id in seen:
-                raise ManifestError(
-                    f"{at}: range ids are '<record>:<component>:<offset>' and unique, expected {expected!r}; "
-                    "rebuild the ledger with build_component_ledger"
-                )
-            seen.add(r.range_id)
-            if c < f.component_start or c + n > comp_end:
-                raise ManifestError(
-                    f"{at}: component tokens [{c}, {c + n}) lie outside its frame {f.component_id!r}, which holds "
-                    f"component tokens [{f.component_start}, {comp_end}); fix the declaration"
-                )
-            if c > 0 and c - 1 < f.component_start:
-                raise CustodyError(
-                    f"{at}: its predecessor token (component offset {c - 1}) is not in its frame "
-                    f"{f.component_id!r} (component tokens from {f.component_start}): it is in another record, so "
-                    "custody of it is not proven. Start the range one token later (split_frame does)"
-                )
-            rows = rows_of(c, n)
-            if max_rows is not None and rows > max_rows:
-                raise too_many_rows(at, rows, max_rows)
-            lo = f.start + (c - f.component_start)
-            spans.append((c, c + n, r.range_id))
-            out.append((r.range_id, f.component_id, c, n, lo - (rows - n), lo + n, r.sha256))
-        spans.sort()
-        for (a0, a1, ra), (b0, _, rb) in zip(spans, spans[1:]):
-            if b0 < a1:
-                raise ManifestError(
-                    f"{where(shard_key, rec.record_index, rec.packed_record_id, rb)} overlaps range {ra}: a token "
-                    "would bear loss twice; fix the declaration"
-                )
-    return tuple(out)
+    for r in f.ranges:
+        c, n = r.component_offset, r.length
+        at = where(shard_key, rec.record_index, rec.packed_record_id, r.range_id)
+        expected = range_id(rec.packed_record_id, f.component_id, c)
+        if r.range_id != expected or r.range_id in seen:
+            raise ManifestError(
+                f"{at}: range ids are '<record>:<component>:<offset>' and unique, expected {expected!r}; "
+                "rebuild the ledger with build_component_ledger"
+            )
+        seen.add(r.range_id)
+        if c < f.component_start or c + n > comp_end:
+            raise ManifestError(
+                f"{at}: component tokens [{c}, {c + n}) lie outside its frame {f.component_id!r}, which holds "
+                f"component tokens [{f.component_start}, {comp_end}); fix the declaration"
+            )
+        if c > 0 and c - 1 < f.component_start:
+            raise CustodyError(
+                f"{at}: its predecessor token (component offset {c - 1}) is not in its frame "
+                f"{f.component_id!r} (component tokens from {f.component_start}): it is in another record, so "
+                "custody of it is not proven. Start the range one token later (split_frame does)"
+            )
+        rows = rows_of(c, n)
+        if max_rows is not None and rows > max_rows:
+            raise too_many_rows(at, rows, max_rows)
+        lo = f.start + (c - f.component_start)
+        out.append(CompiledRange(r.range_id, f.component_id, c, n, lo - (rows - n), lo + n, r.sha256))
+    spans = sorted((r.component_offset, r.component_offset + r.length, r.range_id) for r in out)
+    for (_, a1, ra), (b0, _, rb) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise ManifestError(
+                f"{where(shard_key, rec.record_index, rec.packed_record_id, rb)} overlaps range {ra}: a token "
+                "would bear loss twice; fix the declaration"
+            )
+    return out
 
 
 def too_many_rows(at: str, rows: int, max_rows: int) -> ManifestError:
@@ -139,9 +164,9 @@ def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
     """Refuse (`ManifestError`) the first range of a checked ledger with more than `max_rows` rows."""
     for shard in checked.shards:
         for index, rec in enumerate(shard.records):
-            for rid, _, _, _, lo, hi, _ in rec.ranges:
-                if hi - lo > max_rows:
-                    raise too_many_rows(where(shard.key, index, rec.packed_record_id, rid), hi - lo, max_rows)
+            for r in rec.ranges:
+                if r.row_hi - r.row_lo > max_rows:
+                    raise too_many_rows(where(shard.key, index, rec.packed_record_id, r.range_id), r.row_hi - r.row_lo, max_rows)
 
 
 def _resolve_part(top_uri: str, uri: str) -> str:
@@ -167,6 +192,23 @@ def open_ledger(
     shards: Sequence[ShardEntry],
 ) -> CheckedLedger:
     """Read `split`'s ledger bound by the approval and check it against the approved `shards`."""
+    uri, sha256, ledger = _read_ledger(storage, bindings, manifest_sha256, split)
+    approved = {s.key: s for s in shards}
+    _check_listing(ledger, uri, split, approved, shards)
+    compiled: list[CompiledShard] = []
+    for p in ledger.parts:
+        entry = approved[p.shard_key]
+        part_uri = _resolve_part(uri, p.uri)
+        part_raw = _read_bound(storage, part_uri, p.sha256, f"component ledger part of shard {p.shard_key}")
+        part = ComponentLedgerPart.from_json_bytes(part_raw, source=part_uri)
+        compiled.append(_check_part(part, p.record_count, p.range_count, entry, part_uri, split))
+    return CheckedLedger(uri, sha256, ledger, tuple(compiled))
+
+
+def _read_ledger(
+    storage: Storage, bindings: Mapping[str, Any], manifest_sha256: str, split: str
+) -> tuple[str, str, ComponentLedger]:
+    """The ledger the approval binds for `split`: (uri, sha256, ledger), built for this manifest and split."""
     name = ledger_sidecar_name(split)
     ref = bindings.get(name)
     if ref is None:
@@ -187,10 +229,15 @@ def open_ledger(
         )
     if ledger.split != split:
         raise ApprovalError(f"component ledger {uri} is for split {ledger.split!r}, not {split!r}; bind that split's ledger")
+    return uri, ref.sha256, ledger
 
-    approved = {s.key: s for s in shards}
-    listed: dict[str, int] = {}
-    for i, p in enumerate(ledger.parts):
+
+def _check_listing(
+    ledger: ComponentLedger, uri: str, split: str, approved: Mapping[str, ShardEntry], shards: Sequence[ShardEntry]
+) -> None:
+    """The ledger lists every approved shard once, nothing else, in the manifest's order."""
+    listed: set[str] = set()
+    for p in ledger.parts:
         if p.shard_key not in approved:
             raise CustodyError(
                 f"component ledger {uri} lists shard {p.shard_key}, which is not in the approved split {split!r}: "
@@ -198,7 +245,7 @@ def open_ledger(
             )
         if p.shard_key in listed:
             raise ManifestError(f"component ledger {uri} lists shard {p.shard_key} twice: its records would be read twice")
-        listed[p.shard_key] = i
+        listed.add(p.shard_key)
     missing = [k for k in approved if k not in listed]
     if missing:
         raise ManifestError(
@@ -207,15 +254,6 @@ def open_ledger(
         )
     if [p.shard_key for p in ledger.parts] != [s.key for s in shards]:
         raise ManifestError(f"component ledger {uri} lists its parts out of the manifest's shard order; rebuild the ledger")
-
-    compiled: list[CompiledShard] = []
-    for p in ledger.parts:
-        entry = approved[p.shard_key]
-        part_uri = _resolve_part(uri, p.uri)
-        part_raw = _read_bound(storage, part_uri, p.sha256, f"component ledger part of shard {p.shard_key}")
-        part = ComponentLedgerPart.from_json_bytes(part_raw, source=part_uri)
-        compiled.append(_check_part(part, p.record_count, p.range_count, entry, part_uri, split))
-    return CheckedLedger(uri, ref.sha256, ledger, tuple(compiled))
 
 
 def _check_part(
@@ -261,7 +299,7 @@ def check_read(shard_key: str, record_index: int, expected: CompiledRecord, reco
     """The record's tokens as int32 once it is proven to be the record the ledger describes."""
     import numpy as np
 
-    first = expected.ranges[0][0] if expected.ranges else None
+    first = expected.ranges[0].range_id if expected.ranges else None
     at = where(shard_key, record_index, expected.packed_record_id, first)
     if not isinstance(record, Mapping):
         raise CustodyError(f"{at}: the stored record is a {type(record).__name__}, not a packed record")

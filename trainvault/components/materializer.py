@@ -117,7 +117,7 @@ class ComponentRangeMaterializer:
         """What this materializer yields, for people."""
         records = sum(len(s.records) for s in self._shards.values())
         ranges = sum(len(r.ranges) for s in self._shards.values() for r in s.records)
-        rows = sum(hi - lo for s in self._shards.values() for r in s.records for *_, lo, hi, _ in r.ranges)
+        rows = sum(g.row_hi - g.row_lo for s in self._shards.values() for r in s.records for g in r.ranges)
         logical = self.logical_records
         limit = f", at most {self.max_rows} rows a range" if self.max_rows is not None else ""
         return (
@@ -238,9 +238,10 @@ def owned_sequences(pid: str, ids: Any, mask: Any, ranges: Sequence[CompiledRang
     """A record's ranges as unpack records whose arrays are fresh copies, never views of the record."""
     import numpy as np
 
-    positions, shifted, true = _constants(max(hi - lo for *_, lo, hi, _ in ranges))
+    positions, shifted, true = _constants(max(r.row_hi - r.row_lo for r in ranges))
     out = []
-    for rid, cid, c, n, lo, hi, _ in ranges:
+    for r in ranges:
+        rid, cid, c, n, lo, hi = r.range_id, r.component_id, r.component_offset, r.length, r.row_lo, r.row_hi
         rows = ids[lo:hi].copy()
         m = hi - lo
         if mask is None:  # all true: every row after the first bears loss, row t's target is t - 1
@@ -299,9 +300,9 @@ def open_materializer(
     from trainvault.reader import read_descriptor
 
     if mode not in MODES:
-        raise ValueError(f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}")
+        raise SelectionError(f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}")
     if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1):
-        raise ValueError(f"max_rows must be a positive int or None, got {max_rows!r}")
+        raise SelectionError(f"max_rows must be a positive int or None, got {max_rows!r}")
     if split not in manifest.splits:
         raise SelectionError(f"split {split!r} is not in the approved manifest; splits: {', '.join(sorted(manifest.splits))}")
     shards = manifest.splits[split].shards

@@ -37,8 +37,9 @@ def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:
     if not expected.ranges:
         return
     read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
-    for rid, _, _, _, lo, hi, digest in expected.ranges:
-        if hashlib.sha256(ids[lo:hi]).hexdigest() != digest:
+    for r in expected.ranges:
+        rid, lo, hi = r.range_id, r.row_lo, r.row_hi
+        if hashlib.sha256(ids[lo:hi]).hexdigest() != r.sha256:
             raise IntegrityError(
                 f"{where(shard.key, index, expected.packed_record_id, rid)}: its {hi - lo} tokens do not match the "
                 "ledger's sha256; the tokens or the ledger changed: approval denied. Rebuild the ledger and approve again"

@@ -128,14 +128,18 @@ class EvalIndex:
     """
 
     def __init__(self, contract: VerifierContract, release: LoadedRelease, *, contract_sha256: str):
-        np = _numpy()
         self.contract = contract
         self.contract_sha256 = contract_sha256
         self.release = release
         self.release_sha256 = release.sha256
         self.release_id = release.release.id
-        method = contract.method
-        self.normalizer = Normalizer(method.normalization)
+        self.normalizer = Normalizer(contract.method.normalization)
+        self._build_postings(release)
+        fps = self._build_vocab()
+        self._build_tables(fps)
+
+    def _build_postings(self, release: LoadedRelease) -> None:
+        """`benchmarks`, `grams` (in first-seen order) and `postings` of every searched gram."""
         grams: dict[tuple[bytes, ...], int] = {}
         postings: list[list[tuple[int, int, int]]] = []
         benchmarks = []
@@ -152,6 +156,9 @@ class EvalIndex:
         self.grams: list[tuple[bytes, ...]] = list(grams)
         self.postings = postings
 
+    def _build_vocab(self) -> list[int]:
+        """`vocab`, `token_fps` and the two pre-filters; returns the token fingerprints by id."""
+        np = _numpy()
         # Vocabulary: every token of a searched gram gets a small id; its fingerprint is a
         # table entry, so training text needs one dict lookup per token and no hashing.
         self.vocab: dict[bytes, int] = {}
@@ -179,7 +186,11 @@ class EvalIndex:
             lengths = np.fromiter(map(len, vocab_tokens), dtype=np.int64, count=len(vocab_tokens))
             v_starts = 1 + np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
             self._filter2[_edge_key(data, v_starts, v_starts + lengths)] = True
+        return fps
 
+    def _build_tables(self, fps: list[int]) -> None:
+        """Per gram length, the sorted gram fingerprints that `find` searches."""
+        np = _numpy()
         by_len: dict[int, list[int]] = {}
         for gid, g in enumerate(self.grams):
             by_len.setdefault(len(g), []).append(gid)
@@ -279,27 +290,12 @@ class EvalIndex:
         `data` must begin and end with a space (a `TokenBatch`).
         """
         np = _numpy()
-        k_min = self._min_len
-        n = len(starts)
-        if not k_min or n < k_min:
+        found = self._passing_stretches(data, starts, ends)
+        if found is None:
             return []
-        # Every run of k_min consecutive tokens holds one position divisible by k_min:
-        # test only those, then every token within k_min - 1 of one that passed.
-        passed = np.flatnonzero(self._filter2[_edge_key(data, starts[::k_min], ends[::k_min])])
-        if not len(passed):
-            return []
-        near = ((passed * k_min)[:, None] + np.arange(1 - k_min, k_min)).ravel()
-        mask = np.zeros(n + k_min, dtype=np.bool_)
-        mask[near[near >= 0]] = True
-        near = np.flatnonzero(mask[:n])
-        cand = near[self._filter2[_edge_key(data, starts[near], ends[near])]]
-        if len(cand) < k_min:
-            return []
-        brk = np.flatnonzero(cand[k_min - 1 :] - cand[: len(cand) - k_min + 1] == k_min - 1)
-        if not len(brk):
-            return []
-        # brk: indices i in cand where cand[i .. i+k_min-1] are consecutive positions.
+        cand, brk = found
         # Gather the maximal runs of consecutive positions that hold such a stretch.
+        k_min = self._min_len
         get = self.vocab.get
         positions: list[int] = []
         picked: list[bytes] = []
@@ -326,8 +322,36 @@ class EvalIndex:
             # A separator of id 0: no window spans two runs.
             positions.append(-1)
             ids.append(0)
-        found = self.find(picked, np.array(ids, dtype=np.int32))
-        return [(positions[c], g) for c, g in found]
+        matches = self.find(picked, np.array(ids, dtype=np.int32))
+        return [(positions[c], g) for c, g in matches]
+
+    def _passing_stretches(self, data: bytes, starts: Any, ends: Any) -> tuple[Any, Any] | None:
+        """The vectorised pre-filter of `find_stream`: ``(cand, brk)``, or None when nothing can match.
+
+        `cand` are the positions of tokens that pass the pre-filter near a tested one, and
+        `brk` the indices i in `cand` where ``cand[i .. i+k_min-1]`` are consecutive positions.
+        """
+        np = _numpy()
+        k_min = self._min_len
+        n = len(starts)
+        if not k_min or n < k_min:
+            return None
+        # Every run of k_min consecutive tokens holds one position divisible by k_min:
+        # test only those, then every token within k_min - 1 of one that passed.
+        passed = np.flatnonzero(self._filter2[_edge_key(data, starts[::k_min], ends[::k_min])])
+        if not len(passed):
+            return None
+        near = ((passed * k_min)[:, None] + np.arange(1 - k_min, k_min)).ravel()
+        mask = np.zeros(n + k_min, dtype=np.bool_)
+        mask[near[near >= 0]] = True
+        near = np.flatnonzero(mask[:n])
+        cand = near[self._filter2[_edge_key(data, starts[near], ends[near])]]
+        if len(cand) < k_min:
+            return None
+        brk = np.flatnonzero(cand[k_min - 1 :] - cand[: len(cand) - k_min + 1] == k_min - 1)
+        if not len(brk):
+            return None
+        return cand, brk
 
     def find(self, tokens: Any, ids: Any) -> list[tuple[int, int]]:
         """Verified matches ``(start position, gram id)`` in a token stream.

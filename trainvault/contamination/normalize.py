@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
-from itertools import chain
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trainvault.contamination.token_batch import TokenBatch, splice
 
 NORMALIZATION_ID = "tvnorm-v1"
 
@@ -229,8 +230,12 @@ class Normalizer:
             return TokenBatch(mapped, starts, ends, len(texts))
         tok = np.searchsorted(starts, slow, side="right") - 1
         tok = tok[np.concatenate(([True], tok[1:] != tok[:-1]))]
+        norms = self._word_norms(raw, list(zip(starts[tok].tolist(), ends[tok].tolist())))
+        return splice(np, mapped, starts, ends, tok, norms, len(texts))
+
+    def _word_norms(self, raw: bytes, pairs: list[tuple[int, int]]) -> list[tuple[bytes, ...]]:
+        """The normalised tokens of each word ``raw[a:b]`` that needs per-word treatment (cached)."""
         cache = self._word_cache
-        pairs = list(zip(starts[tok].tolist(), ends[tok].tolist()))
         keys = [raw[a:b] for a, b in pairs]
         if any(b"\xcc\xb8" in key for key in keys):
             # U+0338 (never simple, so only in these words): '<', '=', '>' may compose
@@ -243,39 +248,7 @@ class Normalizer:
             for i, key in enumerate(keys):
                 if norms[i] is None:
                     norms[i] = cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
-        counts: list[int] = list(map(len, norms))
-        aux: list[bytes] = list(chain.from_iterable(norms))
-        # Splice: each such token is replaced by its normalised tokens (0, 1 or more),
-        # which live in an auxiliary area appended after the batch bytes.
-        if not aux:
-            keep = np.ones(len(starts), dtype=np.bool_)
-            keep[tok] = False
-            return TokenBatch(mapped, starts[keep], ends[keep], len(texts))
-        lengths = np.fromiter(map(len, aux), dtype=np.int64, count=len(aux))
-        aux_starts = len(mapped) + np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
-        mapped = mapped + b" ".join(aux) + b" "
-        if counts.count(1) == len(counts):
-            # Common case: each such word is one token; replace its bytes in place.
-            # starts/ends are views of `bounds`, made here: write in place.
-            starts[tok] = aux_starts
-            ends[tok] = aux_starts + lengths
-            return TokenBatch(mapped, starts, ends, len(texts))
-        per_token = np.ones(len(starts), dtype=np.int64)
-        per_token[tok] = counts
-        slot_of = np.cumsum(per_token) - per_token  # new index of each old token's first slot
-        total = int(slot_of[-1] + per_token[-1])
-        keep = np.ones(len(starts), dtype=np.bool_)
-        keep[tok] = False
-        new_starts = np.empty(total, dtype=np.int64)
-        new_ends = np.empty(total, dtype=np.int64)
-        new_starts[slot_of[keep]] = starts[keep]
-        new_ends[slot_of[keep]] = ends[keep]
-        counts_arr = np.asarray(counts, dtype=np.int64)
-        within = np.arange(len(aux)) - np.repeat(np.cumsum(counts_arr) - counts_arr, counts_arr)
-        slots = np.repeat(slot_of[tok], counts_arr) + within
-        new_starts[slots] = aux_starts
-        new_ends[slots] = aux_starts + lengths
-        return TokenBatch(mapped, new_starts, new_ends, len(texts))
+        return norms  # type: ignore[return-value]
 
     def _slow_positions(self, np: Any, arr: Any, hi: Any) -> Any:
         """Positions (in `arr`) of non-ASCII characters that need per-word normalisation.
@@ -297,7 +270,6 @@ class Normalizer:
         b3 = arr[p3].astype(np.int32)
         two = b0 < 0xE0
         three = (b0 >= 0xE0) & (b0 < 0xF0)
-        four = b0 >= 0xF0
         c1, c2, c3 = (b1 & 0xC0) == 0x80, (b2 & 0xC0) == 0x80, (b3 & 0xC0) == 0x80
         cp = np.where(
             two,
@@ -353,39 +325,6 @@ class Normalizer:
             # spans covering the whole text rather than report a wrong offset.
             return tokens, [(0, len(text))] * len(tokens)
         return tokens, spans
-
-
-class TokenBatch:
-    """The tokens of a batch of texts: token i is ``data[starts[i]:ends[i]]``.
-
-    Texts are separated by one marker token ``A`` (never a real token). `data` ends with
-    a space, so every token is followed by at least one byte.
-    """
-
-    __slots__ = ("data", "starts", "ends", "n_texts")
-
-    def __init__(self, data: bytes, starts: Any, ends: Any, n_texts: int):
-        self.data, self.starts, self.ends, self.n_texts = data, starts, ends, n_texts
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> bytes:
-        return self.data[int(self.starts[i]) : int(self.ends[i])]
-
-    def text_starts(self) -> list[int]:
-        """Index of each text's first token."""
-        from trainvault.extras import require
-
-        np = require("numpy", "contamination")
-        arr = np.frombuffer(self.data, dtype=np.uint8)
-        marker = np.flatnonzero((self.ends - self.starts == 1) & (arr[self.starts] == 0x41))
-        return [0, *(marker + 1).tolist()]
-
-    def split(self) -> list[list[bytes]]:
-        """Tokens per text (for tests and debugging)."""
-        bounds = [*self.text_starts(), len(self) + 1]
-        return [[self[i] for i in range(bounds[t], bounds[t + 1] - 1)] for t in range(self.n_texts)]
 
 
 _ASCII_SEP_STR = {b: " " for b in _ASCII_SEPARATORS}

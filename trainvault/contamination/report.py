@@ -12,13 +12,14 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import MethodSpec, Policy
-from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.index import EvalIndex, IndexedBenchmark
 from trainvault.contamination.scan import ShardHit, ShardScanResult
 from trainvault.documents import Document
 from trainvault.errors import ContaminationError
@@ -196,6 +197,16 @@ def _check_sha(value: str, what: str) -> None:
         raise ContaminationError(f"{what} must be a 64-character lowercase hex sha256, got {value!r}")
 
 
+@dataclass
+class _MergedItem:
+    """One item's hits over every shard: matched gram positions, totals, and hits with sort keys."""
+
+    grams: set[int] = field(default_factory=set)
+    hits_total: int = 0
+    longest: int = 0
+    hits: list[tuple[tuple[Any, ...], ReportHit]] = field(default_factory=list)
+
+
 def reduce_report(
     index: EvalIndex,
     manifest: DataManifest,
@@ -216,6 +227,32 @@ def reduce_report(
     _check_sha(scan_manifest_sha256, "scan_manifest_sha256")
     _check_sha(producer_pins_sha256, "producer_pins_sha256")
     contract = index.contract
+    coverage, merged = _merge_shards(index, manifest, _results_by_shard(index, results))
+    benchmarks, contaminated_items, uncheckable_items = _judge(index, merged)
+    return ContaminationReport(
+        method=contract.method,
+        fields=list(contract.fields),
+        eval_release=ReleaseRef(id=index.release_id, sha256=index.release_sha256),
+        training=TrainingRef(data_manifest_sha256=data_manifest_sha256, scan_manifest_sha256=scan_manifest_sha256),
+        verifier_contract=DigestRef(sha256=index.contract_sha256),
+        producer_pins=DigestRef(sha256=producer_pins_sha256),
+        coverage=coverage,
+        policy=contract.policy,
+        benchmarks=benchmarks,
+        contaminated_items=contaminated_items,
+        uncheckable_items=uncheckable_items,
+        passed=all(b.passed for b in benchmarks),
+        tool=ToolInfo(
+            name="trainvault",
+            version=__version__,
+            python=f"{sys.version_info.major}.{sys.version_info.minor}",
+            unicode=unicodedata.unidata_version,
+        ),
+    )
+
+
+def _results_by_shard(index: EvalIndex, results: Iterable[ShardScanResult]) -> dict[str, ShardScanResult]:
+    """The results by shard sha256: each made under the index's contract and release, one per shard."""
     by_sha: dict[str, ShardScanResult] = {}
     for r in results:
         if not isinstance(r, ShardScanResult):
@@ -228,12 +265,20 @@ def reduce_report(
         if r.shard_sha256 in by_sha and by_sha[r.shard_sha256] != r:
             raise ContaminationError(f"two different results for shard {r.shard_sha256}: results are not deterministic")
         by_sha[r.shard_sha256] = r
+    return by_sha
 
-    field_pos = {f: i for i, f in enumerate(contract.fields)}
+
+def _merge_shards(
+    index: EvalIndex, manifest: DataManifest, by_sha: dict[str, ShardScanResult]
+) -> tuple[Coverage, dict[tuple[str, str], _MergedItem]]:
+    """Coverage totals and per-(benchmark, item id) hits over every shard of `manifest`.
+
+    Every shard must have a result that agrees with its entry, and every result a shard.
+    """
+    field_pos = {f: i for i, f in enumerate(index.contract.fields)}
     shards = records = tokens = size = 0
     used: set[str] = set()
-    # (benchmark, item_id) -> [matched grams, hits_total, longest, [(sort key, hit)]]
-    merged: dict[tuple[str, str], list[Any]] = {}
+    merged: dict[tuple[str, str], _MergedItem] = {}
     for split_name in sorted(manifest.splits):
         for entry in manifest.splits[split_name].shards:
             where = f"shard {split_name}/{entry.key}"
@@ -252,96 +297,90 @@ def reduce_report(
             size += r.bytes
             shard_order = (split_name, natural_key(entry.key), entry.key)
             for it in r.items:
-                state = merged.setdefault((it.benchmark, it.item_id), [set(), 0, 0, []])
-                state[0].update(it.matched_grams)
-                state[1] += it.hits_total
-                state[2] = max(state[2], it.longest_match_tokens)
+                state = merged.setdefault((it.benchmark, it.item_id), _MergedItem())
+                state.grams.update(it.matched_grams)
+                state.hits_total += it.hits_total
+                state.longest = max(state.longest, it.longest_match_tokens)
                 for h in it.hits:
                     key = (*shard_order, h.record_index, field_pos.get(h.field, -1), h.token_start, h.token_end)
                     hit = ReportHit(split=split_name, shard=entry.key, shard_sha256=entry.sha256, **h.model_dump())
-                    state[3].append((key, hit))
+                    state.hits.append((key, hit))
     extra = sorted(set(by_sha) - used)
     if extra:
         raise ContaminationError(
             f"results for {len(extra)} shard(s) not in the data manifest (first: {extra[0]}): "
             "they belong to another publication"
         )
+    return Coverage(shards=shards, records=records, tokens=tokens, bytes=size), merged
 
+
+def _judge(
+    index: EvalIndex, merged: dict[tuple[str, str], _MergedItem]
+) -> tuple[list[BenchmarkResult], list[ContaminatedItem], list[UncheckableItem]]:
+    """Per benchmark (by name) its counts and verdict, and the contaminated and uncheckable items."""
     benchmarks: list[BenchmarkResult] = []
-    contaminated_items: list[ContaminatedItem] = []
-    uncheckable_items: list[UncheckableItem] = []
-    known: set[tuple[str, str]] = set()
+    contaminated: list[ContaminatedItem] = []
+    uncheckable: list[UncheckableItem] = []
     for bench in sorted(index.benchmarks, key=lambda b: b.name):
-        n_items = len(bench.items)
-        n_unc = n_cont = 0
-        for item in sorted(bench.items, key=lambda i: item_sort_key(i.item_id)):
-            key = (bench.name, item.item_id)
-            known.add(key)
-            if item.uncheckable is not None:
-                n_unc += 1
-                uncheckable_items.append(
-                    UncheckableItem(
-                        benchmark=bench.name,
-                        item_id=item.item_id,
-                        item_sha256=item.item_sha256,
-                        tokens=item.n_tokens,
-                        reason=item.uncheckable,  # type: ignore[arg-type]
-                    )
-                )
-                continue
-            state = merged.get(key)
-            if state is None:
-                continue
-            n_cont += 1
-            hits = [h for _, h in sorted(state[3], key=lambda kh: kh[0])][: contract.max_hits_per_item]
-            contaminated_items.append(
-                ContaminatedItem(
-                    benchmark=bench.name,
-                    item_id=item.item_id,
-                    item_sha256=item.item_sha256,
-                    matched_ngrams=len(state[0]),
-                    total_ngrams=item.total_ngrams,
-                    longest_match_tokens=state[2],
-                    hits_total=state[1],
-                    hits=hits,
-                )
-            )
-        n_check = n_items - n_unc
-        benchmarks.append(
-            BenchmarkResult(
-                name=bench.name,
-                split=bench.split,
-                n_items=n_items,
-                n_checkable=n_check,
-                n_uncheckable=n_unc,
-                n_hot_ngrams_excluded=bench.n_hot_ngrams_excluded,
-                n_contaminated=n_cont,
-                contaminated_fraction=[n_cont, n_check],
-                uncheckable_fraction=[n_unc, n_items],
-                passed=contract.policy.benchmark_passes(bench.name, n_items, n_check, n_unc, n_cont),
-            )
-        )
+        benchmarks.append(_judge_benchmark(index, bench, merged, contaminated, uncheckable))
+    known = {(bench.name, item.item_id) for bench in index.benchmarks for item in bench.items}
     unknown = sorted(set(merged) - known)
     if unknown:
         raise ContaminationError(f"shard results name items the release does not hold: {unknown[:3]}")
+    return benchmarks, contaminated, uncheckable
 
-    return ContaminationReport(
-        method=contract.method,
-        fields=list(contract.fields),
-        eval_release=ReleaseRef(id=index.release_id, sha256=index.release_sha256),
-        training=TrainingRef(data_manifest_sha256=data_manifest_sha256, scan_manifest_sha256=scan_manifest_sha256),
-        verifier_contract=DigestRef(sha256=index.contract_sha256),
-        producer_pins=DigestRef(sha256=producer_pins_sha256),
-        coverage=Coverage(shards=shards, records=records, tokens=tokens, bytes=size),
-        policy=contract.policy,
-        benchmarks=benchmarks,
-        contaminated_items=contaminated_items,
-        uncheckable_items=uncheckable_items,
-        passed=all(b.passed for b in benchmarks),
-        tool=ToolInfo(
-            name="trainvault",
-            version=__version__,
-            python=f"{sys.version_info.major}.{sys.version_info.minor}",
-            unicode=unicodedata.unidata_version,
-        ),
+
+def _judge_benchmark(
+    index: EvalIndex,
+    bench: IndexedBenchmark,
+    merged: dict[tuple[str, str], _MergedItem],
+    contaminated: list[ContaminatedItem],
+    uncheckable: list[UncheckableItem],
+) -> BenchmarkResult:
+    """One benchmark's result; its contaminated and uncheckable items are appended in item order."""
+    contract = index.contract
+    n_items = len(bench.items)
+    n_unc = n_cont = 0
+    for item in sorted(bench.items, key=lambda i: item_sort_key(i.item_id)):
+        if item.uncheckable is not None:
+            n_unc += 1
+            uncheckable.append(
+                UncheckableItem(
+                    benchmark=bench.name,
+                    item_id=item.item_id,
+                    item_sha256=item.item_sha256,
+                    tokens=item.n_tokens,
+                    reason=item.uncheckable,  # type: ignore[arg-type]
+                )
+            )
+            continue
+        state = merged.get((bench.name, item.item_id))
+        if state is None:
+            continue
+        n_cont += 1
+        hits = [h for _, h in sorted(state.hits, key=lambda kh: kh[0])][: contract.max_hits_per_item]
+        contaminated.append(
+            ContaminatedItem(
+                benchmark=bench.name,
+                item_id=item.item_id,
+                item_sha256=item.item_sha256,
+                matched_ngrams=len(state.grams),
+                total_ngrams=item.total_ngrams,
+                longest_match_tokens=state.longest,
+                hits_total=state.hits_total,
+                hits=hits,
+            )
+        )
+    n_check = n_items - n_unc
+    return BenchmarkResult(
+        name=bench.name,
+        split=bench.split,
+        n_items=n_items,
+        n_checkable=n_check,
+        n_uncheckable=n_unc,
+        n_hot_ngrams_excluded=bench.n_hot_ngrams_excluded,
+        n_contaminated=n_cont,
+        contaminated_fraction=[n_cont, n_check],
+        uncheckable_fraction=[n_unc, n_items],
+        passed=contract.policy.benchmark_passes(bench.name, n_items, n_check, n_unc, n_cont),
     )

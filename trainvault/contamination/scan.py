@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,6 +110,16 @@ class _Texts:
         return self.first + i, field, values[i], self.records[i]
 
 
+@dataclass
+class _ItemTally:
+    """One item's matches in one shard so far: matched gram positions, totals, the capped hits."""
+
+    grams: set[int] = field(default_factory=set)
+    hits_total: int = 0
+    longest: int = 0
+    hits: list[ShardHit] = field(default_factory=list)
+
+
 class _Accumulator:
     """Per-shard state: totals, and per item the matched grams and the capped hit list."""
 
@@ -121,8 +132,8 @@ class _Accumulator:
         self.records = 0
         self.tokens = 0
         self.text_bytes = 0
-        # (benchmark index, item index) -> [matched positions, hits_total, longest, hits]
-        self.items: dict[tuple[int, int], list[Any]] = {}
+        #: (benchmark index, item index) -> the item's tally.
+        self.items: dict[tuple[int, int], _ItemTally] = {}
 
     def add(self, records: Iterable[Mapping[str, Any]], where: str) -> None:
         """Scan records (typically one block) in shard order, in batches of `BATCH_RECORDS`."""
@@ -178,19 +189,21 @@ class _Accumulator:
                 grams_found.setdefault(key, set()).add(gram_pos)
         spans_cache: dict[int, list[tuple[int, int]]] = {}
         for key in sorted(windows):
-            state = self.items.setdefault(key, [set(), 0, 0, []])
-            state[0] |= grams_found[key]
+            state = self.items.get(key)
+            if state is None:
+                state = self.items[key] = _ItemTally()
+            state.grams |= grams_found[key]
             for t in sorted(windows[key], key=lambda t: texts[t][:2]):  # shard order: record, field
                 r, _, value, record = texts[t]
                 for f, s, e in _merge(windows[key][t]):
-                    state[1] += 1
-                    state[2] = max(state[2], e - s)
-                    if len(state[3]) >= self.cap:
+                    state.hits_total += 1
+                    state.longest = max(state.longest, e - s)
+                    if len(state.hits) >= self.cap:
                         continue
                     spans = spans_cache.get(t)
                     if spans is None:
                         spans = spans_cache[t] = index.normalizer.tokens_with_spans(value)[1]
-                    state[3].append(
+                    state.hits.append(
                         ShardHit(
                             record_index=r,
                             record_id=self._record_id(record),
@@ -213,7 +226,7 @@ class _Accumulator:
     def result(self, shard_sha256: str, size: int) -> ShardScanResult:
         index = self.index
         items = []
-        for (b, i), (grams, total, longest, hits) in sorted(
+        for (b, i), tally in sorted(
             self.items.items(), key=lambda kv: (index.benchmarks[kv[0][0]].name, kv[0][1])
         ):
             bench = index.benchmarks[b]
@@ -221,10 +234,10 @@ class _Accumulator:
                 ShardItemHits(
                     benchmark=bench.name,
                     item_id=bench.items[i].item_id,
-                    matched_grams=sorted(grams),
-                    hits_total=total,
-                    longest_match_tokens=longest,
-                    hits=hits,
+                    matched_grams=sorted(tally.grams),
+                    hits_total=tally.hits_total,
+                    longest_match_tokens=tally.longest,
+                    hits=tally.hits,
                 )
             )
         return ShardScanResult(
@@ -274,9 +287,23 @@ def scan_shard(
     number of shard bytes read since its last call.
     """
     reader = ShardReader(storage, entry, data_format)
+    acc = _Accumulator(index)
+    for k, data in _verified_blocks(storage, entry, reader, on_bytes):
+        acc.add(reader.decode(k, data), entry.uri)
+    if acc.records != entry.record_count:
+        raise IntegrityError(
+            f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
+        )
+    return acc.result(entry.sha256, entry.size_bytes)
+
+
+def _verified_blocks(
+    storage: Storage, entry: ShardEntry, reader: ShardReader, on_bytes: Callable[[int], None] | None
+) -> Iterator[tuple[int, bytes]]:
+    """Stream the shard once and yield (block number, bytes) of each block, checked against its
+    descriptor digest; once the stream ends, the object's size and SHA-256 must be the entry's."""
     blocks = reader.blocks
     size = entry.size_bytes
-    acc = _Accumulator(index)
     whole = hashlib.sha256()
     seen = 0
     tail = b""  # bytes read but not yet part of a complete block
@@ -301,7 +328,7 @@ def scan_shard(
                     f"{entry.uri}: block {k} sha256 does not match the descriptor; the shard was changed after "
                     "it was published: rebuild it before scanning"
                 )
-            acc.add(reader.decode(k, data), entry.uri)
+            yield k, data
             k += 1
         # Keep only what follows the last complete block (no memmove of the whole buffer).
         tail = bytes(view[consumed:])
@@ -314,8 +341,3 @@ def scan_shard(
             f"{entry.uri}: read {seen} bytes with sha256 {whole.hexdigest()}, the manifest binds {size} bytes "
             f"with sha256 {entry.sha256}; the shard is truncated, extended or replaced: rebuild the publication"
         )
-    if acc.records != entry.record_count:
-        raise IntegrityError(
-            f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
-        )
-    return acc.result(entry.sha256, size)

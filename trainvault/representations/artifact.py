@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.canonical import canonical_json, loads_strict
-from trainvault.errors import IntegrityError, ManifestError
+from trainvault.errors import EncodeError, IntegrityError, ManifestError
 from trainvault.extras import require
 from trainvault.representations.documents import HEADER_LIMIT, ArtifactEntry
 
@@ -54,7 +54,7 @@ def encode(entry_metadata: dict[str, str], kind: str, dtype: str, shape: list[in
     for n in shape:
         count *= n
     if nbytes != count * itemsize:
-        raise ValueError(f"artifact data is {nbytes} bytes, shape {shape} of {dtype} needs {count * itemsize}")
+        raise EncodeError(f"artifact data is {nbytes} bytes, shape {shape} of {dtype} needs {count * itemsize}")
     a, b = len(tables[0]), len(tables[0]) + len(tables[1])
     header: dict[str, Any] = {
         "__metadata__": entry_metadata,
@@ -84,6 +84,31 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
     """
     torch = require("torch", "representation")
     check_little_endian()
+    header, base = _read_header(buf, uri)
+    specs = _check_specs(header, entry, uri)
+    _check_layout(specs, base, buf.nbytes, uri)
+
+    def table(key: str) -> list[int]:
+        begin, end = specs[key]["data_offsets"]
+        return list(buf[base + begin : base + end].cast("q"))
+
+    block_ids, row_offsets = table("block_ids"), table("row_offsets")
+    rows = entry.shape[0]
+    if any(b <= a for a, b in zip(block_ids, block_ids[1:])):
+        raise IntegrityError(f"{uri}: block_ids are not strictly ascending; the artifact is damaged")
+    if row_offsets[0] != 0 or row_offsets[-1] != rows or any(b <= a for a, b in zip(row_offsets, row_offsets[1:])):
+        raise IntegrityError(f"{uri}: row_offsets do not split its {rows} rows into non-empty blocks; the artifact is damaged")
+    begin, end = specs[data_name(entry.kind)]["data_offsets"]
+    with warnings.catch_warnings():
+        # The buffer is read-only and stays so: rows are copied out, never written in place.
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        view = torch.frombuffer(buf, dtype=getattr(torch, DTYPES[entry.dtype][2]),
+                                count=(end - begin) // DTYPES[entry.dtype][1], offset=base + begin)
+    return ParsedArtifact(block_ids, row_offsets, view.view(entry.shape))
+
+
+def _read_header(buf: memoryview, uri: str) -> tuple[dict[str, Any], int]:
+    """The safetensors header as a JSON object, and the offset where tensor data begins."""
     size = buf.nbytes
     if size < 8:
         raise IntegrityError(f"{uri}: {size} bytes is too short for a safetensors file (truncated)")
@@ -102,6 +127,11 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
         raise IntegrityError(f"{uri}: the safetensors header is not valid JSON; the artifact is damaged") from None
     if not isinstance(header, dict):
         raise IntegrityError(f"{uri}: the safetensors header is not a JSON object; the artifact is damaged")
+    return header, 8 + hlen
+
+
+def _check_specs(header: dict[str, Any], entry: ArtifactEntry, uri: str) -> dict[str, dict[str, Any]]:
+    """The header's tensor specs, well formed and as `entry` declares them (`__metadata__` removed)."""
 
     def unlike(what: str) -> IntegrityError:
         return IntegrityError(f"{uri}: header {what}, unlike its artifact manifest entry {entry.artifact_id!r}; the artifact is not the one published")
@@ -132,8 +162,12 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
     count = specs["block_ids"]["shape"]
     if len(count) != 1 or count[0] < 1 or specs["row_offsets"]["shape"] != [count[0] + 1]:
         raise unlike(f"block tables of shapes {specs['block_ids']['shape']} and {specs['row_offsets']['shape']}")
-    # Tensor data must tile the rest of the buffer exactly, each range as long as its shape needs.
-    pos, base = 0, 8 + hlen
+    return specs
+
+
+def _check_layout(specs: dict[str, dict[str, Any]], base: int, size: int, uri: str) -> None:
+    """Tensor data tiles the rest of the buffer exactly, each range as long as its shape needs."""
+    pos = 0
     for key in sorted(specs, key=lambda k: specs[k]["data_offsets"]):
         begin, end = specs[key]["data_offsets"]
         numel = 1
@@ -145,21 +179,3 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
         pos = end
     if base + pos != size:
         raise IntegrityError(f"{uri}: tensor data ends at byte {base + pos}, the object has {size} bytes; the artifact is damaged")
-
-    def table(key: str) -> list[int]:
-        begin, end = specs[key]["data_offsets"]
-        return list(buf[base + begin : base + end].cast("q"))
-
-    block_ids, row_offsets = table("block_ids"), table("row_offsets")
-    rows = entry.shape[0]
-    if any(b <= a for a, b in zip(block_ids, block_ids[1:])):
-        raise IntegrityError(f"{uri}: block_ids are not strictly ascending; the artifact is damaged")
-    if row_offsets[0] != 0 or row_offsets[-1] != rows or any(b <= a for a, b in zip(row_offsets, row_offsets[1:])):
-        raise IntegrityError(f"{uri}: row_offsets do not split its {rows} rows into non-empty blocks; the artifact is damaged")
-    begin, end = specs[name]["data_offsets"]
-    with warnings.catch_warnings():
-        # The buffer is read-only and stays so: rows are copied out, never written in place.
-        warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        view = torch.frombuffer(buf, dtype=getattr(torch, DTYPES[entry.dtype][2]),
-                                count=(end - begin) // DTYPES[entry.dtype][1], offset=base + begin)
-    return ParsedArtifact(block_ids, row_offsets, view.view(entry.shape))

@@ -23,6 +23,7 @@ from trainvault.representations.documents import (
     IndexBlock,
     RepresentationIndex,
     RepresentationManifest,
+    SourceEntry,
     artifact_id,
 )
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
@@ -141,6 +142,28 @@ def iter_representation_examples(
     raise here); artifacts are read as the iterator advances, one at a time.
     """
     require("torch", "representation")
+    _check_request(sources, per_source_count)
+    manifest_uri = normalize_uri(manifest_uri)
+    data = _read_pinned(storage, manifest_uri, manifest_sha256, None, "the caller")
+    manifest = RepresentationManifest.from_json_bytes(bytes(data), source=manifest_uri)
+    _check_selection(manifest, manifest_uri, split, sources, per_source_count, teacher_layer, state_kind)
+    # Every index and artifact manifest is verified, and every run planned, before any artifact is read.
+    planner = _Planner(storage, manifest, manifest_uri, split, teacher_layer, state_kind)
+    plan = [run for source in sources for run in planner.runs(source, per_source_count)]
+    return _examples(storage, planner.root, plan, teacher_layer, state_kind)
+
+
+def _examples(storage: Storage, root: str, plan: list[_Run], layer: int, kind: str) -> Iterator[RepresentationExample]:
+    for run in plan:
+        batch = _load_run(storage, root, run, layer, kind)
+        batch.reverse()
+        while batch:
+            # Popped, so an example the caller has dropped is not kept alive here.
+            yield batch.pop()
+
+
+def _check_request(sources: Sequence[str], per_source_count: int) -> None:
+    """The caller's sources and count are well formed (before anything is read)."""
     if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence) or not sources:
         raise SelectionError(f"sources must be a non-empty list of source names, got {sources!r}")
     repeated = sorted({s for s in sources if list(sources).count(s) > 1})
@@ -149,11 +172,17 @@ def iter_representation_examples(
     if type(per_source_count) is not int or per_source_count < 1:
         raise SelectionError(f"per_source_count must be an integer >= 1, got {per_source_count!r}")
 
-    manifest_uri = normalize_uri(manifest_uri)
-    root = parent_uri(manifest_uri)
-    data = _read_pinned(storage, manifest_uri, manifest_sha256, None, "the caller")
-    manifest = RepresentationManifest.from_json_bytes(bytes(data), source=manifest_uri)
 
+def _check_selection(
+    manifest: RepresentationManifest,
+    manifest_uri: str,
+    split: str,
+    sources: Sequence[str],
+    per_source_count: int,
+    teacher_layer: int,
+    state_kind: str,
+) -> None:
+    """Everything selected is published, with enough blocks per source."""
     if split not in manifest.splits:
         raise SelectionError(f"split {split!r} is not in {manifest_uri}; published splits: {sorted(manifest.splits)}")
     published = manifest.splits[split].sources
@@ -170,65 +199,90 @@ def iter_representation_examples(
             f"per_source_count {per_source_count} exceeds the blocks published in split {split!r}: {short}"
         )
 
-    # Every index and artifact manifest is verified, and every run planned, before any artifact is read.
-    artifact_manifests: dict[tuple[str, str], dict[str, ArtifactEntry]] = {}
-    plan: list[_Run] = []
-    for source in sources:
-        ref = published[source].index
-        index_uri = join_uri(root, ref.uri)
-        raw = _read_pinned(storage, index_uri, ref.sha256, ref.size_bytes, f"representation manifest {manifest_uri}", ref.etag)
-        index = RepresentationIndex.from_json_bytes(bytes(raw), source=index_uri)
-        if len(index.blocks) != published[source].block_count:
-            raise IntegrityError(
-                f"{index_uri}: lists {len(index.blocks)} blocks, the representation manifest says "
-                f"{published[source].block_count}; the publication is inconsistent"
-            )
-        am_ref = index.artifact_manifest
-        key = (am_ref.uri, am_ref.sha256)
-        if key not in artifact_manifests:
-            am_uri = join_uri(root, am_ref.uri)
-            raw = _read_pinned(storage, am_uri, am_ref.sha256, None, f"index {index_uri}")
-            artifact_manifests[key] = ArtifactManifest.from_json_bytes(bytes(raw), source=am_uri).lookup()
-        entries = artifact_manifests[key]
-        am_uri = join_uri(root, am_ref.uri)
+
+class _Planner:
+    """Reads and verifies the indexes and artifact manifests of one selection and plans its runs."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        manifest: RepresentationManifest,
+        manifest_uri: str,
+        split: str,
+        teacher_layer: int,
+        state_kind: str,
+    ):
+        self.storage, self.manifest, self.manifest_uri = storage, manifest, manifest_uri
+        self.root = parent_uri(manifest_uri)
+        self.split, self.teacher_layer, self.state_kind = split, teacher_layer, state_kind
+        self._artifact_manifests: dict[tuple[str, str], dict[str, ArtifactEntry]] = {}
+
+    def runs(self, source: str, per_source_count: int) -> list[_Run]:
+        """`source`'s first `per_source_count` blocks, grouped into runs of one part each."""
+        published = self.manifest.splits[self.split].sources[source]
+        index_uri = join_uri(self.root, published.index.uri)
+        index = self._index(published, index_uri)
+        am_uri = join_uri(self.root, index.artifact_manifest.uri)
+        entries = self._entries(index, index_uri)
         by_part: dict[str, list[IndexBlock]] = {}
         for b in index.blocks:
             by_part.setdefault(b.part, []).append(b)
-        selected = index.blocks[:per_source_count]
         runs: list[list[IndexBlock]] = []
-        for b in selected:
+        for b in index.blocks[:per_source_count]:
             if runs and runs[-1][-1].part == b.part:
                 runs[-1].append(b)
             else:
                 runs.append([b])
+        plan = []
         for blocks in runs:
             part = blocks[0].part
-            found = []
-            for layer, kind, dtype, width in (
-                (None, None, manifest.token_dtype, None),
-                (teacher_layer, state_kind, manifest.row_dtype, manifest.projection.dim),
-            ):
-                aid = artifact_id(split, source, part, layer, kind)
-                entry = entries.get(aid)
-                if entry is None:
-                    raise IntegrityError(
-                        f"{am_uri}: lists no artifact {aid!r}, which {index_uri} needs; "
-                        "the publication is incomplete"
-                    )
-                if entry.dtype != dtype or (width is not None and entry.shape[1] != width):
-                    raise IntegrityError(
-                        f"{am_uri}: artifact {aid!r} is {entry.dtype}{entry.shape}, unlike the "
-                        f"representation manifest ({dtype}, dim {manifest.projection.dim})"
-                    )
-                found.append(entry)
-            plan.append(_Run(source, blocks, by_part[part], found[0], found[1], index_uri, am_uri))
+            tokens, states = self._artifacts(entries, source, part, index_uri, am_uri)
+            plan.append(_Run(source, blocks, by_part[part], tokens, states, index_uri, am_uri))
+        return plan
 
-    def examples() -> Iterator[RepresentationExample]:
-        for run in plan:
-            batch = _load_run(storage, root, run, teacher_layer, state_kind)
-            batch.reverse()
-            while batch:
-                # Popped, so an example the caller has dropped is not kept alive here.
-                yield batch.pop()
+    def _index(self, published: SourceEntry, index_uri: str) -> RepresentationIndex:
+        ref = published.index
+        raw = _read_pinned(
+            self.storage, index_uri, ref.sha256, ref.size_bytes, f"representation manifest {self.manifest_uri}", ref.etag
+        )
+        index = RepresentationIndex.from_json_bytes(bytes(raw), source=index_uri)
+        if len(index.blocks) != published.block_count:
+            raise IntegrityError(
+                f"{index_uri}: lists {len(index.blocks)} blocks, the representation manifest says "
+                f"{published.block_count}; the publication is inconsistent"
+            )
+        return index
 
-    return examples()
+    def _entries(self, index: RepresentationIndex, index_uri: str) -> dict[str, ArtifactEntry]:
+        """The artifact manifest `index` binds, by artifact id (each read once)."""
+        am_ref = index.artifact_manifest
+        key = (am_ref.uri, am_ref.sha256)
+        if key not in self._artifact_manifests:
+            am_uri = join_uri(self.root, am_ref.uri)
+            raw = _read_pinned(self.storage, am_uri, am_ref.sha256, None, f"index {index_uri}")
+            self._artifact_manifests[key] = ArtifactManifest.from_json_bytes(bytes(raw), source=am_uri).lookup()
+        return self._artifact_manifests[key]
+
+    def _artifacts(
+        self, entries: dict[str, ArtifactEntry], source: str, part: str, index_uri: str, am_uri: str
+    ) -> tuple[ArtifactEntry, ArtifactEntry]:
+        """The tokens and states entries of one part, as the representation manifest declares them."""
+        manifest = self.manifest
+        found = []
+        for layer, kind, dtype, width in (
+            (None, None, manifest.token_dtype, None),
+            (self.teacher_layer, self.state_kind, manifest.row_dtype, manifest.projection.dim),
+        ):
+            aid = artifact_id(self.split, source, part, layer, kind)
+            entry = entries.get(aid)
+            if entry is None:
+                raise IntegrityError(
+                    f"{am_uri}: lists no artifact {aid!r}, which {index_uri} needs; the publication is incomplete"
+                )
+            if entry.dtype != dtype or (width is not None and entry.shape[1] != width):
+                raise IntegrityError(
+                    f"{am_uri}: artifact {aid!r} is {entry.dtype}{entry.shape}, unlike the "
+                    f"representation manifest ({dtype}, dim {manifest.projection.dim})"
+                )
+            found.append(entry)
+        return found[0], found[1]

@@ -96,7 +96,7 @@ class RepresentationWriter:
             validate_name("state kind", kind)
         self.layers, self.state_kinds = sorted(layers), sorted(state_kinds)
         if type(part_rows) is not int or part_rows < 1:
-            raise ValueError(f"part_rows must be a positive integer, got {part_rows!r}")
+            raise ManifestError(f"part_rows must be a positive integer, got {part_rows!r}")
         self.part_rows = part_rows
         self.row_dtype: str | None = None
         self._blocks: dict[tuple[str, str], dict[int, _Block]] = {}
@@ -119,19 +119,38 @@ class RepresentationWriter:
         """Add one block: `input_ids` int[T] and `states[(layer, state_kind)]` tensor[T, dim] for
         every declared layer and state kind. Bad input raises (`EncodeError`, `InvalidNameError`)
         and records nothing."""
-        torch = self._torch
         validate_name("split", split)
         validate_name("source", source)
         where = f"block {block_id!r} of {split}/{source}"
         if type(block_id) is not int or not 0 <= block_id <= MAX_BLOCK_ID:
             raise EncodeError(f"{where}: block_id must be an integer in [0, 2**63)")
+        ids, count = self._encode_tokens(where, input_ids)
+        encoded, row_dtype = self._encode_states(where, states, count)
+        with self._lock:
+            blocks = self._blocks.setdefault((split, source), {})
+            if block_id in blocks:
+                raise EncodeError(f"{where} was already added; block ids are unique per source")
+            if self.row_dtype is not None and row_dtype != self.row_dtype:
+                raise EncodeError(f"{where}: rows are {row_dtype} but this publication's rows are {self.row_dtype}")
+            self.row_dtype = row_dtype
+            blocks[block_id] = _Block(count, ids, encoded)
+
+    def _encode_tokens(self, where: str, input_ids: Any) -> tuple[bytes, int]:
+        """`input_ids` as int32 bytes, and their count."""
+        torch = self._torch
         tokens = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
         if tokens.dim() != 1 or tokens.numel() < 1 or tokens.dtype.is_floating_point or tokens.dtype.is_complex \
                 or tokens.dtype == torch.bool:
             raise EncodeError(f"{where}: input_ids must be a non-empty 1-D integer sequence, got {tokens.dtype}{list(tokens.shape)}")
         if tokens.min().item() < _INT32[0] or tokens.max().item() > _INT32[1]:
             raise EncodeError(f"{where}: input_ids do not fit {TOKEN_DTYPE}")
-        count = tokens.numel()
+        return tokens.detach().cpu().to(torch.int32).contiguous().numpy().tobytes(), tokens.numel()
+
+    def _encode_states(
+        self, where: str, states: Mapping[tuple[int, str], Any], count: int
+    ) -> tuple[dict[tuple[int, str], bytes], str]:
+        """Every declared state's bytes, and the rows' dtype (one for all)."""
+        torch = self._torch
         if not isinstance(states, Mapping):
             raise EncodeError(f"{where}: states must map (layer, state_kind) to a tensor")
         wanted = {(layer, kind) for layer in self.layers for kind in self.state_kinds}
@@ -160,15 +179,7 @@ class RepresentationWriter:
                 )
             # Bytes now: later changes to the caller's tensor cannot change what is published.
             encoded[key] = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-        ids = tokens.detach().cpu().to(torch.int32).contiguous().numpy().tobytes()
-        with self._lock:
-            blocks = self._blocks.setdefault((split, source), {})
-            if block_id in blocks:
-                raise EncodeError(f"{where} was already added; block ids are unique per source")
-            if self.row_dtype is not None and row_dtype != self.row_dtype:
-                raise EncodeError(f"{where}: rows are {row_dtype} but this publication's rows are {self.row_dtype}")
-            self.row_dtype = row_dtype
-            blocks[block_id] = _Block(count, ids, encoded)
+        return encoded, row_dtype  # type: ignore[return-value]
 
     # -- commit -------------------------------------------------------------------
 
@@ -193,62 +204,74 @@ class RepresentationWriter:
     def commit(self) -> tuple[str, str]:
         """Write the publication; return (final manifest URI, its sha256)."""
         with self._lock:
-            if not self._blocks:
+            row_dtype = self.row_dtype
+            if not self._blocks or row_dtype is None:
                 raise EncodeError(f"{self.root}: no blocks were added; nothing to publish")
-            assert self.row_dtype is not None
             entries: list[ArtifactEntry] = []
             index_blocks: dict[tuple[str, str], list[IndexBlock]] = {}
             for (split, source), blocks in sorted(self._blocks.items()):
                 out = index_blocks[(split, source)] = []
                 for number, members in enumerate(self._parts(blocks)):
-                    part = part_name(number)
-                    ids = [block_id for block_id, _ in members]
-                    offsets = [0]
-                    for block_id, block in members:
-                        out.append(IndexBlock(block_id=block_id, part=part, row_start=offsets[-1], token_count=block.token_count))
-                        offsets.append(offsets[-1] + block.token_count)
-                    rows = offsets[-1]
-                    # One artifact at a time, so commit holds at most one part's bytes beyond the blocks.
-                    kinds: list[tuple[int | None, str | None]] = [(None, None)]
-                    kinds += [(layer, kind) for layer in self.layers for kind in self.state_kinds]
-                    for layer, kind in kinds:
-                        entry = dict(
-                            artifact_id=artifact_id(split, source, part, layer, kind),
-                            kind="tokens" if layer is None else "states", split=split, source=source, part=part,
-                            layer=layer, state_kind=kind,
-                            dtype=TOKEN_DTYPE if layer is None else self.row_dtype,
-                            shape=[rows] if layer is None else [rows, self.projection.dim],
-                        )
-                        chunks = [b.input_ids if layer is None else b.states[(layer, kind)] for _, b in members]  # type: ignore[index]
-                        meta = ArtifactEntry.model_construct(**entry).metadata()
-                        data = artifact.encode(meta, entry["kind"], entry["dtype"], entry["shape"], ids, offsets, chunks)
-                        path = artifact_path(split, source, part, layer, kind)
-                        _, sha, size = self._put(path, data)
-                        del data
-                        entries.append(ArtifactEntry(**entry, uri=path, sha256=sha, size_bytes=size))
+                    entries += self._write_part(split, source, part_name(number), members, row_dtype, out)
             entries.sort(key=lambda e: e.artifact_id)
             artifacts = ArtifactManifest(artifacts=entries)
             _, artifacts_sha, _ = self._put(ARTIFACT_MANIFEST_NAME, artifacts.to_json_bytes())
             ref = ArtifactManifestRef(uri=ARTIFACT_MANIFEST_NAME, sha256=artifacts_sha)
-            splits: dict[str, dict[str, SourceEntry]] = {}
-            for (split, source), blocks_out in index_blocks.items():
-                path = index_path(split, source)
-                uri, sha, size = self._put(path, RepresentationIndex(artifact_manifest=ref, blocks=blocks_out).to_json_bytes())
-                # The etag of the object the store now holds (ours: put_create proved identical bytes).
-                etag = self.storage.head(uri).etag
-                if not etag:
-                    raise StorageError(f"{uri}: the store reports no etag; a representation index must be pinned by one")
-                splits.setdefault(split, {})[source] = SourceEntry(
-                    index=IndexRef(uri=path, sha256=sha, etag=etag, size_bytes=size), block_count=len(blocks_out)
-                )
             manifest = RepresentationManifest(
                 teacher=self.teacher,
                 projection=self.projection,
                 layers=self.layers,
                 state_kinds=self.state_kinds,
-                row_dtype=self.row_dtype,  # type: ignore[arg-type]
-                splits={name: SplitEntry(sources=sources) for name, sources in splits.items()},
+                row_dtype=row_dtype,  # type: ignore[arg-type]
+                splits=self._write_indexes(index_blocks, ref),
             )
-            data = manifest.to_json_bytes()
-            uri, sha, _ = self._put(MANIFEST_NAME, data)
+            uri, sha, _ = self._put(MANIFEST_NAME, manifest.to_json_bytes())
             return uri, sha
+
+    def _write_part(
+        self, split: str, source: str, part: str, members: list[tuple[int, _Block]], row_dtype: str, out: list[IndexBlock]
+    ) -> list[ArtifactEntry]:
+        """Write one part's artifacts (tokens, then each state); its index blocks are appended to `out`."""
+        ids = [block_id for block_id, _ in members]
+        offsets = [0]
+        for block_id, block in members:
+            out.append(IndexBlock(block_id=block_id, part=part, row_start=offsets[-1], token_count=block.token_count))
+            offsets.append(offsets[-1] + block.token_count)
+        rows = offsets[-1]
+        # One artifact at a time, so commit holds at most one part's bytes beyond the blocks.
+        kinds: list[tuple[int | None, str | None]] = [(None, None)]
+        kinds += [(layer, kind) for layer in self.layers for kind in self.state_kinds]
+        entries = []
+        for layer, kind in kinds:
+            entry = dict(
+                artifact_id=artifact_id(split, source, part, layer, kind),
+                kind="tokens" if layer is None else "states", split=split, source=source, part=part,
+                layer=layer, state_kind=kind,
+                dtype=TOKEN_DTYPE if layer is None else row_dtype,
+                shape=[rows] if layer is None else [rows, self.projection.dim],
+            )
+            chunks = [b.input_ids if layer is None else b.states[(layer, kind)] for _, b in members]  # type: ignore[index]
+            meta = ArtifactEntry.model_construct(**entry).metadata()
+            data = artifact.encode(meta, entry["kind"], entry["dtype"], entry["shape"], ids, offsets, chunks)
+            path = artifact_path(split, source, part, layer, kind)
+            _, sha, size = self._put(path, data)
+            del data
+            entries.append(ArtifactEntry(**entry, uri=path, sha256=sha, size_bytes=size))
+        return entries
+
+    def _write_indexes(
+        self, index_blocks: dict[tuple[str, str], list[IndexBlock]], ref: ArtifactManifestRef
+    ) -> dict[str, SplitEntry]:
+        """Write each source's index; return the manifest's splits, each index pinned by its etag."""
+        splits: dict[str, dict[str, SourceEntry]] = {}
+        for (split, source), blocks_out in index_blocks.items():
+            path = index_path(split, source)
+            uri, sha, size = self._put(path, RepresentationIndex(artifact_manifest=ref, blocks=blocks_out).to_json_bytes())
+            # The etag of the object the store now holds (ours: put_create proved identical bytes).
+            etag = self.storage.head(uri).etag
+            if not etag:
+                raise StorageError(f"{uri}: the store reports no etag; a representation index must be pinned by one")
+            splits.setdefault(split, {})[source] = SourceEntry(
+                index=IndexRef(uri=path, sha256=sha, etag=etag, size_bytes=size), block_count=len(blocks_out)
+            )
+        return {name: SplitEntry(sources=sources) for name, sources in splits.items()}

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import io
-import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.canonical import sha256_hex
 from trainvault.errors import (
     ArchiveExistsError,
     ConflictError,
@@ -18,9 +16,9 @@ from trainvault.errors import (
     ObjectNotFoundError,
 )
 from trainvault.extras import require
-from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
+from trainvault.formats import get_format
 from trainvault.manifest import Producer
-from trainvault.rollouts.documents import ArchiveChunk, ArchiveEntry, ArchiveIndex, MetadataSidecar
+from trainvault.rollouts.documents import ArchiveEntry, ArchiveIndex, MetadataSidecar
 from trainvault.rollouts.pool import gc as pool_gc
 from trainvault.rollouts.pool import (
     new_owner_name,
@@ -30,16 +28,20 @@ from trainvault.rollouts.pool import (
     settle_after_owner,
     write_owner,
 )
+from trainvault.rollouts.samples import (
+    FORMAT,
+    Sample,
+    checked_metadata,
+    default_task_key,
+    describe_sample,
+    encode_samples,
+    strip_transport,
+)
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 from trainvault.version import __version__
 
-FORMAT = "msgpack.zst"
 DEFAULT_POOL_NAME = "rollout-pool"
-#: Per-sample metadata lives in the index; this keeps an index inspectable.
-MAX_METADATA_BYTES = 4096
 SIDECAR_SUFFIX = ".metadata.json"
-
-Sample = dict[str, Any]
 
 
 def as_storage(storage: Any) -> Storage:
@@ -52,73 +54,6 @@ def as_storage(storage: Any) -> Storage:
     if isinstance(inner, Storage):
         return inner
     raise TypeError(f"storage must be a Storage or a TrainVault, got {type(storage).__name__}")
-
-
-def strip_transport(sample: Mapping[str, Any]) -> Sample:
-    """The archivable fields: names starting with ``_`` are live transport state, never stored."""
-    return {k: v for k, v in sample.items() if not (isinstance(k, str) and k.startswith("_"))}
-
-
-def sample_key_of(sample: Mapping[str, Any], offset: int) -> str:
-    """``sample:<index>`` when the sample has an index, else ``position:<offset>``."""
-    index = sample.get("index")
-    if index is None:
-        return f"position:{offset}"
-    if isinstance(index, bool) or not isinstance(index, (int, str)) or index == "":
-        raise EncodeError(f"sample {offset}: field 'index' must be an int or a non-empty str, got {index!r}")
-    return f"sample:{index}"
-
-
-def default_task_key(sample: Mapping[str, Any]) -> str | None:
-    """The sample's ``task_id`` field (ints become strings), or None."""
-    task = sample.get("task_id")
-    if task is None:
-        return None
-    if isinstance(task, bool) or not isinstance(task, (int, str)):
-        raise EncodeError(f"field 'task_id' must be an int or a str, got {task!r}")
-    return str(task)
-
-
-def describe_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """Default per-sample metadata: index, task, reward (finite numbers only), status and the
-    lengths of list and array fields."""
-    reward = sample.get("reward")
-    if reward is not None and not isinstance(reward, bool) and hasattr(reward, "__float__"):
-        reward = float(reward)
-        reward = reward if math.isfinite(reward) else None
-    else:
-        reward = None
-    status = sample.get("status")
-    status = getattr(status, "value", status)  # enums record their value
-    lengths = {}
-    for name, value in sample.items():
-        if isinstance(value, (list, tuple)):
-            lengths[name] = len(value)
-        elif hasattr(value, "shape") and hasattr(value, "dtype") and len(value.shape) >= 1:
-            lengths[name] = int(value.shape[0])
-    index = sample.get("index")
-    return {
-        "index": index if isinstance(index, (int, str)) and not isinstance(index, bool) else None,
-        "task": default_task_key(sample),
-        "reward": reward,
-        "status": None if status is None else str(status),
-        "lengths": lengths,
-    }
-
-
-def _checked_metadata(value: Any, offset: int) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise EncodeError(f"sample {offset}: describe_sample returned a {type(value).__name__}, not a mapping")
-    try:
-        data = canonical_json(dict(value))
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(f"sample {offset}: metadata must be JSON-compatible (no NaN): {exc}") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise EncodeError(
-            f"sample {offset}: metadata is {len(data)} bytes, over {MAX_METADATA_BYTES}; metadata is for "
-            "inspection, so return fewer or shorter fields"
-        )
-    return json.loads(data)
 
 
 def sidecar_uri(uri: str) -> str:
@@ -189,71 +124,32 @@ class RolloutArchive:
         uri = normalize_uri(uri)
         pool = normalize_uri(pool) if pool is not None else join_uri(parent_uri(uri), DEFAULT_POOL_NAME)
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+            raise EncodeError(f"chunk_size must be a positive int, got {chunk_size!r}")
         if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
-            raise ValueError(f"rollout_id must be an int or a str, got {rollout_id!r}")
+            raise EncodeError(f"rollout_id must be an int or a str, got {rollout_id!r}")
         if st.exists(uri):
             raise _exists(uri)
 
         # Encode everything before the first write, so bad input leaves nothing on storage.
-        entries: list[ArchiveEntry] = []
-        metadata: list[dict[str, Any]] | None = [] if describe_sample is not None else None
-        chunks: list[ArchiveChunk] = []
-        payloads: dict[str, bytearray] = {}
-        for start, batch in _batches(samples, chunk_size):
-            clean = []
-            for k, sample in enumerate(batch):
-                offset = start + k
-                if not isinstance(sample, Mapping):
-                    raise EncodeError(
-                        f"rollout archive {uri}: sample {offset} is a {type(sample).__name__}, not a mapping; "
-                        "samples are dicts of fields"
-                    )
-                try:
-                    key = sample_key_of(sample, offset)
-                    task = task_key(sample)
-                except EncodeError as exc:
-                    raise EncodeError(f"rollout archive {uri}: sample {offset}: {exc}") from None
-                if task is not None and not isinstance(task, str):
-                    raise EncodeError(f"rollout archive {uri}: sample {offset}: task_key returned {task!r}, not a str")
-                entries.append(ArchiveEntry(sample_key=key, task_key=task, chunk=len(chunks), offset=k))
-                stored = strip_transport(sample)
-                if metadata is not None:
-                    try:
-                        metadata.append(_checked_metadata(describe_sample(stored), offset))
-                    except EncodeError as exc:
-                        raise EncodeError(f"rollout archive {uri}: {exc}") from None
-                clean.append(stored)
-            name = f"rollout archive {uri}: chunk {len(chunks)} (samples {start}-{start + len(batch) - 1})"
-            encoded = encode_shard(get_format(FORMAT), clean, block_bytes=DEFAULT_BLOCK_BYTES, name=name)
-            chunks.append(
-                ArchiveChunk(
-                    sha256=encoded.sha256,
-                    size_bytes=len(encoded.data),
-                    sample_count=encoded.record_count,
-                    blocks=encoded.blocks,
-                )
-            )
-            payloads.setdefault(encoded.sha256, encoded.data)
-
+        encoded = encode_samples(uri, samples, chunk_size, describe_sample, task_key)
         owner = new_owner_name(uri)
         index = ArchiveIndex(
             rollout_id=rollout_id,
             evaluation=bool(evaluation),
             pool=pool,
             owner=owner,
-            chunks=chunks,
-            samples=entries,
-            sample_metadata=metadata,
+            chunks=encoded.chunks,
+            samples=encoded.entries,
+            sample_metadata=encoded.metadata,
             producer=Producer(library="trainvault", version=__version__),
         )
         index_bytes = index.to_json_bytes()
 
-        for digest, data in payloads.items():
+        for digest, data in encoded.payloads.items():
             put_object(st, pool, digest, data)
-        record = write_owner(st, pool, owner, uri, payloads)
+        record = write_owner(st, pool, owner, uri, encoded.payloads)
         # A collector may have removed a deduplicated object before our owner record existed.
-        settle_after_owner(st, pool, payloads)
+        settle_after_owner(st, pool, encoded.payloads)
         try:
             created = st.put_create(uri, index_bytes)
         except ConflictError:
@@ -364,7 +260,7 @@ class RolloutArchive:
         archive = RolloutArchive(uri, storage=storage)
         if archive.index.sample_metadata is not None:
             raise ManifestError(f"rollout archive {archive.uri} already carries its metadata; it needs no sidecar")
-        samples = [_checked_metadata(describe_sample(s), i) for i, (_, s) in enumerate(archive.iter_samples())]
+        samples = [checked_metadata(describe_sample(s), i) for i, (_, s) in enumerate(archive.iter_samples())]
         side = sidecar_uri(archive.uri)
         archive.storage.put_create(
             side, MetadataSidecar(index_sha256=archive.index_sha256, samples=samples).to_json_bytes()
@@ -402,25 +298,6 @@ class RolloutArchive:
 
 def _exists(uri: str) -> ArchiveExistsError:
     return ArchiveExistsError(f"a rollout archive already exists at {uri}; archives are immutable: choose a new path")
-
-
-def _batches(samples: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:
-    if isinstance(samples, (str, bytes, Mapping)):
-        raise EncodeError(f"samples must be an iterable of mappings, got a {type(samples).__name__}")
-    try:
-        it = iter(samples)
-    except TypeError:
-        raise EncodeError(f"samples must be an iterable of mappings, got a {type(samples).__name__}") from None
-    batch: list[Any] = []
-    start = 0
-    for sample in it:
-        batch.append(sample)
-        if len(batch) == size:
-            yield start, batch
-            start += size
-            batch = []
-    if batch:
-        yield start, batch
 
 
 def _to_torch(torch: Any, value: Any) -> Any:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from trainvault.rollouts.archive import RolloutArchive, Sample, as_storage
+from trainvault.rollouts.archive import RolloutArchive, as_storage
+from trainvault.rollouts.samples import Sample
 
 
 def iter_archive_samples(

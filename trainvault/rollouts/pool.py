@@ -204,31 +204,45 @@ def gc(
         # grace. That is not what makes gc safe (store clocks and timestamp granularity
         # differ from ours); the marker and the writer's repair are.
         cutoff = datetime.fromtimestamp(started, tz=timezone.utc) - timedelta(seconds=grace_s)
-        prefix = join_uri(pool, "objects", "sha256")
-        for info in storage.list(prefix):
-            report.objects += 1
-            digest = info.uri[len(prefix) + 1 :]
-            if not is_sha256_hex(digest):
-                report.foreign.append(info.uri)
-                continue
-            if digest in referenced:
-                continue
-            if info.last_modified is None or info.last_modified >= cutoff:
-                report.kept_young += 1
-                continue
-            if not dry_run:
-                if time.time() >= deadline:
-                    report.complete = False  # writers stop waiting for us at the deadline
-                    break
-                storage.delete(info.uri)
-                if on_delete is not None:
-                    on_delete(info.uri)
-            report.deleted.append(info.uri)
-            report.freed_bytes += info.size
+        _sweep(storage, pool, referenced, cutoff, None if dry_run else deadline, on_delete, report)
     finally:
         if marker_uri is not None:
             storage.delete(marker_uri)
     return report
+
+
+def _sweep(
+    storage: Storage,
+    pool: str,
+    referenced: set[str],
+    cutoff: datetime,
+    deadline: float | None,
+    on_delete: Callable[[str], None] | None,
+    report: GcReport,
+) -> None:
+    """Delete (unless `deadline` is None: a dry run) unreferenced objects older than `cutoff`,
+    stopping at `deadline`; count everything in `report`."""
+    prefix = join_uri(pool, "objects", "sha256")
+    for info in storage.list(prefix):
+        report.objects += 1
+        digest = info.uri[len(prefix) + 1 :]
+        if not is_sha256_hex(digest):
+            report.foreign.append(info.uri)
+            continue
+        if digest in referenced:
+            continue
+        if info.last_modified is None or info.last_modified >= cutoff:
+            report.kept_young += 1
+            continue
+        if deadline is not None:
+            if time.time() >= deadline:
+                report.complete = False  # writers stop waiting for us at the deadline
+                break
+            storage.delete(info.uri)
+            if on_delete is not None:
+                on_delete(info.uri)
+        report.deleted.append(info.uri)
+        report.freed_bytes += info.size
 
 
 def _owned_digests(storage: Storage, pool: str, report: GcReport, check_orphans: bool) -> set[str]:
