@@ -28,6 +28,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
 
     def __init__(self, dataset: SplitIterableDataset, identity: OrderIdentity, **dataloader_args: Any):
         super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
+        self._split_dataset = dataset
         self._identity = identity
         self._epoch = 0
         self._position = 0
@@ -39,9 +40,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
 
     @property
     def split_dataset(self) -> SplitIterableDataset:
-        ds = self.dataset
-        assert isinstance(ds, SplitIterableDataset)
-        return ds
+        return self._split_dataset
 
     def __len__(self) -> int:
         """Batches this rank gets in a whole epoch."""
