@@ -28,8 +28,10 @@ from trainvault import (
     BudgetError,
     ConfigurationError,
     EncodeError,
+    IntegrityError,
     InvalidNameError,
     ManifestError,
+    ProfileError,
     ResumeStateError,
     SelectionError,
     StorageConfig,
@@ -436,6 +438,36 @@ def test_position_budget_of_wrong_types() -> None:
 
     refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
     refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
+
+
+# -- profiling ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "kind"), [
+    ({"validation": "nope"}, ProfileError),
+    ({"schema": "nope"}, ProfileError),
+    ({"schema": 5}, ProfileError),
+    ({"max_labels": 0}, ProfileError),
+    ({"max_labels": "many"}, ProfileError),
+    ({"manifest_sha256": "0" * 64}, IntegrityError),
+    ({"hook": lambda row: [1]}, ProfileError),
+    ({"hook": lambda row: {"x": object()}}, ProfileError),
+    ({"hook": lambda row: {"x": float("nan")}}, ProfileError),
+    ({"hook": lambda row: {5: 1}}, InvalidNameError),
+])
+def test_profile_publication_settings(vault: TrainVault, published: str, kwargs: dict[str, Any],
+                                      kind: type[BaseException]) -> None:
+    from trainvault.profile import profile_publication
+
+    refused(lambda: profile_publication(vault.storage, published, **kwargs), kind)
+
+
+@CHECK
+@given(row=st.dictionaries(st.text(max_size=6) | st.integers() | st.binary(max_size=3), RECORD_VALUES, max_size=4))
+def test_profiled_rows_are_counted_or_refused(row: dict[Any, Any]) -> None:
+    from trainvault.profile import DatasetMetrics
+
+    got = outcome(lambda: DatasetMetrics().observe(row))
+    assert got is None or isinstance(got, ProfileError), got
 
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------

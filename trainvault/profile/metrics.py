@@ -86,7 +86,8 @@ class DatasetMetrics:
         self.number_of_turns = AvgMinMax()
         self.number_of_tools = AvgMinMax()
         self.temperature = AvgMinMax()
-        self._max_labels = max_labels
+        # Checked now, not at the first label: a bad bound is refused even when no hook yields labels.
+        self._max_labels = None if max_labels is None else CategoricalMetrics(max_labels).max_labels
         self.extra: dict[str, AvgMinMax | CategoricalMetrics] = {}
 
     @property
