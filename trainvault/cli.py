@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _announcing_storage_waits():
             return int(args.run(args))
-    except TrainVaultError as exc:
+    except (TrainVaultError, OSError) as exc:  # OSError: a local file the command was pointed at
         message = " ".join(str(exc).split())  # one line, whatever the error held
         print(f"trainvault: error: {message}", file=sys.stderr)
         return 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trainvault.errors import ManifestError
+from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.manifest import MANIFEST_NAME, DataManifest, ShardEntry, SplitManifest
 from trainvault.saver import DatasetSaver
@@ -30,7 +30,7 @@ class TrainVault:
         storage: StorageConfig | None = None,
     ):
         if storage is not None and any(v is not None for v in (s3_base_url, region, access_key_id, secret_access_key)):
-            raise ValueError("pass either storage=StorageConfig(...) or the individual settings, not both")
+            raise ConfigurationError("pass either storage=StorageConfig(...) or the individual settings, not both")
         self.storage_config = storage or StorageConfig(
             s3_base_url=s3_base_url,
             region=region,

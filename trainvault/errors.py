@@ -44,6 +44,10 @@ class ConflictError(TrainVaultError):
     """A create-only object already exists with different content."""
 
 
+class ConfigurationError(TrainVaultError, ValueError):
+    """A setting has a value out of range or contradicting another (a batch size, a rank, a block size)."""
+
+
 class ManifestError(TrainVaultError, ValueError):
     """A manifest, descriptor or other document is malformed or unsupported."""
 
@@ -81,7 +85,7 @@ class CustodyError(ApprovalError):
 
 
 class BudgetError(TrainVaultError, ValueError):
-    """A position budget was asked to go past its end."""
+    """A position budget is misconfigured (a bad total or boundary) or was asked to go past its end."""
 
 
 class ProfileError(TrainVaultError, ValueError):

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainvault.documents import Document
-from trainvault.errors import InvalidNameError, ManifestError
+from trainvault.errors import InvalidNameError, SelectionError
 from trainvault.formats import FORMATS, BlockRef, ByteRange
 from trainvault.storage import join_uri, parse_uri
 
@@ -190,7 +190,7 @@ class SplitManifest(BaseModel):
         for s in self.shards:
             if s.key == key:
                 return s
-        raise KeyError(key)
+        raise SelectionError(f"shard {key!r} is not in this split; a key is STAGE/SHARD_ID ('_' for no stage)")
 
 
 class DataManifest(Document):
@@ -218,11 +218,11 @@ class DataManifest(Document):
         return value
 
     def split(self, name: str) -> SplitManifest:
-        """The split named `name`, or `ManifestError` listing the published splits."""
+        """The split named `name`, or `SelectionError` listing the published splits."""
         try:
             return self.splits[name]
         except KeyError:
-            raise ManifestError(
+            raise SelectionError(
                 f"split {name!r} is not in this manifest; published splits: {', '.join(sorted(self.splits)) or '(none)'}"
             ) from None
 

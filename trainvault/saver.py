@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
+from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
 from trainvault.manifest import (
     DESCRIPTOR_SUFFIX,
@@ -87,7 +87,7 @@ class DatasetSaver:
         self.root = parent_uri(self.manifest_uri)
         self.data_format = get_format(data_format).name
         if block_bytes < 1:
-            raise ValueError("block_bytes must be positive")
+            raise ConfigurationError(f"block_bytes must be a positive int, got {block_bytes!r}")
         self.block_bytes = block_bytes
         self.max_shard_bytes = min(max_shard_bytes, SINGLE_PUT_LIMIT)
         # Shards saved or recovered by this process, per split: key -> entry.
@@ -162,7 +162,9 @@ class DatasetSaver:
         except ConflictError:
             # Another writer completed the same shard at the same moment; accept it if it matches.
             other = self._read_descriptor(split, curriculum_stage, shard_id)
-            assert other is not None
+            if other is None:
+                raise ConflictError(f"{name}: {desc_uri} existed a moment ago and is gone; another process is deleting "
+                                    "shards under this publication: stop it, then save again") from None
             desc, desc_bytes = other
             self._check_same_shard(desc, metadata, name)
             if desc.sha256 != encoded.sha256:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import obstore
 import obstore.exceptions as obx
@@ -26,6 +27,7 @@ from obstore.store import MemoryStore, S3Store
 
 from trainvault.errors import (
     AuthenticationError,
+    ConfigurationError,
     IntegrityError,
     ConflictError,
     ObjectNotFoundError,
@@ -384,6 +386,7 @@ class Storage:
                 return _ObstoreBackend(_MEMORY_STORES.setdefault(loc.bucket, MemoryStore()))
         cfg = self.config
         _require_s3_settings(cfg, loc.uri)
+        _check_s3_values(cfg, loc)
         client_options: dict[str, Any] = {
             "connect_timeout": _timedelta(cfg.connect_timeout_s),
             "read_timeout": _timedelta(cfg.read_timeout_s),
@@ -644,6 +647,52 @@ def _require_s3_settings(cfg: StorageConfig, uri: str) -> None:
             "environment (read by the command line, the pipeline and TrainVault.from_env()), or pass the "
             "settings to TrainVault(...)"
         )
+
+
+_S3_DURATIONS = ("connect_timeout_s", "read_timeout_s", "request_timeout_s", "client_retry_timeout_s",
+                 "recovery_window_s", "backoff_initial_s", "backoff_max_s")
+_S3_COUNTS = {"client_retries": 0, "first_contact_attempts": 1}
+#: Longest duration and largest count a setting may hold (the client's own types overflow beyond).
+_S3_MAX_SECONDS = 10**9
+_S3_MAX_COUNT = 10**6
+#: Region and keys travel in request headers: visible ASCII only.
+_HEADER_SAFE = re.compile(r"[!-~]+")
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _endpoint_problem(url: str | None) -> str | None:
+    try:
+        parts = urlsplit(url or "")
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts and port_ok and parts.scheme in ("http", "https") and parts.hostname and _HEADER_SAFE.fullmatch(url or ""):
+        return None
+    return (f"s3_base_url ({S3_ENV_VARS['s3_base_url']}) must be an http:// or https:// URL with a host (and a port "
+            f"in 1..65535), got {url!r}")
+
+
+def _check_s3_values(cfg: StorageConfig, loc: Location) -> None:
+    """Refuse what the S3 client would reject obscurely, or panic on at the first request (an
+    endpoint, header or bucket it cannot form), before anything is sent. Keys are never shown."""
+    if not _BUCKET.fullmatch(loc.bucket):
+        raise StorageError(f"{loc.uri}: bucket {loc.bucket!r} is not an S3 bucket name (letters, digits, '.', '_', '-')")
+    problems = [p for p in [_endpoint_problem(cfg.s3_base_url)] if p]
+    for name in ("region", "access_key_id", "secret_access_key"):
+        value = getattr(cfg, name)
+        if value is not None and not (isinstance(value, str) and _HEADER_SAFE.fullmatch(value)):
+            shown = f", got {value!r}" if name == "region" else ""
+            problems.append(f"{name} ({S3_ENV_VARS[name]}) must be visible ASCII characters without spaces{shown}")
+    for name in _S3_DURATIONS:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= _S3_MAX_SECONDS:
+            problems.append(f"{name} must be a number of seconds in 0..{_S3_MAX_SECONDS}, got {value!r}")
+    for name, least in _S3_COUNTS.items():
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= _S3_MAX_COUNT:
+            problems.append(f"{name} must be an int in {least}..{_S3_MAX_COUNT}, got {value!r}")
+    if problems:
+        raise ConfigurationError(f"S3 settings: {'; '.join(problems)}; fix them in StorageConfig or TrainVault(...)")
 
 
 def _first_line(exc: BaseException) -> str:

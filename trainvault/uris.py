@@ -38,16 +38,23 @@ class Location:
 
 def parse_uri(uri: str) -> Location:
     """Parse a storage URI or plain local path; relative paths become absolute."""
-    if not isinstance(uri, str) or not uri:
+    # No store holds a name with a NUL byte (a path cannot, and the OS refuses it with a ValueError).
+    if not isinstance(uri, str) or not uri or "\x00" in uri:
         raise StorageError(f"not a storage URI: {uri!r}; use s3://bucket/key, file:///path or memory://name/key")
     if "://" not in uri:
         return Location("file", "", os.path.abspath(uri).lstrip("/"))
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # an unbalanced "[" reads as a broken IPv6 host
+        raise StorageError(f"{uri}: not a storage URI; use s3://bucket/key, file:///path or memory://name/key") from None
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise StorageError(f"{uri}: file URIs must be absolute (file:///abs/path)")
-        return Location("file", "", os.path.normpath(unquote(parts.path)).lstrip("/"))
+        path = os.path.normpath(unquote(parts.path))
+        if "\x00" in path:
+            raise StorageError(f"{uri}: a file path cannot hold a NUL byte (%00)")
+        return Location("file", "", path.lstrip("/"))
     if scheme in ("s3", "memory"):
         path = parts.path.lstrip("/")
         if scheme == "s3" and not parts.netloc:

@@ -49,7 +49,7 @@ class Boundary:
 
 def _count(value: Any, what: str, *, positive: bool = False) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < (1 if positive else 0):
-        raise ValueError(f"{what} must be a {'positive' if positive else 'non-negative'} int, got {value!r}")
+        raise BudgetError(f"{what} must be a {'positive' if positive else 'non-negative'} int, got {value!r}")
     return value
 
 
@@ -77,13 +77,15 @@ class PositionBudget:
             bounds.update(Boundary(p, "checkpoint", str(p)) for p in range(step, total + 1, step))
         for p in checkpoints:
             if _count(p, "a checkpoint position", positive=True) > total:
-                raise ValueError(f"checkpoint position {p} is past the budget's total {total}")
+                raise BudgetError(f"checkpoint position {p} is past the budget's total {total}")
             bounds.add(Boundary(p, "checkpoint", str(p)))
+        if stage_ends is not None and not isinstance(stage_ends, Mapping):
+            raise TypeError(f"stage_ends must be a mapping of stage name to end position, got {type(stage_ends).__name__}")
         for name, p in (stage_ends or {}).items():
             if not isinstance(name, str) or not name:
-                raise ValueError(f"stage names must be non-empty strings, got {name!r}")
+                raise BudgetError(f"stage names must be non-empty strings, got {name!r}")
             if _count(p, f"stage {name!r} end", positive=True) > total:
-                raise ValueError(f"stage {name!r} ends at {p}, past the budget's total {total}")
+                raise BudgetError(f"stage {name!r} ends at {p}, past the budget's total {total}")
             bounds.add(Boundary(p, "stage", name))
         self.boundaries: tuple[Boundary, ...] = tuple(sorted(bounds))
         self.config_sha256 = sha256_hex(

@@ -125,11 +125,16 @@ def write_keypair(prefix: str | Path, key: SigningKey | None = None) -> tuple[Pa
     for p in (private, public):
         if p.exists():
             raise ApprovalError(f"{p} already exists; keys are never overwritten: choose another name")
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.to_pem())
-    with open(public, "xb") as f:
-        f.write(key.public_key.to_pem())
+    try:
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.to_pem())
+        with open(public, "xb") as f:
+            f.write(key.public_key.to_pem())
+    except OSError as exc:
+        raise ApprovalError(
+            f"cannot write key {exc.filename}: {exc.strerror}; choose a prefix in a folder that exists and is writable"
+        ) from None
     return private, public, key
 
 

@@ -104,10 +104,9 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
             offset += len(schedule)
             epoch, position = epoch + 1, 0
 
-    def _expand(self, plan_index: int, records: list[dict[str, Any]]) -> list[Any]:
+    def _expand(self, view: RecordView, plan_index: int, records: list[dict[str, Any]]) -> list[Any]:
         s, b = int(self.plan.shard[plan_index]), int(self.plan.block[plan_index])
-        assert self.view is not None
-        out = self.view.expand(self.fetcher.shards[s], self.fetcher.descriptors[s].blocks[b].first_record, records)
+        out = view.expand(self.fetcher.shards[s], self.fetcher.descriptors[s].blocks[b].first_record, records)
         if len(out) != int(self.plan.records[plan_index]):
             # Positions were counted from the view's block_counts; a different count would shift every later one.
             raise IntegrityError(
@@ -144,7 +143,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                         for i in window_blocks[next_window]:
                             block = next(stream)
                             if self.view is not None:
-                                block = self._expand(i, block)
+                                block = self._expand(self.view, i, block)
                             window.extend(block)
                         perm = order.record_permutation(needed[next_window])
                         loaded[needed[next_window]] = (window, None if perm is None else perm.tolist())

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch.utils.data
 
+from trainvault.errors import ConfigurationError
 from trainvault.loading.dataset import Item, SplitIterableDataset
 from trainvault.loading.state import LoaderState, OrderIdentity
 
@@ -27,7 +28,11 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
     `load_state_dict()` and `describe_state()`."""
 
     def __init__(self, dataset: SplitIterableDataset, identity: OrderIdentity, **dataloader_args: Any):
-        super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
+        try:
+            super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
+        except ValueError as exc:  # torch refuses a setting (num_workers < 0, prefetch_factor without workers, ...)
+            raise ConfigurationError(f"dataloader_args: {exc}") from None
+        self._split_dataset = dataset
         self._identity = identity
         self._epoch = 0
         self._position = 0
@@ -39,9 +44,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
 
     @property
     def split_dataset(self) -> SplitIterableDataset:
-        ds = self.dataset
-        assert isinstance(ds, SplitIterableDataset)
-        return ds
+        return self._split_dataset
 
     def __len__(self) -> int:
         """Batches this rank gets in a whole epoch."""

@@ -42,6 +42,8 @@ def select(
 ) -> Selection:
     """Resolve a split and stage choice. A union reads each shard once, in the order the
     stages are listed (each stage in its curriculum order)."""
+    if not isinstance(split, str):
+        raise TypeError(f"split must be a split name (a str), got {type(split).__name__}")
     if split not in manifest.splits:
         raise SelectionError(
             f"split {split!r} is not in this manifest; published splits: {', '.join(sorted(manifest.splits)) or '(none)'}"
@@ -56,7 +58,11 @@ def select(
     else:
         if isinstance(curriculum_stages, str) or not curriculum_stages:
             raise SelectionError("curriculum_stages must be a non-empty list of stage names")
+        if not isinstance(curriculum_stages, Sequence):
+            raise TypeError(f"curriculum_stages must be a list of stage names, got {type(curriculum_stages).__name__}")
         stages = list(curriculum_stages)
+    if not all(isinstance(s, str) for s in stages):
+        raise TypeError(f"stage names are str, got {stages!r}")
         if len(set(stages)) != len(stages):
             raise SelectionError(f"curriculum_stages lists a stage twice: {stages}")
     known = sorted(entries.curricula)

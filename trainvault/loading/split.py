@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import SelectionError, StorageError
+from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
 from trainvault.loading.view import RecordView
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
@@ -86,7 +86,7 @@ class SplitDataLoader:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int, got {seed!r}")
         if not isinstance(shuffle_window_blocks, int) or shuffle_window_blocks < 1:
-            raise ValueError(f"shuffle_window_blocks must be a positive int, got {shuffle_window_blocks!r}")
+            raise ConfigurationError(f"shuffle_window_blocks must be a positive int, got {shuffle_window_blocks!r}")
         self.storage = storage
         self.manifest_uri = normalize_uri(manifest_uri)
         self.collate_fn = collate_fn
@@ -98,12 +98,12 @@ class SplitDataLoader:
         self._args = dict(dataloader_args or {})
         for name, why in _REFUSED_ARGS.items():
             if name in self._args:
-                raise ValueError(f"dataloader_args[{name!r}] is not accepted: {why}")
+                raise ConfigurationError(f"dataloader_args[{name!r}] is not accepted: {why}")
         if self._args.get("in_order", True) is not True:
-            raise ValueError("dataloader_args['in_order'] must stay True: the loader's order is exact")
+            raise ConfigurationError("dataloader_args['in_order'] must stay True: the loader's order is exact")
         self.batch_size = self._args.pop("batch_size", 1)
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
+            raise ConfigurationError(f"batch_size must be a positive int, got {self.batch_size!r}")
         self.drop_last = bool(self._args.pop("drop_last", False))
 
         from trainvault.client import resolve_manifest_uris
@@ -122,14 +122,14 @@ class SplitDataLoader:
         if dist.is_available() and dist.is_initialized():
             got = dist.get_rank(), dist.get_world_size()
             if (rank is not None and rank != got[0]) or (world_size is not None and world_size != got[1]):
-                raise ValueError(
+                raise ConfigurationError(
                     f"rank={rank}, world_size={world_size} contradict torch.distributed (rank {got[0]} of {got[1]})"
                 )
             return got
         rank = 0 if rank is None else rank
         world_size = 1 if world_size is None else world_size
         if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+            raise ConfigurationError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
         return rank, world_size
 
     def _read_descriptors(self, shards: Sequence[ShardEntry]) -> tuple[ShardDescriptor, ...]:

@@ -73,6 +73,8 @@ class LoaderState:
             )
         try:
             stages = state["curriculum_stages"]
+            if stages is not None and not (isinstance(stages, list) and all(isinstance(s, str) for s in stages)):
+                raise ResumeStateError(f"loader state field 'curriculum_stages' must be a list of stage names, got {stages!r}")
             identity = OrderIdentity(
                 manifest_sha256=_typed(state, "manifest_sha256", str),
                 split=_typed(state, "split", str),

@@ -85,10 +85,10 @@ class AvgMinMax:
         self.mean += delta * other.count / n
         self.m2 += other.m2 + delta * delta * self.count * other.count / n
         self.count = n
-        assert self.min is not None and self.max is not None and other.min is not None and other.max is not None
-        if other.min < self.min:
+        # Both counts are positive here, so every bound is set; the None checks only narrow the types.
+        if other.min is not None and (self.min is None or other.min < self.min):
             self.min = other.min
-        if other.max > self.max:
+        if other.max is not None and (self.max is None or other.max > self.max):
             self.max = other.max
         return self
 

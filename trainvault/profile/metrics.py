@@ -32,7 +32,17 @@ def _json_default(value: Any) -> Any:
         return f"<{len(value)}-bytes>"
     if hasattr(value, "tolist"):
         return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON-compatible")
+    raise TypeError(f"a {type(value).__name__} value")
+
+
+def _dumps(row: Mapping[str, Any], **options: Any) -> str:
+    """``json.dumps(row)`` as the metrics count it; `ProfileError` for a row JSON cannot hold."""
+    try:
+        return json.dumps(row, default=_json_default, **options)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(
+            f"a row is not JSON-compatible ({exc}); rows are profiled as JSON: store JSON values, bytes or arrays"
+        ) from None
 
 
 def json_dumped_number_of_words(row: Mapping[str, Any]) -> int:
@@ -40,7 +50,7 @@ def json_dumped_number_of_words(row: Mapping[str, Any]) -> int:
 
     A size proxy that needs no tokenizer; escapes keep non-ASCII spaces inside one word.
     """
-    return len(json.dumps(row, default=_json_default).split())
+    return len(_dumps(row).split())
 
 
 def task_identity(row: Mapping[str, Any], task_id_field: str = TASK_ID_FIELD) -> str:
@@ -51,7 +61,7 @@ def task_identity(row: Mapping[str, Any], task_id_field: str = TASK_ID_FIELD) ->
         return "id:s:" + task_id
     if isinstance(task_id, int) and not isinstance(task_id, bool):
         return f"id:i:{task_id}"
-    content = json.dumps(row, default=_json_default, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    content = _dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "row:" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -76,7 +86,8 @@ class DatasetMetrics:
         self.number_of_turns = AvgMinMax()
         self.number_of_tools = AvgMinMax()
         self.temperature = AvgMinMax()
-        self._max_labels = max_labels
+        # Checked now, not at the first label: a bad bound is refused even when no hook yields labels.
+        self._max_labels = None if max_labels is None else CategoricalMetrics(max_labels).max_labels
         self.extra: dict[str, AvgMinMax | CategoricalMetrics] = {}
 
     @property

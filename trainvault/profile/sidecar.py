@@ -257,7 +257,7 @@ def profile_publication(
     settings = ProfileSettings(validator=validator, hook=hook, task_id_field=task_id_field, max_labels=max_labels)
     chosen = list(manifest.splits) if splits is None else list(dict.fromkeys(splits))
     for s in chosen:
-        manifest.split(s)  # an unknown split raises ManifestError listing the published ones
+        manifest.split(s)  # an unknown split raises SelectionError listing the published ones
     jobs: list[tuple[str, ShardEntry]] = [(s, e) for s in chosen for e in manifest.splits[s].shards]
     # Threads overlap reads and decompression; merging stays in manifest order below.
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
