@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from trainvault import ConflictError, IntegrityError, ManifestError, Storage
-from trainvault.errors import ProfileError, TaskDataValidationError
+from trainvault.errors import ProfileError, SelectionError, TaskDataValidationError
 from trainvault.manifest import MANIFEST_NAME
 from trainvault.profile import (
     MAX_CATEGORICAL_LABELS,
@@ -359,7 +359,7 @@ def test_profile_publication_writes_sidecars_bound_by_digest(tmp_path: Path, sto
         read_metrics_sidecar(storage, refs["train"].uri, "0" * 64)
     with pytest.raises(IntegrityError):
         profile_publication(storage, uri, manifest_sha256="0" * 64)
-    with pytest.raises(ManifestError, match="published splits"):
+    with pytest.raises(SelectionError, match="published splits"):
         profile_publication(storage, uri, splits=["nope"])
 
 

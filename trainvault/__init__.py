@@ -35,9 +35,9 @@ from trainvault.errors import (
     TransientStorageError,
 )
 from trainvault.formats import FORMATS
-from trainvault.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
-from trainvault.reader import ShardReader, iter_shard
-from trainvault.saver import DatasetSaver
+from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
+from trainvault.publication.reader import ShardReader, iter_shard
+from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import Storage, StorageConfig
 from trainvault.version import __version__
 

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict
-
-from trainvault.approval.dataset import ApprovedDataset, issue
+from trainvault.approval.approved import ApprovedDataset, issue
 from trainvault.approval.hashing import DEFAULT_THREADS, HashedObject, hash_objects
 from trainvault.approval.pins import ProducerPins, canonical_package_name
 from trainvault.approval.progress import HashProgressCallback
@@ -26,23 +24,27 @@ from trainvault.approval.scan_manifest import (
     DeclaredFile,
     ScannedFile,
     TrainingScanManifest,
-    _resolve_declared,
     declared_files,
+    pinned_publication,
 )
 from trainvault.canonical import is_sha256_hex
 from trainvault.components.verify import LedgerChecks, LedgerRefusal
 from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy, VerifierContract
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, ManifestError, TrainVaultError
-from trainvault.manifest import DataManifest, ShardDescriptor
-from trainvault.reader import parse_descriptor
-from trainvault.storage import Storage, normalize_uri, parent_uri
+from trainvault.publication.manifest import ShardDescriptor
+from trainvault.publication.pinned import Publication
+from trainvault.storage import (
+    Storage,
+    StorageSource,
+    normalize_uri,
+    parent_uri,
+    storage_of,
+)
+from trainvault.uris import resolve_uri
 from trainvault.version import __version__
-
-if TYPE_CHECKING:
-    from trainvault.client import TrainVault
 
 
 @dataclass(frozen=True)
@@ -69,17 +71,17 @@ class ApprovalPolicy:
         for name in ("evaluation_release_sha256", "verifier_contract_sha256"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, str) and is_sha256_hex(value)):
-                raise ValueError(f"ApprovalPolicy.{name} must be a 64-character lowercase hex sha256, got {value!r}")
+                raise ApprovalError(f"ApprovalPolicy.{name} must be a 64-character lowercase hex sha256, got {value!r}")
         if self.allowed_producers is not None:
             for name, versions in self.allowed_producers.items():
                 if isinstance(versions, str):
-                    raise ValueError(f"allowed_producers[{name!r}] must be a collection of versions, not a string")
+                    raise ApprovalError(
+                        f"ApprovalPolicy.allowed_producers[{name!r}] must be a collection of versions, not a string"
+                    )
 
 
-class VerificationSummary(BaseModel):
+class VerificationSummary(StrictModel):
     """What the gate verified: recorded in the approval statement and shown to people."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     data_manifest_sha256: str
     shards: int
@@ -100,9 +102,8 @@ class GateResult:
     """Everything an `ApprovedDataset` is made from (internal)."""
 
     request: ApprovalRequest
-    manifest_uri: str
-    manifest_raw: bytes
-    manifest: DataManifest
+    #: The manifest and every descriptor, parsed from the bytes the gate hashed.
+    publication: Publication
     descriptors_raw: dict[str, bytes]
     shard_sizes: dict[str, int]
     report: ContaminationReport
@@ -120,10 +121,16 @@ def _ratio_le(a: list[int], b: list[int]) -> bool:
     return a[0] * b[1] <= b[0] * a[1]
 
 
+def _kept(obj: HashedObject) -> bytes:
+    """The bytes `hash_objects` kept for `obj` (it keeps every object the gate asked for)."""
+    if obj.data is None:
+        raise ApprovalError(f"approval denied: {obj.uri} was hashed but its bytes were not kept; this is a trainvault bug")
+    return obj.data
+
+
 def _parse(cls: type[Document], name: str, obj: HashedObject) -> Any:
     try:
-        assert obj.data is not None
-        return cls.from_json_bytes(obj.data, source=obj.uri)
+        return cls.from_json_bytes(_kept(obj), source=obj.uri)
     except ManifestError as exc:
         _deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
 
@@ -180,12 +187,12 @@ def _gate(
             )
 
     manifest_uri = uris["data_manifest"]
-    raw = docs[manifest_uri].data
-    assert raw is not None
     try:
-        manifest, declared, totals = declared_files(manifest_uri, raw)
+        publication = pinned_publication(manifest_uri, _kept(docs[manifest_uri]))
+        declared, totals = declared_files(publication)
     except ManifestError as exc:
         _deny(f"data_manifest: {exc}")
+    manifest = publication.manifest
     scan: TrainingScanManifest = _parse(TrainingScanManifest, "training_scan_manifest", docs[uris["training_scan_manifest"]])
     report: ContaminationReport = _parse(ContaminationReport, "contamination_report", docs[uris["contamination_report"]])
     contract: VerifierContract = _parse(VerifierContract, "verifier_contract", docs[uris["verifier_contract"]])
@@ -202,10 +209,7 @@ def _gate(
             f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
         )
 
-    from trainvault.client import resolve_manifest_uris
-
-    resolved = resolve_manifest_uris(manifest, parent_uri(manifest_uri))
-    ledgers = LedgerChecks(storage, refs, resolved, refs["data_manifest"].sha256)
+    ledgers = LedgerChecks(storage, refs, manifest, refs["data_manifest"].sha256)
     # Every declared file, hashed now; descriptors are kept: the loader parses exactly these bytes.
     files = [f for f in declared if f.role != "data-manifest"]
     hashed = hash_objects(
@@ -226,18 +230,11 @@ def _gate(
                 "truncated or extended); do not train on it: re-publish, rescan and approve again"
             )
 
-    descriptors_raw: dict[str, bytes] = {}
-    shard_sizes: dict[str, int] = {}
-    for split in resolved.splits.values():
-        for entry in split.shards:
-            data = hashed[entry.descriptor_uri].data
-            assert data is not None
-            desc = parse_descriptor(entry, data)
-            if desc.data_format != manifest.data_format:
-                _deny(f"{entry.descriptor_uri}: descriptor says {desc.data_format}, the manifest {manifest.data_format}")
-            _check_producer(desc, pins, entry.descriptor_uri)
-            descriptors_raw[entry.descriptor_uri] = data
-            shard_sizes[entry.uri] = entry.size_bytes
+    descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
+    shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
+    publication = publication.with_descriptors(descriptors_raw)
+    for uri, desc in publication.descriptors.items():
+        _check_producer(desc, pins, uri)
     checked = ledgers.finish()
 
     summary = VerificationSummary(
@@ -254,7 +251,7 @@ def _gate(
         verdict_recomputed=True,
         trainvault_version=__version__,
     )
-    return GateResult(request, manifest_uri, raw, resolved, descriptors_raw, shard_sizes, report, summary, checked)
+    return GateResult(request, publication, descriptors_raw, shard_sizes, report, summary, checked)
 
 
 def _check_scan(
@@ -276,7 +273,7 @@ def _check_scan(
             scanned[manifest_uri] = f
             continue
         try:
-            scanned[_resolve_declared(f.uri, base, "training_scan_manifest")] = f
+            scanned[resolve_uri(f.uri, base, absolute="within", where="training_scan_manifest")] = f
         except ManifestError as exc:
             _deny(str(exc))
     expected = {f.resolved: f for f in declared}
@@ -394,7 +391,7 @@ def _check_producer(desc: ShardDescriptor, pins: ProducerPins, where: str) -> No
 
 
 def approve_dataset(
-    vault: TrainVault,
+    vault: StorageSource,
     request: Any,
     *,
     policy: ApprovalPolicy | None = None,
@@ -408,5 +405,5 @@ def approve_dataset(
     (on `threads` threads, reporting to `progress`) before anything is returned. A bound
     component ledger is checked in that pass; its refusals keep their class (module doc).
     """
-    result = run_gate(vault.storage, request, policy=policy, progress=progress, threads=threads)
-    return issue(result, vault.storage_config)
+    result = run_gate(storage_of(vault), request, policy=policy, progress=progress, threads=threads)
+    return issue(result, storage_of(vault).config)

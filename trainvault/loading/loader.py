@@ -13,7 +13,7 @@ from typing import Any
 
 import torch.utils.data
 
-from trainvault.loading.dataset import Item, SplitIterableDataset
+from trainvault.loading.iterable import Item, SplitIterableDataset
 from trainvault.loading.state import LoaderState, OrderIdentity
 
 

@@ -1,4 +1,4 @@
-"""Documents read and written by (uri, sha256): the unit a report and a gate bind."""
+"""Documents read and written by (uri, sha256): the unit a report cites and a gate binds."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import Generic, TypeVar
 from trainvault.canonical import is_sha256_hex, sha256_hex
 from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import Storage, normalize_uri
 
 D = TypeVar("D", bound=Document)
 
 
 @dataclass(frozen=True)
-class Bound(Generic[D]):
-    """A document together with where it is stored and the SHA-256 of its stored bytes."""
+class Bound(Referenced, Generic[D]):
+    """A document together with the reference (uri, sha256 of its stored bytes) it was read
+    from or written to."""
 
-    uri: str
-    sha256: str
     document: D
 
 
@@ -27,7 +27,7 @@ def publish_document(storage: Storage, uri: str, document: D) -> Bound[D]:
     uri = normalize_uri(uri)
     data = document.to_json_bytes()
     storage.put_create(uri, data)
-    return Bound(uri, sha256_hex(data), document)
+    return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 
 def read_document(storage: Storage, cls: type[D], uri: str, *, sha256: str | None = None) -> Bound[D]:
@@ -45,4 +45,4 @@ def read_document(storage: Storage, cls: type[D], uri: str, *, sha256: str | Non
             f"{uri}: sha256 is {digest}, expected {sha256}; the {cls.KIND} was replaced or altered: "
             "bind the document you mean to use"
         )
-    return Bound(uri, digest, cls.from_json_bytes(data, source=uri))
+    return Bound(ObjectRef(uri=uri, sha256=digest, size=len(data)), cls.from_json_bytes(data, source=uri))

@@ -15,18 +15,18 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from trainvault.documents import Document
-from trainvault.errors import InvalidNameError, ManifestError
+from trainvault.documents import Document, StrictModel
+from trainvault.errors import InvalidNameError, SelectionError
 from trainvault.formats import FORMATS, BlockRef, ByteRange
+from trainvault.refs import Sha256
 from trainvault.storage import join_uri, parse_uri
 
 MANIFEST_NAME = "data-manifest-v1.json"
 DESCRIPTOR_SUFFIX = ".complete.json"
 NO_STAGE = "_"
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_SHA = r"^[0-9a-f]{64}$"
 
 
 def validate_name(kind: str, value: Any) -> str:
@@ -67,9 +67,7 @@ def natural_key(text: str) -> tuple[Any, ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text) if p)
 
 
-class Producer(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
+class Producer(StrictModel):
     library: str
     version: str
 
@@ -88,7 +86,7 @@ class ShardDescriptor(Document):
     data_format: str
     codec: dict[str, Any]
     size_bytes: int = Field(ge=0)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     record_count: int = Field(ge=0)
     blocks: list[BlockRef]
     trailer: ByteRange | None = None
@@ -121,20 +119,18 @@ class ShardDescriptor(Document):
         return self
 
 
-class ShardEntry(BaseModel):
+class ShardEntry(StrictModel):
     """One physical shard in a split: its data object and descriptor, bound by SHA-256."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     key: str
     curriculum_stage: str | None
     shard_id: str
     uri: str
     size_bytes: int = Field(ge=0)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     record_count: int = Field(ge=0)
     descriptor_uri: str
-    descriptor_sha256: str = Field(pattern=_SHA)
+    descriptor_sha256: Sha256
 
     @model_validator(mode="after")
     def _consistent(self) -> ShardEntry:
@@ -147,18 +143,14 @@ class ShardEntry(BaseModel):
         return self
 
 
-class Curriculum(BaseModel):
+class Curriculum(StrictModel):
     """An ordered selection of a split's shards, by key."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     shards: list[str]
     metadata: dict[str, Any] | None = None
 
 
-class SplitManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
+class SplitManifest(StrictModel):
     shards: list[ShardEntry]
     curricula: dict[str, Curriculum] = Field(default_factory=dict)
 
@@ -218,11 +210,11 @@ class DataManifest(Document):
         return value
 
     def split(self, name: str) -> SplitManifest:
-        """The split named `name`, or `ManifestError` listing the published splits."""
+        """The split named `name`, or `SelectionError` listing the published splits."""
         try:
             return self.splits[name]
         except KeyError:
-            raise ManifestError(
+            raise SelectionError(
                 f"split {name!r} is not in this manifest; published splits: {', '.join(sorted(self.splits)) or '(none)'}"
             ) from None
 

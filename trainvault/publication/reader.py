@@ -11,7 +11,7 @@ from typing import Any
 from trainvault.canonical import sha256_hex
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.formats import BlockRef, get_format
-from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage, StorageConfig
 
 STREAM_CHUNK = 4 << 20

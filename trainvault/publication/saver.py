@@ -15,9 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
+from trainvault.errors import (
+    ConflictError,
+    IntegrityError,
+    ManifestError,
+    ObjectNotFoundError,
+)
 from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
-from trainvault.manifest import (
+from trainvault.publication.manifest import (
     DESCRIPTOR_SUFFIX,
     NO_STAGE,
     Curriculum,
@@ -33,7 +38,13 @@ from trainvault.manifest import (
     validate_name,
     validate_stage,
 )
-from trainvault.storage import SINGLE_PUT_LIMIT, Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import (
+    SINGLE_PUT_LIMIT,
+    Storage,
+    join_uri,
+    normalize_uri,
+    parent_uri,
+)
 from trainvault.version import __version__
 
 _DISCOVERY_THREADS = 16
