@@ -36,8 +36,10 @@ from trainvault.errors import (
 )
 from trainvault.formats import FORMATS
 from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
+from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader, iter_shard
 from trainvault.publication.saver import DatasetSaver
+from trainvault.refs import ObjectRef
 from trainvault.storage import Storage, StorageConfig
 from trainvault.version import __version__
 
@@ -98,9 +100,11 @@ __all__ = [
     "InvalidNameError",
     "ManifestError",
     "ObjectNotFoundError",
+    "ObjectRef",
     "ObjectTooLargeError",
     "PositionBudget",
     "ProfileError",
+    "Publication",
     "RepresentationExample",
     "ResumeStateError",
     "RolloutArchive",
