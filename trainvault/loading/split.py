@@ -143,6 +143,24 @@ class SplitDataLoader:
                     self._descriptors[s.uri] = d
         return tuple(self._descriptors[s.uri] for s in shards)
 
+    def _plan(self, shards: Sequence[ShardEntry], descriptors: Sequence[ShardDescriptor]) -> Any:
+        """The `BlockPlan` of the selected shards: every block's shard, index and record count."""
+        import numpy as np
+
+        from trainvault.loading.order import BlockPlan
+
+        shard_ix, block_ix, counts = [], [], []
+        for i, desc in enumerate(descriptors):
+            # With a view, positions count its logical records (from its own counts, no data read).
+            logical = None if self.view is None else self.view.block_counts(shards[i], desc)
+            for j, b in enumerate(desc.blocks):
+                shard_ix.append(i)
+                block_ix.append(j)
+                counts.append(b.record_count if logical is None else logical[j])
+        return BlockPlan(
+            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        )
+
     def load(
         self,
         split: str,
@@ -151,27 +169,16 @@ class SplitDataLoader:
         infinite_iter: bool = False,
     ) -> Any:
         """A DataLoader (a `TrainVaultDataLoader`) over `split`, one stage or a union of stages."""
-        import numpy as np
 
         from trainvault.loading.iterable import SplitIterableDataset
         from trainvault.loading.loader import TrainVaultDataLoader
-        from trainvault.loading.order import BlockPlan, derive_key
+        from trainvault.loading.order import derive_key
         from trainvault.loading.selection import select
         from trainvault.loading.state import OrderIdentity
 
         selection = select(self.manifest, split, curriculum_stage, curriculum_stages)
         descriptors = self._read_descriptors(selection.shards)
-        shard_ix, block_ix, counts = [], [], []
-        for i, desc in enumerate(descriptors):
-            # With a view, positions count its logical records (from its own counts, no data read).
-            logical = None if self.view is None else self.view.block_counts(selection.shards[i], desc)
-            for j, b in enumerate(desc.blocks):
-                shard_ix.append(i)
-                block_ix.append(j)
-                counts.append(b.record_count if logical is None else logical[j])
-        plan = BlockPlan(
-            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-        )
+        plan = self._plan(selection.shards, descriptors)
         if infinite_iter and plan.total_records == 0:
             raise SelectionError(f"{selection.describe()} holds no records; an infinite loader would never yield")
         if infinite_iter and self.drop_last and plan.total_records < self.batch_size * self.world_size:
