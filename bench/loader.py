@@ -153,7 +153,7 @@ def read_child(kind: str, path: str, workers: int, batch: int) -> None:
     """Read everything once; print records, token sum, seconds, TTFB and peak RSS as JSON."""
     import torch  # noqa: F401  (imports happen before the clock: they are no reader's work)
 
-    import trainvault.loading.dataset  # noqa: F401
+    import trainvault.loading.iterable  # noqa: F401
     import trainvault.loading.loader  # noqa: F401
 
     if kind != "trainvault" and not kind.startswith("trainvault"):

@@ -277,12 +277,13 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     """A candidate whose fingerprint matches but whose tokens differ is dropped by verification."""
     import numpy as np
 
-    from trainvault.contamination.bound import Bound
+    from trainvault.publication.bound import Bound
+    from trainvault.refs import ObjectRef
     from trainvault.contamination.release import BenchmarkEntry, EvaluationRelease, ItemFile, LoadedRelease
 
     entry = BenchmarkEntry(name="humaneval", text_fields=["prompt", "canonical_solution"], id_field="task_id",
                            items=ItemFile(uri="x", size_bytes=0, sha256="0" * 64, n_items=164))
-    release = LoadedRelease(Bound("memory://x/r", "1" * 64, EvaluationRelease(id="r", benchmarks=[entry])), (humaneval,))
+    release = LoadedRelease(Bound(ObjectRef(uri="memory://x/r", sha256="1" * 64), EvaluationRelease(id="r", benchmarks=[entry])), (humaneval,))
     index = EvalIndex(VerifierContract(), release, contract_sha256="2" * 64)
     gram = index.grams[0]
     other = tuple(reversed(gram))  # in-vocabulary tokens, but not an indexed n-gram

@@ -36,9 +36,11 @@ from trainvault.errors import (
     TransientStorageError,
 )
 from trainvault.formats import FORMATS
-from trainvault.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
-from trainvault.reader import ShardReader, iter_shard
-from trainvault.saver import DatasetSaver
+from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
+from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import ShardReader, iter_shard
+from trainvault.publication.saver import DatasetSaver
+from trainvault.refs import ObjectRef
 from trainvault.storage import Storage, StorageConfig
 from trainvault.version import __version__
 
@@ -100,9 +102,11 @@ __all__ = [
     "InvalidNameError",
     "ManifestError",
     "ObjectNotFoundError",
+    "ObjectRef",
     "ObjectTooLargeError",
     "PositionBudget",
     "ProfileError",
+    "Publication",
     "RepresentationExample",
     "ResumeStateError",
     "RolloutArchive",

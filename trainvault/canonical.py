@@ -26,6 +26,10 @@ def sha256_hex(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: What every sha256 field accepts: 64 lowercase hex characters.
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
 def is_sha256_hex(value: str) -> bool:
     """True for a 64-character lowercase hex digest."""
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)

@@ -85,7 +85,7 @@ def _mb(n: int) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from trainvault.reader import check_descriptors
+    from trainvault.publication.reader import check_descriptors
 
     vault = _vault()
     manifest = vault.load_manifest(args.manifest)

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
-from trainvault.manifest import MANIFEST_NAME, DataManifest, ShardEntry, SplitManifest
-from trainvault.saver import DatasetSaver
-from trainvault.storage import Storage, StorageConfig, normalize_uri, parent_uri, parse_uri
-from trainvault.uris import resolve_uri
+from trainvault.publication.manifest import MANIFEST_NAME, DataManifest, ShardEntry
+from trainvault.publication.pinned import Publication
+from trainvault.publication.saver import DatasetSaver
+from trainvault.storage import Storage, StorageConfig, normalize_uri
 
 
 class TrainVault:
@@ -148,9 +148,7 @@ class TrainVault:
 
     def load_manifest(self, uri: str) -> DataManifest:
         """Read and validate a data manifest. Relative shard URIs resolve against its folder."""
-        uri = normalize_uri(uri)
-        manifest = DataManifest.from_json_bytes(self.storage.get(uri), source=uri)
-        return resolve_manifest_uris(manifest, parent_uri(uri))
+        return Publication.load(self.storage, uri).manifest
 
     def save_manifest(self, uri: str, manifest: DataManifest) -> DataManifest:
         """Write a copy of `manifest` at `uri`, create-only.
@@ -165,25 +163,6 @@ class TrainVault:
         copy = DataManifest.from_obj(manifest.model_dump(mode="json"), source=uri)
         self.storage.put_create(uri, copy.to_json_bytes())
         return copy
-
-
-def resolve_manifest_uris(manifest: DataManifest, base: str) -> DataManifest:
-    """The same manifest with every shard and descriptor URI absolute."""
-    parse_uri(base)
-    splits = {}
-    changed = False
-    for name, split in manifest.splits.items():
-        shards = []
-        for s in split.shards:
-            where = f"the manifest in {base}, split {name!r} shard {s.key!r}"
-            uri = resolve_uri(s.uri, base, absolute="anywhere", where=where)
-            desc = resolve_uri(s.descriptor_uri, base, absolute="anywhere", where=where)
-            changed |= uri != s.uri or desc != s.descriptor_uri
-            shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
-        splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
-    if not changed:
-        return manifest
-    return manifest.model_copy(update={"splits": splits})
 
 
 __all__ = ["MANIFEST_NAME", "ShardEntry", "TrainVault"]

@@ -17,10 +17,14 @@ from trainvault.errors import ManifestError
 D = TypeVar("D", bound="Document")
 
 
-class Document(BaseModel):
-    """Base of every published JSON document."""
+class StrictModel(BaseModel):
+    """Base of every model inside a document: unknown fields refused, no coercion, immutable."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Document(StrictModel):
+    """Base of every published JSON document."""
 
     KIND: ClassVar[str]
     VERSION: ClassVar[int] = 1

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import obstore
@@ -607,6 +607,28 @@ class Storage:
                 pass
 
         self._recovering(uri, "delete", run)
+
+
+class HoldsStorage(Protocol):
+    """Anything that reads through a `Storage` it holds as ``.storage`` (a `TrainVault`)."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+
+#: What a library function that takes a vault accepts: a `TrainVault` or a bare `Storage`.
+StorageSource = Storage | HoldsStorage
+
+
+def storage_of(source: StorageSource) -> Storage:
+    """The `Storage` a library function reads through: `source` itself or its ``.storage``, so
+    functions taking a vault need not import the facade that calls them."""
+    if isinstance(source, Storage):
+        return source
+    storage = getattr(source, "storage", None)
+    if isinstance(storage, Storage):
+        return storage
+    raise TypeError(f"expected a TrainVault or a Storage, got {type(source).__name__}")
 
 
 class _ObjectChanged(Exception):

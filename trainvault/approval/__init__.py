@@ -5,14 +5,32 @@ Importing this package imports neither torch nor numpy; the approved loader asks
 torch when it is built.
 """
 
+from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.approval.budget import Boundary, PositionBudget
-from trainvault.approval.custody import CustodyStorage
-from trainvault.approval.dataset import ApprovalRecordRef, ApprovedDataset
 from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
-from trainvault.approval.gate import ApprovalPolicy, VerificationSummary, approve_dataset
+from trainvault.approval.gate import (
+    ApprovalPolicy,
+    VerificationSummary,
+    approve_dataset,
+)
+from trainvault.approval.guard import CustodyStorage
 from trainvault.approval.hashing import HashedObject, hash_objects
-from trainvault.approval.keys import SIGNING_KEY_ENV, SigningKey, VerifyingKey, load_signing_key, load_verifying_key, write_keypair
-from trainvault.approval.pins import PINS_NAME, PackagePin, ProducerPins, collect_producer_pins, git_revision, write_producer_pins
+from trainvault.approval.keys import (
+    SIGNING_KEY_ENV,
+    SigningKey,
+    VerifyingKey,
+    load_signing_key,
+    load_verifying_key,
+    write_keypair,
+)
+from trainvault.approval.pins import (
+    PINS_NAME,
+    PackagePin,
+    ProducerPins,
+    collect_producer_pins,
+    git_revision,
+    write_producer_pins,
+)
 from trainvault.approval.progress import HashProgress, terminal_hash_progress
 from trainvault.approval.record import (
     APPROVAL_NAME,

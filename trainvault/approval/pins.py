@@ -12,16 +12,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from trainvault.contamination.bound import Bound, publish_document
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import ManifestError
-
-if TYPE_CHECKING:
-    from trainvault.client import TrainVault
+from trainvault.publication.bound import Bound, publish_document
+from trainvault.storage import StorageSource, storage_of
 
 PINS_NAME = "producer-pins-v1.json"
 
@@ -31,9 +29,7 @@ def canonical_package_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-class PackagePin(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
+class PackagePin(StrictModel):
     name: str = Field(min_length=1, max_length=200)
     version: str = Field(min_length=1, max_length=200)
 
@@ -92,6 +88,6 @@ def collect_producer_pins(
     )
 
 
-def write_producer_pins(vault: TrainVault, uri: str, pins: ProducerPins) -> Bound[ProducerPins]:
+def write_producer_pins(vault: StorageSource, uri: str, pins: ProducerPins) -> Bound[ProducerPins]:
     """Publish the pins create-only; its digest is of the bytes written."""
-    return publish_document(vault.storage, uri, pins)
+    return publish_document(storage_of(vault), uri, pins)

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trainvault.approval.dataset import ApprovalRecordRef, ApprovedDataset, issue
+from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
 from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
 from trainvault.approval.keys import SigningKey, load_signing_key
 from trainvault.approval.progress import HashProgressCallback
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
-from trainvault.errors import ApprovalError, ManifestError, ObjectNotFoundError, TrainVaultError
-from trainvault.storage import normalize_uri
-
-if TYPE_CHECKING:
-    from trainvault.client import TrainVault
+from trainvault.errors import (
+    ApprovalError,
+    ManifestError,
+    ObjectNotFoundError,
+    TrainVaultError,
+)
+from trainvault.refs import ObjectRef, Referenced
+from trainvault.storage import StorageSource, normalize_uri, storage_of
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
@@ -30,11 +33,10 @@ APPROVAL_NAME = "approval-v1.dsse.json"
 
 
 @dataclass(frozen=True)
-class WrittenApproval:
-    """Where an approval record was written, the SHA-256 a trainer pins, and who signed it."""
+class WrittenApproval(Referenced):
+    """An approval record as written: its reference (``.sha256`` is what a trainer pins) and
+    who signed it."""
 
-    uri: str
-    sha256: str
     signers: tuple[str, ...]
 
 
@@ -54,7 +56,7 @@ def approval_statement(approved: ApprovedDataset, provenance: Mapping[str, Any] 
 
 
 def write_approval(
-    vault: TrainVault,
+    vault: StorageSource,
     uri: str,
     approved: ApprovedDataset,
     *,
@@ -78,8 +80,8 @@ def write_approval(
         raise ApprovalError(f"provenance must be plain JSON (no NaN, no objects): {exc}") from None
     data = sign_envelope(payload, keys).to_json_bytes()
     uri = normalize_uri(uri)
-    vault.storage.put_create(uri, data)
-    return WrittenApproval(uri, sha256_hex(data), tuple(k.keyid for k in keys))
+    storage_of(vault).put_create(uri, data)
+    return WrittenApproval(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), tuple(k.keyid for k in keys))
 
 
 def _field(obj: Any, name: str, kind: type, where: str) -> Any:
@@ -90,7 +92,7 @@ def _field(obj: Any, name: str, kind: type, where: str) -> Any:
 
 
 def open_approved(
-    vault: TrainVault,
+    vault: StorageSource,
     approval_uri: str,
     sha256: str,
     *,
@@ -107,7 +109,7 @@ def open_approved(
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
     try:
-        raw = vault.storage.get(uri)
+        raw = storage_of(vault).get(uri)
     except ObjectNotFoundError:
         raise ApprovalError(f"approval denied: there is no approval record at {uri}; no approval, no load") from None
     except TrainVaultError as exc:
@@ -139,6 +141,7 @@ def open_approved(
         raise ApprovalError(f"{uri}: the statement's subject {digests} is not the data manifest its request binds "
                             f"({request.data_manifest.sha256})")
     provenance = predicate.get("provenance", {})
-    result = run_gate(vault.storage, request, policy=policy, progress=progress)
-    record = ApprovalRecordRef(uri, got, signers, provenance if isinstance(provenance, dict) else {})
-    return issue(result, vault.storage_config, record)
+    result = run_gate(storage_of(vault), request, policy=policy, progress=progress)
+    record = ApprovalRecordRef(ObjectRef(uri=uri, sha256=got, size=len(raw)), signers,
+                               provenance if isinstance(provenance, dict) else {})
+    return issue(result, storage_of(vault).config, record)

@@ -5,13 +5,11 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from trainvault.documents import Document
-from trainvault.manifest import validate_name
-from trainvault.storage import parse_uri
-
-_SHA = r"^[0-9a-f]{64}$"
+from trainvault.publication.manifest import validate_name
+from trainvault.refs import ArtifactRef
 
 #: The required bindings, in the order the gate reads them.
 BINDINGS = (
@@ -22,21 +20,6 @@ BINDINGS = (
     "verifier_contract",
     "producer_pins",
 )
-
-
-class ArtifactRef(BaseModel):
-    """Where an artifact is stored and the SHA-256 of its bytes as stored."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    uri: str = Field(min_length=1)
-    sha256: str = Field(pattern=_SHA)
-
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, value: str) -> str:
-        parse_uri(value)
-        return value
 
 
 class ApprovalRequest(Document):

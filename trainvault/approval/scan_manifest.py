@@ -9,43 +9,40 @@ the manifest's, so no shard goes unscanned and none is added.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from trainvault.approval.hashing import DEFAULT_THREADS, hash_objects
 from trainvault.approval.progress import HashProgressCallback
-from trainvault.canonical import sha256_hex
-from trainvault.contamination.bound import Bound, publish_document
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import IntegrityError, ManifestError
-from trainvault.manifest import DataManifest
-from trainvault.storage import Storage, normalize_uri, parent_uri, parse_uri
-from trainvault.uris import resolve_uri
-
-if TYPE_CHECKING:
-    from trainvault.client import TrainVault
+from trainvault.publication.bound import Bound, publish_document
+from trainvault.publication.pinned import Publication
+from trainvault.refs import Sha256
+from trainvault.storage import (
+    Storage,
+    StorageSource,
+    normalize_uri,
+    parse_uri,
+    storage_of,
+)
 
 SCAN_MANIFEST_NAME = "training-scan-manifest-v1.json"
-_SHA = r"^[0-9a-f]{64}$"
 Role = Literal["data-manifest", "descriptor", "shard"]
 
 
-class ScannedFile(BaseModel):
+class ScannedFile(StrictModel):
     """One file: where the manifest declares it (relative to its folder, or absolute), size and digest."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     role: Role
     uri: str
     size_bytes: int = Field(ge=0)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
 
 
-class ScanTotals(BaseModel):
+class ScanTotals(StrictModel):
     """Files and bytes hashed; shards, records and shard bytes counted per manifest entry (as a report counts)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     files: int = Field(ge=0)
     file_bytes: int = Field(ge=0)
@@ -61,7 +58,7 @@ class TrainingScanManifest(Document):
 
     format: Literal["trainvault.training-scan-manifest"] = "trainvault.training-scan-manifest"
     version: Literal[1] = 1
-    data_manifest_sha256: str = Field(pattern=_SHA)
+    data_manifest_sha256: Sha256
     files: list[ScannedFile] = Field(min_length=1)
     totals: ScanTotals
 
@@ -89,41 +86,42 @@ class DeclaredFile:
     sha256: str
 
 
-def _resolve_declared(uri: str, base: str, where: str) -> str:
-    # An approved dataset reads only objects under the folder of its data manifest.
-    return resolve_uri(uri, base, absolute="within", where=where)
-
-
-def declared_files(manifest_uri: str, raw: bytes) -> tuple[DataManifest, list[DeclaredFile], dict[str, int]]:
-    """Parse manifest bytes; return it, its declared files (deduplicated, each under the
-    manifest's folder) and the per-entry totals (shards, records, shard_bytes)."""
-    manifest_uri = normalize_uri(manifest_uri)
-    base = parent_uri(manifest_uri)
-    manifest = DataManifest.from_json_bytes(raw, source=manifest_uri)
-    name = parse_uri(manifest_uri).path.rsplit("/", 1)[-1]
+def declared_files(publication: Publication) -> tuple[list[DeclaredFile], dict[str, int]]:
+    """The files `publication` declares (deduplicated, sorted by the URI as written; its
+    references resolved under the manifest's folder) and the per-entry totals (shards,
+    records, shard_bytes)."""
+    name = parse_uri(publication.uri).path.rsplit("/", 1)[-1]
     found: dict[str, DeclaredFile] = {
-        manifest_uri: DeclaredFile("data-manifest", name, manifest_uri, len(raw), sha256_hex(raw))
+        publication.uri: DeclaredFile("data-manifest", name, publication.uri, len(publication.raw), publication.sha256)
     }
     totals = {"shards": 0, "records": 0, "shard_bytes": 0}
-    for split_name, split in manifest.splits.items():
-        for e in split.shards:
-            where = f"{manifest_uri} split {split_name!r} shard {e.key!r}"
+    for split_name, written in publication.as_written.splits.items():
+        resolved = publication.manifest.splits[split_name].shards
+        for e, r in zip(written.shards, resolved, strict=True):
             totals["shards"] += 1
             totals["records"] += e.record_count
             totals["shard_bytes"] += e.size_bytes
             for f in (
-                DeclaredFile("shard", e.uri, _resolve_declared(e.uri, base, where), e.size_bytes, e.sha256),
-                DeclaredFile("descriptor", e.descriptor_uri, _resolve_declared(e.descriptor_uri, base, where), None,
-                             e.descriptor_sha256),
+                DeclaredFile("shard", e.uri, r.uri, e.size_bytes, e.sha256),
+                DeclaredFile("descriptor", e.descriptor_uri, r.descriptor_uri, None, e.descriptor_sha256),
             ):
                 seen = found.setdefault(f.resolved, f)
                 if (seen.role, seen.size_bytes, seen.sha256) != (f.role, f.size_bytes, f.sha256):
-                    raise ManifestError(f"{where}: {f.resolved} is declared twice with different roles or digests")
-    return manifest, sorted(found.values(), key=lambda f: f.uri), totals
+                    raise ManifestError(
+                        f"{publication.uri} split {split_name!r} shard {e.key!r}: {f.resolved} is declared twice with "
+                        "different roles or digests"
+                    )
+    return sorted(found.values(), key=lambda f: f.uri), totals
+
+
+def pinned_publication(uri: str, raw: bytes, *, sha256: str | None = None) -> Publication:
+    """The publication whose manifest bytes are `raw`, every reference resolved under its folder:
+    an approved dataset reads only objects there."""
+    return Publication.from_bytes(uri, raw, sha256=sha256, absolute="within")
 
 
 def build_training_scan_manifest(
-    vault: TrainVault,
+    vault: StorageSource,
     manifest_uri: str,
     *,
     manifest_sha256: str | None = None,
@@ -135,7 +133,7 @@ def build_training_scan_manifest(
     A data object or descriptor whose size or digest differs from what the manifest
     binds raises `IntegrityError`: a scan manifest never records a broken publication.
     """
-    return scan_publication(vault.storage, manifest_uri, manifest_sha256=manifest_sha256, progress=progress,
+    return scan_publication(storage_of(vault), manifest_uri, manifest_sha256=manifest_sha256, progress=progress,
                             threads=threads)
 
 
@@ -149,11 +147,9 @@ def scan_publication(
 ) -> TrainingScanManifest:
     """`build_training_scan_manifest` over a `Storage`."""
     manifest_uri = normalize_uri(manifest_uri)
-    raw = storage.get(manifest_uri)
-    digest = sha256_hex(raw)
-    if manifest_sha256 is not None and digest != manifest_sha256:
-        raise IntegrityError(f"{manifest_uri}: sha256 is {digest}, expected {manifest_sha256}; bind the manifest you mean")
-    _, declared, totals = declared_files(manifest_uri, raw)
+    publication = pinned_publication(manifest_uri, storage.get(manifest_uri), sha256=manifest_sha256)
+    raw, digest = publication.raw, publication.sha256
+    declared, totals = declared_files(publication)
     others = [f for f in declared if f.role != "data-manifest"]
     hashed = hash_objects(
         storage,
@@ -185,8 +181,8 @@ def scan_publication(
 
 
 def write_training_scan_manifest(
-    vault: TrainVault, uri: str, scan: TrainingScanManifest
+    vault: StorageSource, uri: str, scan: TrainingScanManifest
 ) -> Bound[TrainingScanManifest]:
     """Publish the scan manifest create-only (usually next to the data manifest as
     ``training-scan-manifest-v1.json``); its digest is of the bytes written."""
-    return publish_document(vault.storage, uri, scan)
+    return publish_document(storage_of(vault), uri, scan)

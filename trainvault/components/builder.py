@@ -33,10 +33,11 @@ from trainvault.components.ledger import (
     token_digest,
 )
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ManifestError, SelectionError
-from trainvault.manifest import DataManifest
-from trainvault.reader import ShardReader
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.errors import ManifestError
+from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import ShardReader
+from trainvault.refs import ArtifactRef, ObjectRef, Referenced
+from trainvault.storage import Storage, join_uri, parent_uri
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,10 @@ def split_frame(frame: Frame, max_rows: int) -> Frame:
     """`frame` with its ranges (the whole frame when it declares none) cut into consecutive
     ranges of at most `max_rows` rows. A continuation frame's whole-frame range starts one
     token in: its first token's predecessor is in another record, so it is context only."""
-    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 2:
-        raise ValueError(f"max_rows must be an int >= 2 (a mid-component range needs its predecessor row), got {max_rows!r}")
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool):
+        raise TypeError(f"max_rows must be an int, got {type(max_rows).__name__}")
+    if max_rows < 2:
+        raise ManifestError(f"max_rows must be >= 2 (a mid-component range needs its predecessor row), got {max_rows}")
     if frame.ranges:
         spans = list(frame.ranges)
     else:
@@ -74,19 +77,15 @@ def split_frame(frame: Frame, max_rows: int) -> Frame:
 
 
 @dataclass(frozen=True)
-class Binding:
-    """A written ledger: its sidecar name, URI and sha256; `written` is False when an
-    identical ledger was already there. Bind it: ``ApprovalRequest(sidecars=b.sidecars())``."""
+class Binding(Referenced):
+    """A written ledger: its reference (``.uri``, ``.sha256``) and sidecar name; `written` is False
+    when an identical ledger was already there. Bind it: ``ApprovalRequest(sidecars=b.sidecars())``."""
 
     name: str
-    uri: str
-    sha256: str
     written: bool
 
     def sidecars(self) -> dict[str, Any]:
         """``{name: ArtifactRef}`` for `ApprovalRequest.sidecars`."""
-        from trainvault.approval.request import ArtifactRef
-
         return {self.name: ArtifactRef(uri=self.uri, sha256=self.sha256)}
 
 
@@ -132,18 +131,14 @@ def ledger_record(shard_key: str, index: int, record: Any, frames: Iterable[Fram
 
 def build_component_ledger(storage: Storage, manifest_uri: str, *, split: str, declare: Declare) -> Binding:
     """Build, write and return the binding of `split`'s component ledger (see the module doc)."""
-    from trainvault.client import resolve_manifest_uris
-    from trainvault.reader import read_descriptor
+    from trainvault.publication.reader import read_descriptor
 
-    manifest_uri = normalize_uri(manifest_uri)
-    raw = storage.get(manifest_uri)
-    manifest_sha256 = sha256_hex(raw)
-    manifest = resolve_manifest_uris(DataManifest.from_json_bytes(raw, source=manifest_uri), parent_uri(manifest_uri))
-    if split not in manifest.splits:
-        raise SelectionError(f"split {split!r} is not in {manifest_uri}; published splits: {', '.join(sorted(manifest.splits))}")
-    top_uri = ledger_uri(manifest_uri, split)
+    publication = Publication.load(storage, manifest_uri)
+    manifest, manifest_sha256 = publication.manifest, publication.sha256
+    shards = publication.split(split).shards
+    top_uri = ledger_uri(publication.uri, split)
     parts: list[tuple[str, bytes, LedgerPartRef]] = []
-    for entry in manifest.splits[split].shards:
+    for entry in shards:
         reader = ShardReader(storage, entry, manifest.data_format, read_descriptor(storage, entry))
         records = [ledger_record(entry.key, i, rec, declare(rec)) for i, rec in enumerate(reader.iter_records())]
         if len(records) != entry.record_count:
@@ -159,7 +154,7 @@ def build_component_ledger(storage: Storage, manifest_uri: str, *, split: str, d
         storage.put_create(uri, data)
     data = top.to_json_bytes()
     written = storage.put_create(top_uri, data)
-    return Binding(ledger_sidecar_name(split), top_uri, sha256_hex(data), written)
+    return Binding(ObjectRef(uri=top_uri, sha256=sha256_hex(data), size=len(data)), ledger_sidecar_name(split), written)
 
 
 __all__ = ["Binding", "Frame", "build_component_ledger", "split_frame"]

@@ -26,7 +26,7 @@ from trainvault.components.ledger import (
     range_id,
 )
 from trainvault.errors import ApprovalError, CustodyError, IntegrityError, ManifestError
-from trainvault.manifest import ShardEntry
+from trainvault.publication.manifest import ShardEntry
 from trainvault.storage import Storage, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
 

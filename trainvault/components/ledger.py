@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainvault.documents import Document
-from trainvault.manifest import validate_name
+from trainvault.publication.manifest import validate_name
 from trainvault.storage import join_uri, normalize_uri, parent_uri
 
 LEDGER_NAME = "component-ledger-v1.json"

@@ -36,7 +36,7 @@ from trainvault.components.custody import (
 )
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import ApprovalError, CustodyError
-from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
 MODES = ("unpack", "group")
@@ -150,7 +150,7 @@ class ComponentRangeMaterializer:
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
         """Every logical record of the split in order (fresh arrays), read through custody (blocks verified)."""
-        from trainvault.reader import ShardReader
+        from trainvault.publication.reader import ShardReader
 
         for entry, desc in zip(self._entries, self._descriptors):
             counts = self.block_counts(entry, desc)
@@ -297,7 +297,7 @@ def open_materializer(
     `manifest` (internal: ``ApprovedDataset.component_range_materializer`` calls it).
     `custody` reads the approved shards and descriptors."""
     from trainvault.errors import SelectionError
-    from trainvault.reader import read_descriptor
+    from trainvault.publication.reader import read_descriptor
 
     if mode not in MODES:
         raise SelectionError(f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}")

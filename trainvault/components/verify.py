@@ -20,8 +20,8 @@ from typing import Any
 from trainvault.components.custody import CheckedLedger, CompiledShard, check_read, open_ledger, read_mask, where
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
-from trainvault.manifest import DataManifest, ShardEntry
-from trainvault.reader import ShardReader, read_descriptor
+from trainvault.publication.manifest import DataManifest, ShardEntry
+from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage, normalize_uri
 
 

@@ -3,7 +3,7 @@
 Importing this package needs no numpy; building an index does (``trainvault[contamination]``).
 """
 
-from trainvault.contamination.bound import Bound, publish_document, read_document
+from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.contamination.contract import DEFAULT_CONTRACT, MethodSpec, Policy, VerifierContract
 from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
 from trainvault.contamination.index import EvalIndex

@@ -6,21 +6,23 @@ this helper does the same in a loop, for the CLI, tests and small datasets.
 
 from __future__ import annotations
 
-from trainvault.canonical import sha256_hex
-from trainvault.contamination.bound import Bound, publish_document, read_document
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.progress import ProgressCallback, ScanProgress, terminal_progress
+from trainvault.contamination.progress import (
+    ProgressCallback,
+    ScanProgress,
+    terminal_progress,
+)
 from trainvault.contamination.release import load_release
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_shard
-from trainvault.client import TrainVault, resolve_manifest_uris
-from trainvault.manifest import DataManifest
-from trainvault.storage import normalize_uri, parent_uri
+from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.pinned import Publication
+from trainvault.storage import StorageSource, storage_of
 
 
 def load_index(
-    vault: TrainVault,
+    vault: StorageSource,
     *,
     release_uri: str,
     contract_uri: str,
@@ -28,13 +30,13 @@ def load_index(
     contract_sha256: str | None = None,
 ) -> EvalIndex:
     """Read (and with digests, check) a release and a contract, and build their index."""
-    contract = read_document(vault.storage, VerifierContract, contract_uri, sha256=contract_sha256)
-    release = load_release(vault.storage, release_uri, sha256=release_sha256)
+    contract = read_document(storage_of(vault), VerifierContract, contract_uri, sha256=contract_sha256)
+    release = load_release(storage_of(vault), release_uri, sha256=release_sha256)
     return EvalIndex(contract.document, release, contract_sha256=contract.sha256)
 
 
 def scan_dataset(
-    vault: TrainVault,
+    vault: StorageSource,
     manifest_uri: str,
     index: EvalIndex,
     *,
@@ -48,14 +50,9 @@ def scan_dataset(
     An identical shard listed twice is read once. `progress`: a callback, False for
     none, or None for a bar on stderr when it is a terminal.
     """
-    uri = normalize_uri(manifest_uri)
-    raw = vault.storage.get(uri)
-    digest = sha256_hex(raw)
-    if manifest_sha256 is not None and digest != manifest_sha256:
-        from trainvault.errors import IntegrityError
-
-        raise IntegrityError(f"{uri}: sha256 is {digest}, expected {manifest_sha256}; bind the manifest you mean")
-    manifest = resolve_manifest_uris(DataManifest.from_json_bytes(raw, source=uri), parent_uri(uri))
+    storage = storage_of(vault)
+    publication = Publication.load(storage, manifest_uri, sha256=manifest_sha256)
+    manifest, digest = publication.manifest, publication.sha256
     callback = terminal_progress() if progress is None else (progress or None)
     entries = {}
     for split in manifest.splits.values():
@@ -71,7 +68,7 @@ def scan_dataset(
 
     results: list[ShardScanResult] = []
     for e in entries.values():
-        results.append(scan_shard(vault.storage, manifest.data_format, e, index, on_bytes=on_bytes))
+        results.append(scan_shard(storage, manifest.data_format, e, index, on_bytes=on_bytes))
         done[0] += 1
         if callback is not None:
             callback(ScanProgress(done[0], len(entries), done[1], total))
@@ -85,11 +82,11 @@ def scan_dataset(
     )
 
 
-def write_report(vault: TrainVault, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
+def write_report(vault: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
     """Publish the report create-only; its digest is of the bytes written."""
-    return publish_document(vault.storage, uri, report)
+    return publish_document(storage_of(vault), uri, report)
 
 
-def read_report(vault: TrainVault, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
+def read_report(vault: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
     """Read a report, refusing bytes that do not match `sha256` when given."""
-    return read_document(vault.storage, ContaminationReport, uri, sha256=sha256)
+    return read_document(storage_of(vault), ContaminationReport, uri, sha256=sha256)

@@ -25,7 +25,7 @@ from trainvault.contamination.release import BenchmarkItems, LoadedRelease
 from trainvault.extras import require
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 #: Multiplier of the n-gram polynomial (odd, so every power is invertible mod 2**64).
 POLY = 0x9E3779B97F4A7C15

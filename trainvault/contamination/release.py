@@ -16,10 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
-from trainvault.contamination.bound import Bound, publish_document, read_document
+from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.documents import Document
 from trainvault.errors import ContaminationError, IntegrityError, ManifestError
-from trainvault.manifest import validate_name
+from trainvault.publication.manifest import validate_name
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
 

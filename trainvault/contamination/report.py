@@ -23,7 +23,7 @@ from trainvault.contamination.index import EvalIndex, IndexedBenchmark
 from trainvault.contamination.scan import ShardHit, ShardScanResult
 from trainvault.documents import Document
 from trainvault.errors import ContaminationError
-from trainvault.manifest import DataManifest, natural_key
+from trainvault.publication.manifest import DataManifest, natural_key
 from trainvault.version import __version__
 
 REPORT_NAME = "contamination-report-v1.json"

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainvault.contamination.index import EvalIndex
 from trainvault.documents import Document
 from trainvault.errors import ContaminationError, IntegrityError
-from trainvault.manifest import ShardEntry
-from trainvault.reader import ShardReader
+from trainvault.publication.manifest import ShardEntry
+from trainvault.publication.reader import ShardReader
 from trainvault.storage import Storage
 
 _SHA = r"^[0-9a-f]{64}$"

@@ -22,8 +22,8 @@ import zstandard
 
 from trainvault.errors import DecodeError
 from trainvault.formats.msgpack_zst import unpack_records
-from trainvault.manifest import ShardDescriptor, ShardEntry
-from trainvault.reader import ShardReader
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
+from trainvault.publication.reader import ShardReader
 from trainvault.storage import Storage
 
 DEFAULT_THREADS = 4

@@ -14,7 +14,7 @@ from typing import Any
 import torch.utils.data
 
 from trainvault.errors import ConfigurationError
-from trainvault.loading.dataset import Item, SplitIterableDataset
+from trainvault.loading.iterable import Item, SplitIterableDataset
 from trainvault.loading.state import LoaderState, OrderIdentity
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import SelectionError
-from trainvault.manifest import DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardEntry
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trainvault.canonical import sha256_hex
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
 from trainvault.loading.view import RecordView
-from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.reader import read_descriptor
-from trainvault.storage import Storage, normalize_uri, parent_uri
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
+from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import read_descriptor
+from trainvault.storage import Storage
 
 #: Blocks per shuffle window. A window is decoded whole, so a worker holds about two
 #: windows of decoded records (the current one and the one read ahead): with the default
@@ -52,7 +52,7 @@ def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
     if all(uri.startswith(("file:", "/")) for uri in uris):
         return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "trainvault.loading.dataset"])
+    ctx.set_forkserver_preload(["torch", "trainvault.loading.iterable"])
     return ctx
 
 
@@ -62,13 +62,14 @@ class SplitDataLoader:
     `dataloader_args` go to `torch.utils.data.DataLoader`, except ``batch_size`` and
     ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
     `torch.distributed` when it is initialised. `view` (a `RecordView`): batch its logical
-    records of each block instead of the stored records.
+    records of each block instead of the stored records. `manifest_uri`: the manifest's URI, or a
+    `Publication` already read (its attached descriptors are used as they are).
     """
 
     def __init__(
         self,
         storage: Storage,
-        manifest_uri: str,
+        manifest_uri: str | Publication,
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
@@ -88,7 +89,6 @@ class SplitDataLoader:
         if not isinstance(shuffle_window_blocks, int) or shuffle_window_blocks < 1:
             raise ConfigurationError(f"shuffle_window_blocks must be a positive int, got {shuffle_window_blocks!r}")
         self.storage = storage
-        self.manifest_uri = normalize_uri(manifest_uri)
         self.collate_fn = collate_fn
         self.shuffle = shuffle
         self.seed = seed
@@ -106,13 +106,16 @@ class SplitDataLoader:
             raise ConfigurationError(f"batch_size must be a positive int, got {self.batch_size!r}")
         self.drop_last = bool(self._args.pop("drop_last", False))
 
-        from trainvault.client import resolve_manifest_uris
-
-        raw = storage.get(self.manifest_uri)
-        self.manifest_sha256 = sha256_hex(raw)
-        manifest = DataManifest.from_json_bytes(raw, source=self.manifest_uri)
-        self.manifest = resolve_manifest_uris(manifest, parent_uri(self.manifest_uri))
-        self._descriptors: dict[str, ShardDescriptor] = {}
+        self.publication = (
+            manifest_uri if isinstance(manifest_uri, Publication) else Publication.load(storage, manifest_uri)
+        )
+        self.manifest_uri = self.publication.uri
+        self.manifest_sha256 = self.publication.sha256
+        self.manifest = self.publication.manifest
+        self._descriptors: dict[str, ShardDescriptor] = {
+            e.uri: self.publication.descriptors[e.descriptor_uri]
+            for _, e in self.publication.entries() if e.descriptor_uri in self.publication.descriptors
+        }
 
     def __repr__(self) -> str:
         return f"SplitDataLoader({self.manifest_uri!r}, shuffle={self.shuffle}, rank={self.rank}/{self.world_size})"
@@ -140,6 +143,24 @@ class SplitDataLoader:
                     self._descriptors[s.uri] = d
         return tuple(self._descriptors[s.uri] for s in shards)
 
+    def _plan(self, shards: Sequence[ShardEntry], descriptors: Sequence[ShardDescriptor]) -> Any:
+        """The `BlockPlan` of the selected shards: every block's shard, index and record count."""
+        import numpy as np
+
+        from trainvault.loading.order import BlockPlan
+
+        shard_ix, block_ix, counts = [], [], []
+        for i, desc in enumerate(descriptors):
+            # With a view, positions count its logical records (from its own counts, no data read).
+            logical = None if self.view is None else self.view.block_counts(shards[i], desc)
+            for j, b in enumerate(desc.blocks):
+                shard_ix.append(i)
+                block_ix.append(j)
+                counts.append(b.record_count if logical is None else logical[j])
+        return BlockPlan(
+            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        )
+
     def load(
         self,
         split: str,
@@ -148,27 +169,16 @@ class SplitDataLoader:
         infinite_iter: bool = False,
     ) -> Any:
         """A DataLoader (a `TrainVaultDataLoader`) over `split`, one stage or a union of stages."""
-        import numpy as np
 
-        from trainvault.loading.dataset import SplitIterableDataset
+        from trainvault.loading.iterable import SplitIterableDataset
         from trainvault.loading.loader import TrainVaultDataLoader
-        from trainvault.loading.order import BlockPlan, derive_key
+        from trainvault.loading.order import derive_key
         from trainvault.loading.selection import select
         from trainvault.loading.state import OrderIdentity
 
         selection = select(self.manifest, split, curriculum_stage, curriculum_stages)
         descriptors = self._read_descriptors(selection.shards)
-        shard_ix, block_ix, counts = [], [], []
-        for i, desc in enumerate(descriptors):
-            # With a view, positions count its logical records (from its own counts, no data read).
-            logical = None if self.view is None else self.view.block_counts(selection.shards[i], desc)
-            for j, b in enumerate(desc.blocks):
-                shard_ix.append(i)
-                block_ix.append(j)
-                counts.append(b.record_count if logical is None else logical[j])
-        plan = BlockPlan(
-            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-        )
+        plan = self._plan(selection.shards, descriptors)
         if infinite_iter and plan.total_records == 0:
             raise SelectionError(f"{selection.describe()} holds no records; an infinite loader would never yield")
         if infinite_iter and self.drop_last and plan.total_records < self.batch_size * self.world_size:

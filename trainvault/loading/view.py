@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from trainvault.manifest import ShardDescriptor, ShardEntry
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 
 
 class RecordView(Protocol):

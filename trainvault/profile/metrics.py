@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 from trainvault.errors import ProfileError
-from trainvault.manifest import validate_name
+from trainvault.publication.manifest import validate_name
 from trainvault.profile.accumulators import AvgMinMax, CategoricalMetrics, StringMetrics
 
 ExtraValue = Union[int, float, str, bool, None]

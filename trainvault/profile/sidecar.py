@@ -17,12 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from trainvault.canonical import sha256_hex
-from trainvault.documents import Document
-from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
-from trainvault.manifest import DataManifest, ShardEntry, validate_name
+from trainvault.documents import Document, StrictModel
+from trainvault.errors import (
+    ConflictError,
+    IntegrityError,
+    ManifestError,
+    ObjectNotFoundError,
+)
 from trainvault.profile.metrics import TASK_ID_FIELD, DatasetMetrics, ExtraMetricsHook
 from trainvault.profile.validation import (
     MAX_RECORDED_OFFENDING_ROWS,
@@ -30,13 +34,15 @@ from trainvault.profile.validation import (
     TaskDataValidator,
     ValidationMode,
 )
-from trainvault.reader import ShardReader
+from trainvault.publication.manifest import DataManifest, ShardEntry, validate_name
+from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import ShardReader
+from trainvault.refs import ObjectRef, Referenced, Sha256
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = "_metrics.json"
-_SHA = r"^[0-9a-f]{64}$"
 
 
 def sidecar_uri(manifest_uri: str, split: str) -> str:
@@ -53,13 +59,11 @@ def sidecar_name(split: str) -> str:
 # -- documents ------------------------------------------------------------------
 
 
-class ValidationSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
+class ValidationSummary(StrictModel):
     mode: Literal["off", "warn", "error"]
     requested_mode: Literal["off", "warn", "error", "auto"]
     schema_ref: str | None  # "module:Class" of the pydantic model, None without a schema
-    schema_sha256: str | None = Field(pattern=_SHA)
+    schema_sha256: Sha256 | None
     offending_count: int = Field(ge=0)
     # The first rows in manifest order (at most MAX_RECORDED_OFFENDING_ROWS); the count is exact.
     offending_rows: list[dict[str, Any]]
@@ -73,7 +77,7 @@ class MetricsSidecar(Document):
     format: Literal["trainvault.split-metrics"] = "trainvault.split-metrics"
     version: Literal[1] = 1
     split: str
-    data_manifest_sha256: str = Field(pattern=_SHA)
+    data_manifest_sha256: Sha256
     shards: int = Field(ge=0)
     records: int = Field(ge=0)
     metrics: dict[str, Any]
@@ -86,13 +90,11 @@ class MetricsSidecar(Document):
 
 
 @dataclass(frozen=True)
-class SidecarRef:
-    """Where a sidecar was written and the sha256 of its bytes; `written` is False when an
+class SidecarRef(Referenced):
+    """A split's sidecar: its reference (``.uri``, ``.sha256``); `written` is False when an
     identical sidecar was already there."""
 
     split: str
-    uri: str
-    sha256: str
     written: bool
 
     def artifact(self) -> dict[str, str]:
@@ -221,15 +223,8 @@ def load_manifest_pinned(storage: Storage, manifest_uri: str, sha256: str | None
 
     With `sha256`, bytes that hash differently raise `IntegrityError`.
     """
-    from trainvault.client import resolve_manifest_uris
-
-    uri = normalize_uri(manifest_uri)
-    raw = storage.get(uri)
-    digest = sha256_hex(raw)
-    if sha256 is not None and digest != sha256:
-        raise IntegrityError(f"{uri}: sha256 is {digest}, expected {sha256}; the manifest changed: profile the one you approved")
-    manifest = DataManifest.from_json_bytes(raw, source=uri)
-    return resolve_manifest_uris(manifest, parent_uri(uri)), digest
+    publication = Publication.load(storage, manifest_uri, sha256=sha256)
+    return publication.manifest, publication.sha256
 
 
 def profile_publication(
@@ -302,6 +297,7 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
     uri = normalize_uri(uri)
     data = sidecar.to_json_bytes()
     digest = sha256_hex(data)
+    ref = ObjectRef(uri=uri, sha256=digest, size=len(data))
     for _ in range(2):
         try:
             existing = storage.get(uri)
@@ -310,9 +306,9 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
                 created = storage.put_create(uri, data)
             except ConflictError:
                 continue  # another writer got there first: compare with what it wrote
-            return SidecarRef(sidecar.split, uri, digest, created)
+            return SidecarRef(ref, sidecar.split, created)
         if existing == data:
-            return SidecarRef(sidecar.split, uri, digest, False)
+            return SidecarRef(ref, sidecar.split, False)
         if not overwrite:
             try:
                 old = json.loads(existing)
@@ -326,7 +322,7 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
                 "sidecar will no longer match)"
             )
         storage.put(uri, data)
-        return SidecarRef(sidecar.split, uri, digest, True)
+        return SidecarRef(ref, sidecar.split, True)
     raise ConflictError(f"{uri} keeps changing while being written; another writer is racing: retry later")
 
 

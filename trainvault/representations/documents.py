@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainvault.documents import Document
-from trainvault.manifest import validate_name
+from trainvault.publication.manifest import validate_name
 
 MANIFEST_NAME = "representation-manifest-v1.json"
 ARTIFACT_MANIFEST_NAME = "representation-artifacts-v1.json"

@@ -12,7 +12,7 @@ from trainvault.canonical import sha256_hex
 from trainvault.documents import describe_validation_error
 from trainvault.errors import EncodeError, ManifestError, StorageError
 from trainvault.extras import require
-from trainvault.manifest import validate_name
+from trainvault.publication.manifest import validate_name
 from trainvault.representations import artifact
 from trainvault.representations.documents import (
     ARTIFACT_MANIFEST_NAME,

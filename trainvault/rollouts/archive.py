@@ -17,7 +17,7 @@ from trainvault.errors import (
 )
 from trainvault.extras import require
 from trainvault.formats import get_format
-from trainvault.manifest import Producer
+from trainvault.publication.manifest import Producer
 from trainvault.rollouts.documents import ArchiveEntry, ArchiveIndex, MetadataSidecar
 from trainvault.rollouts.pool import gc as pool_gc
 from trainvault.rollouts.pool import (

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainvault.documents import Document
 from trainvault.formats import BlockRef
-from trainvault.manifest import Producer
+from trainvault.publication.manifest import Producer
 
 SHA256 = r"^[0-9a-f]{64}$"
 #: Owner record names: `<sha256 of the archive URI, 32 hex>-<32 hex nonce>`.

@@ -16,7 +16,7 @@ from trainvault.errors import IntegrityError
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
 from trainvault.loading.view import RecordView
-from trainvault.manifest import ShardDescriptor, ShardEntry
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
 Item = tuple[int, int, int, Any]

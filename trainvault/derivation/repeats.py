@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from trainvault.errors import ManifestError
-from trainvault.manifest import NO_STAGE, ShardEntry, validate_name
-from trainvault.reader import ShardReader
-from trainvault.saver import DatasetSaver
+from trainvault.publication.manifest import NO_STAGE, ShardEntry, validate_name
+from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import ShardReader
+from trainvault.publication.saver import DatasetSaver
 
 NumRepeats = Union[int, Mapping[str, int], None]
 
@@ -113,13 +114,11 @@ def collate_sources(
     count. Commit the saver's manifest afterwards. Idempotent: a rerun finds
     each complete target shard and reuses it without reading the source.
     """
-    from trainvault.profile.sidecar import load_manifest_pinned
-
     repeats = resolve_num_repeats(sources, num_repeats)
     out: list[CollatedShard] = []
     for source in sources:
-        manifest, manifest_sha256 = load_manifest_pinned(saver.storage, source.manifest_uri, source.manifest_sha256)
-        split = manifest.split(source.split)
+        publication = Publication.load(saver.storage, source.manifest_uri, sha256=source.manifest_sha256)
+        manifest, split = publication.manifest, publication.split(source.split)
         n = repeats[source.name]
         for entry in split.shards:
             shard_id = f"{source.name}.{entry.curriculum_stage or NO_STAGE}.{entry.shard_id}"
@@ -131,7 +130,7 @@ def collate_sources(
             provenance = {
                 "collated_from": {
                     "source": source.name,
-                    "manifest_sha256": manifest_sha256,
+                    "manifest_sha256": publication.sha256,
                     "split": source.split,
                     "shard_key": entry.key,
                     "shard_sha256": entry.sha256,

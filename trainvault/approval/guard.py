@@ -1,4 +1,4 @@
-"""The storage an approved dataset reads through: only what the gate verified.
+"""The guard an approved dataset reads through: only what the gate verified.
 
 The data manifest and the shard descriptors come from the very bytes the gate hashed
 (no second read that could differ). Data objects are read from the store, but only
@@ -6,6 +6,7 @@ those the manifest declares, only after their size matches the approved size, an
 `ShardReader`) block by block, each block's SHA-256 checked before it is decoded. Writes
 and reads of anything else raise `CustodyError`.
 
+The guard holds a `Storage` and exposes only the reads a loader makes; it is not one.
 Custody is issued, not built: `CustodyStorage()` raises `TypeError`, and a copy or a
 pickle of one raises `TypeError` too, except while a worker process is being started
 (a forked worker inherits it unpickled). There it travels as an `ApprovedObjects` reader: the approved data objects and their
@@ -28,17 +29,23 @@ from trainvault.storage import ObjectInfo, Storage, StorageConfig, normalize_uri
 _ISSUE = object()
 
 
-class ApprovedObjects(Storage):
-    """A read-only `Storage` over listed data objects, each read only once its size matches.
+class ApprovedObjects:
+    """Reads of listed data objects through a `Storage` it holds, each object read only once its
+    size matches; writes and listings are refused. It is not a `Storage`: it offers the reads a
+    loader makes (`get`, `get_range`, `stream`, `head`) and nothing else.
 
     What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
     """
 
     def __init__(self, config: StorageConfig, objects: Mapping[str, int]):
-        super().__init__(config)
+        self._storage = Storage(config)
         self._objects = MappingProxyType(dict(objects))
         self._sized: set[str] = set()
         self._size_lock = threading.Lock()
+
+    @property
+    def config(self) -> StorageConfig:
+        return self._storage.config
 
     def __reduce__(self) -> Any:
         return ApprovedObjects, (self.config, dict(self._objects))
@@ -55,7 +62,7 @@ class ApprovedObjects(Storage):
             )
         if uri not in self._sized:
             # Size first: a truncated or extended shard fails before any block is read.
-            size = super().head(uri).size
+            size = self._storage.head(uri).size
             if size != self._objects[uri]:
                 raise IntegrityError(
                     f"{uri} is {size} bytes, the approval binds {self._objects[uri]}: the shard changed after "
@@ -66,16 +73,16 @@ class ApprovedObjects(Storage):
         return uri
 
     def get(self, uri: str) -> bytes:
-        return super().get(self._approved(uri))
+        return self._storage.get(self._approved(uri))
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
-        return super().get_range(self._approved(uri), start, end)
+        return self._storage.get_range(self._approved(uri), start, end)
 
     def stream(self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20) -> Iterator[bytes]:
-        return super().stream(self._approved(uri), start=start, end=end, chunk_size=chunk_size)
+        return self._storage.stream(self._approved(uri), start=start, end=end, chunk_size=chunk_size)
 
     def head(self, uri: str) -> ObjectInfo:
-        return super().head(self._approved(uri))
+        return self._storage.head(self._approved(uri))
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
         raise CustodyError(f"cannot list {prefix_uri}: an approved dataset reads only the objects its manifest declares")
@@ -94,8 +101,8 @@ class ApprovedObjects(Storage):
 
 
 class CustodyStorage(ApprovedObjects):
-    """A read-only `Storage` over the approved objects, serving the approved manifest and
-    descriptors from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
+    """The guard over the approved objects that also serves the approved manifest and descriptors
+    from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(

@@ -12,24 +12,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.custody import CustodyStorage, issue_custody
+from trainvault.approval.guard import CustodyStorage, issue_custody
+from trainvault.refs import Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
     from trainvault.approval.gate import GateResult, VerificationSummary
     from trainvault.approval.request import ApprovalRequest, ArtifactRef
     from trainvault.contamination.report import ContaminationReport
-    from trainvault.manifest import DataManifest
+    from trainvault.publication.manifest import DataManifest
 
 _ISSUE = object()
 
 
 @dataclass(frozen=True)
-class ApprovalRecordRef:
-    """The signed approval record a dataset was opened from."""
+class ApprovalRecordRef(Referenced):
+    """The signed approval record a dataset was opened from: its reference, signers and provenance."""
 
-    uri: str
-    sha256: str
     signers: tuple[str, ...]
     provenance: Mapping[str, Any] = field(default_factory=dict)
 
@@ -76,11 +75,11 @@ class ApprovedDataset:
     @property
     def manifest(self) -> DataManifest:
         """A detached deep copy of the approved manifest (shard URIs absolute): editing it changes nothing here."""
-        return self._result.manifest.model_copy(deep=True)
+        return self._result.publication.manifest.model_copy(deep=True)
 
     @property
     def manifest_uri(self) -> str:
-        return self._result.manifest_uri
+        return self._result.publication.uri
 
     @property
     def manifest_sha256(self) -> str:
@@ -115,7 +114,7 @@ class ApprovedDataset:
     def custody_storage(self) -> CustodyStorage:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
-        pinned = {r.manifest_uri: r.manifest_raw, **r.descriptors_raw}
+        pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
         return issue_custody(self._config, r.shard_sizes, pinned)
 
     def split_data_loader(
@@ -128,12 +127,11 @@ class ApprovedDataset:
         """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
         ``num_workers``, and every block is verified before its records are yielded. With a
         `materializer` (from `component_range_materializer`) it batches its logical records."""
-        from trainvault.approval.loader import issue_loader
+        from trainvault.approval.approved_loader import issue_loader
 
         return issue_loader(
             self.custody_storage(),
-            self.manifest_uri,
-            self.manifest_sha256,
+            self._result.publication,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             materializer=materializer,
@@ -147,7 +145,7 @@ class ApprovedDataset:
         from trainvault.components.materializer import open_materializer
 
         return open_materializer(
-            checked=self._result.ledgers.get(split), custody=self.custody_storage(), manifest=self._result.manifest,
+            checked=self._result.ledgers.get(split), custody=self.custody_storage(), manifest=self._result.publication.manifest,
             manifest_sha256=self.manifest_sha256, split=split, mode=mode, max_rows=max_rows,
         )
 

@@ -1,6 +1,7 @@
 """The approved loader: the trainvault loader, finite and in manifest order, reading through custody.
 
-It is `SplitDataLoader` over a `CustodyStorage`, so it keeps the loader's guarantees (an
+It is `SplitDataLoader` over a `CustodyStorage` and the gate's parsed, pinned `Publication`
+(no second parse of the manifest or descriptors), so it keeps the loader's guarantees (an
 order that does not depend on `num_workers`: workers form batches and the loader merges
 them back in sequence) and adds the approval's: the manifest and descriptors are the
 bytes the gate hashed, only approved shards are opened, and every block's SHA-256 is
@@ -10,7 +11,7 @@ Like `ApprovedDataset`, it is issued, not built: the constructor raises `TypeErr
 attributes cannot be replaced (no swapping in another manifest or storage), and it does
 not pickle or copy. What crosses into DataLoader workers is the dataset `load` makes:
 verified descriptors and an `ApprovedObjects` reader of the approved shards, never a
-manifest (see `trainvault.approval.custody`).
+manifest (see `trainvault.approval.guard`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.custody import CustodyStorage
+from trainvault.approval.guard import CustodyStorage
 from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import SplitDataLoader
+from trainvault.publication.pinned import Publication
 
 if TYPE_CHECKING:
     from trainvault.components.materializer import ComponentRangeMaterializer
@@ -40,36 +42,39 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         )
 
     @classmethod
-    def _issue(
+    def _issue(cls, token: object, *args: Any, **options: Any) -> ApprovedSplitDataLoader:
+        # The token is checked before any argument is looked at.
+        if token is not _ISSUE:
+            raise TypeError("an ApprovedSplitDataLoader is issued by an ApprovedDataset only")
+        return cls._build(*args, **options)
+
+    @classmethod
+    def _build(
         cls,
-        token: object,
         storage: CustodyStorage,
-        manifest_uri: str,
-        manifest_sha256: str,
+        publication: Publication,
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         materializer: ComponentRangeMaterializer | None = None,
     ) -> ApprovedSplitDataLoader:
-        if token is not _ISSUE:
-            raise TypeError("an ApprovedSplitDataLoader is issued by an ApprovedDataset only")
         if not isinstance(storage, CustodyStorage):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
+        if not isinstance(publication, Publication):
+            raise TypeError(f"an approved loader reads the gate's Publication, not {type(publication).__name__}")
         if materializer is not None:
             from trainvault.components.materializer import ComponentRangeMaterializer
 
             if not isinstance(materializer, ComponentRangeMaterializer):
                 raise TypeError(f"materializer must come from component_range_materializer(), got {materializer!r}")
-            if materializer.manifest_sha256 != manifest_sha256:
+            if materializer.manifest_sha256 != publication.sha256:
                 raise CustodyError(
                     f"{materializer!r} belongs to data manifest {materializer.manifest_sha256}, this approved loader "
-                    f"to {manifest_sha256}; make it with this dataset's component_range_materializer()"
+                    f"to {publication.sha256}; make it with this dataset's component_range_materializer()"
                 )
         self = object.__new__(cls)
-        SplitDataLoader.__init__(self, storage, manifest_uri, collate_fn=collate_fn, dataloader_args=dataloader_args,
-                                 shuffle=False, seed=0, view=materializer)
-        if self.manifest_sha256 != manifest_sha256:  # the custody storage serves only the approved bytes
-            raise CustodyError(f"{manifest_uri}: the loader did not get the approved manifest bytes")
+        SplitDataLoader.__init__(self, storage, publication, collate_fn=collate_fn,  # type: ignore[arg-type]
+                                 dataloader_args=dataloader_args, shuffle=False, seed=0, view=materializer)
         self.materializer = materializer
         object.__setattr__(self, "_sealed", True)
         return self
@@ -98,7 +103,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     ) -> Any:
         """A finite DataLoader over `split`, one stage or a union of stages, in manifest order."""
         if infinite_iter:
-            raise ValueError(
+            raise SelectionError(
                 "an approved dataset loads finitely: infinite_iter=True is not accepted; iterate the loader again "
                 "for another epoch"
             )
@@ -109,8 +114,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         return super().load(split, curriculum_stage, curriculum_stages, False)
 
 
-def issue_loader(
-    storage: CustodyStorage, manifest_uri: str, manifest_sha256: str, **options: Any
-) -> ApprovedSplitDataLoader:
-    """The approved loader over `storage` (internal: `ApprovedDataset.split_data_loader` calls it)."""
-    return ApprovedSplitDataLoader._issue(_ISSUE, storage, manifest_uri, manifest_sha256, **options)
+def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
+    """The approved loader over `storage` and the gate's `publication` (internal:
+    `ApprovedDataset.split_data_loader` calls it)."""
+    return ApprovedSplitDataLoader._issue(_ISSUE, storage, publication, **options)

@@ -1,0 +1,168 @@
+"""The gate's cross-checks: each bound document against the others and the trainer's policy.
+Each check returns or raises `ApprovalError` ("approval denied: ...") naming what failed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NoReturn
+
+from trainvault.approval.pins import ProducerPins, canonical_package_name
+from trainvault.approval.policy import ApprovalPolicy
+from trainvault.approval.scan_manifest import (
+    DeclaredFile,
+    ScannedFile,
+    TrainingScanManifest,
+)
+from trainvault.contamination.contract import VerifierContract
+from trainvault.contamination.release import LoadedRelease
+from trainvault.contamination.report import ContaminationReport
+from trainvault.errors import ApprovalError, ManifestError
+from trainvault.publication.manifest import ShardDescriptor
+from trainvault.refs import ArtifactRef
+from trainvault.storage import parent_uri
+from trainvault.uris import resolve_uri
+
+
+def deny(message: str) -> NoReturn:
+    raise ApprovalError(f"approval denied: {message}")
+
+
+def _ratio_le(a: list[int], b: list[int]) -> bool:
+    """a <= b for fractions [n, d]."""
+    return a[0] * b[1] <= b[0] * a[1]
+
+
+def check_scan(
+    scan: TrainingScanManifest,
+    manifest_ref: ArtifactRef,
+    manifest_uri: str,
+    declared: list[DeclaredFile],
+    totals: dict[str, int],
+) -> dict[str, ScannedFile]:
+    if scan.data_manifest_sha256 != manifest_ref.sha256:
+        deny(
+            f"training_scan_manifest was made for data manifest {scan.data_manifest_sha256}, not the bound "
+            f"{manifest_ref.sha256}: the manifest was edited after the scan; rebuild the scan manifest and rescan"
+        )
+    base = parent_uri(manifest_uri)
+    scanned: dict[str, ScannedFile] = {}
+    for f in scan.files:
+        if f.role == "data-manifest":
+            scanned[manifest_uri] = f
+            continue
+        try:
+            scanned[resolve_uri(f.uri, base, absolute="within", where="training_scan_manifest")] = f
+        except ManifestError as exc:
+            deny(str(exc))
+    expected = {f.resolved: f for f in declared}
+    missing = sorted(set(expected) - set(scanned))
+    extra = sorted(set(scanned) - set(expected))
+    if missing:
+        deny(f"{len(missing)} file(s) of the data manifest were never scanned (first: {missing[0]}); rescan the publication")
+    if extra:
+        deny(f"the scan manifest lists {len(extra)} file(s) the data manifest does not declare (first: {extra[0]}); "
+              "it belongs to another file set: rescan this publication")
+    for uri, d in expected.items():
+        s = scanned[uri]
+        if s.role != d.role or s.sha256 != d.sha256 or (d.size_bytes is not None and s.size_bytes != d.size_bytes):
+            deny(
+                f"{d.role} {uri}: the scan manifest records {s.role} {s.size_bytes} bytes sha256 {s.sha256}, the data "
+                f"manifest binds {d.size_bytes if d.size_bytes is not None else '-'} bytes sha256 {d.sha256}; rescan"
+            )
+    t = scan.totals
+    if (t.shards, t.records, t.shard_bytes) != (totals["shards"], totals["records"], totals["shard_bytes"]):
+        deny(
+            f"scan manifest totals (shards {t.shards}, records {t.records}, bytes {t.shard_bytes}) differ from the data "
+            f"manifest ({totals['shards']}, {totals['records']}, {totals['shard_bytes']}); rescan"
+        )
+    return scanned
+
+
+def check_contract(
+    contract: VerifierContract, ref: ArtifactRef, release: LoadedRelease, policy: ApprovalPolicy
+) -> None:
+    # Parsing already refused methods, hashes and normalisations this library does not implement.
+    if policy.verifier_contract_sha256 is not None and ref.sha256 != policy.verifier_contract_sha256:
+        deny(f"verifier_contract sha256 {ref.sha256} is not the contract this trainer pins "
+              f"({policy.verifier_contract_sha256}); scan under the pinned contract")
+    mine, floor = contract.policy, policy.min_policy
+    if not _ratio_le(mine.max_uncheckable_fraction, floor.max_uncheckable_fraction):
+        deny(f"verifier contract allows {mine.max_uncheckable_fraction} uncheckable items, looser than the accepted "
+              f"{floor.max_uncheckable_fraction}; pass a looser ApprovalPolicy.min_policy only on purpose")
+    names = {b.name for b in release.release.benchmarks} | set(mine.max_contaminated_fraction) - {"*"}
+    for name in sorted(names | {"*"}):
+        got = mine.contaminated_limit(name) if name != "*" else mine.max_contaminated_fraction["*"]
+        limit = floor.contaminated_limit(name) if name != "*" else floor.max_contaminated_fraction["*"]
+        if not _ratio_le(got, limit):
+            deny(f"verifier contract allows contaminated fraction {got} for benchmark {name!r}, looser than the "
+                  f"accepted {limit}; pass a looser ApprovalPolicy.min_policy only on purpose")
+
+
+def check_report(
+    report: ContaminationReport,
+    refs: Mapping[str, ArtifactRef],
+    scan: TrainingScanManifest,
+    release: LoadedRelease,
+    contract: VerifierContract,
+) -> None:
+    backrefs = (
+        ("data manifest", report.training.data_manifest_sha256, refs["data_manifest"].sha256, "other data"),
+        ("scan manifest", report.training.scan_manifest_sha256, refs["training_scan_manifest"].sha256, "another scan"),
+        ("evaluation release", report.eval_release.sha256, refs["evaluation_release"].sha256, "another evaluation release"),
+        ("verifier contract", report.verifier_contract.sha256, refs["verifier_contract"].sha256, "another contract"),
+        ("producer pins", report.producer_pins.sha256, refs["producer_pins"].sha256, "other producer pins"),
+    )
+    for what, got, bound, meaning in backrefs:
+        if got != bound:
+            deny(f"the contamination report judged {what} {got}, the request binds {bound}: it is a report for "
+                  f"{meaning}; scan exactly the bound artifacts and bind that report")
+    if report.eval_release.id != release.release.id:
+        deny(f"the report names release {report.eval_release.id!r}, the bound release is {release.release.id!r}")
+    if report.method != contract.method or report.fields != contract.fields:
+        deny("the report was made with another method or other fields than the bound verifier contract; rescan")
+    if report.policy != contract.policy:
+        deny("the report's policy differs from the bound verifier contract's: the policy was changed after the "
+              "scan; a verdict is only judged under the contract's policy")
+    cov, t = report.coverage, scan.totals
+    if (cov.shards, cov.records, cov.bytes) != (t.shards, t.records, t.shard_bytes):
+        deny(f"report coverage (shards {cov.shards}, records {cov.records}, bytes {cov.bytes}) differs from the scan "
+              f"manifest totals ({t.shards}, {t.records}, {t.shard_bytes}): not everything was scanned")
+    expected = {b.name: len(b.items) for b in release.benchmarks}
+    got = {b.name: b.n_items for b in report.benchmarks}
+    if got != expected:
+        deny(f"the report covers benchmarks {got}, the bound release holds {expected}: stale benchmarks; rescan")
+    failing = [
+        f"{b.name}: {b.n_contaminated} of {b.n_checkable} checkable items contaminated, {b.n_uncheckable} of "
+        f"{b.n_items} uncheckable"
+        for b in report.benchmarks
+        if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
+    ]
+    if failing or not report.recompute_pass(contract.policy):
+        deny("the contamination report fails under the contract's policy (" + "; ".join(failing) + "): remove the "
+              "contaminated training records listed in the report, rebuild, rescan")
+    if report.passed is not True or not all(b.passed for b in report.benchmarks):
+        deny("the report's stored verdict disagrees with the verdict recomputed from its counts; the report is "
+              "inconsistent: rescan")
+
+
+def check_pins_allowed(pins: ProducerPins, policy: ApprovalPolicy) -> None:
+    if policy.allowed_producers is None:
+        return
+    allowed = {canonical_package_name(k): set(v) for k, v in policy.allowed_producers.items()}
+    for p in pins.packages:
+        if p.name not in allowed:
+            deny(f"producer pin {p.name}=={p.version} is not in the trainer's allowlist (unknown producer); "
+                  "re-derive with allowed producers or extend the allowlist on purpose")
+        if p.version not in allowed[p.name]:
+            deny(f"producer pin {p.name}=={p.version} is not an allowed version ({', '.join(sorted(allowed[p.name]))}):"
+                  " stale or revoked producer; re-derive the data with an allowed version")
+
+
+def check_producer(desc: ShardDescriptor, pins: ProducerPins, where: str) -> None:
+    pinned = pins.version_of(desc.producer.library)
+    if pinned is None:
+        deny(f"{where}: the shard was produced by {desc.producer.library} {desc.producer.version}, which the "
+              "producer pins do not pin; pin every producer")
+    if pinned != desc.producer.version:
+        deny(f"{where}: the shard was produced by {desc.producer.library} {desc.producer.version}, the producer pins "
+              f"say {pinned}: stale pins; write pins for the producers that made the data")

@@ -1,0 +1,127 @@
+"""A publication read once: its manifest's bytes pinned by sha256, parsed, every URI resolved.
+
+Every reader of a data manifest (the loader, the scans, the profiler, the ledger builder,
+the gate) starts from a `Publication`, so the manifest is parsed and its references resolved
+by one set of rules: `trainvault.uris.resolve_uri`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from trainvault.canonical import sha256_hex
+from trainvault.errors import IntegrityError, ManifestError, SelectionError
+from trainvault.publication.manifest import (
+    DataManifest,
+    ShardDescriptor,
+    ShardEntry,
+    SplitManifest,
+)
+from trainvault.publication.reader import parse_descriptor
+from trainvault.storage import Storage
+from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
+
+
+def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
+    """The same manifest with every shard and descriptor URI absolute, resolved against `base`.
+    `absolute`: what an absolute reference may name (see `resolve_uri`)."""
+    parse_uri(base)
+    splits = {}
+    changed = False
+    for name, split in manifest.splits.items():
+        shards = []
+        for s in split.shards:
+            where = f"the manifest in {base}, split {name!r} shard {s.key!r}"
+            uri = resolve_uri(s.uri, base, absolute=absolute, where=where)
+            desc = resolve_uri(s.descriptor_uri, base, absolute=absolute, where=where)
+            changed |= uri != s.uri or desc != s.descriptor_uri
+            shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
+        splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
+    if not changed:
+        return manifest
+    return manifest.model_copy(update={"splits": splits})
+
+
+@dataclass(frozen=True, eq=False)
+class Publication:
+    """A data manifest as stored at `uri`: its bytes (`raw`), their `sha256`, and the parsed
+    `manifest` with every shard and descriptor URI absolute (`as_written`: as stored). `descriptors` (by descriptor URI)
+    holds each shard's descriptor, parsed and checked against its entry, once attached with
+    `with_descriptors`; empty until then."""
+
+    uri: str
+    sha256: str
+    raw: bytes = field(repr=False)
+    manifest: DataManifest = field(repr=False)
+    as_written: DataManifest = field(repr=False)
+    descriptors: Mapping[str, ShardDescriptor] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+
+    @classmethod
+    def from_bytes(
+        cls, uri: str, raw: bytes, *, sha256: str | None = None, absolute: Absolute = "anywhere"
+    ) -> Publication:
+        """Parse manifest bytes read from `uri`. With `sha256`, bytes that hash differently raise
+        `IntegrityError`; `absolute` says where absolute references may point (see `resolve_uri`)."""
+        uri = normalize_uri(uri)
+        digest = sha256_hex(raw)
+        if sha256 is not None and digest != sha256:
+            raise IntegrityError(
+                f"{uri}: sha256 is {digest}, expected {sha256}; the manifest changed: bind (or pin) the manifest you mean"
+            )
+        parsed = DataManifest.from_json_bytes(raw, source=uri)
+        resolved = resolve_manifest_uris(parsed, parent_uri(uri), absolute=absolute)
+        return cls(uri, digest, bytes(raw), resolved, parsed)
+
+    @classmethod
+    def load(
+        cls, storage: Storage, uri: str, *, sha256: str | None = None, absolute: Absolute = "anywhere"
+    ) -> Publication:
+        """Read the manifest at `uri` once and parse it (see `from_bytes`)."""
+        uri = normalize_uri(uri)
+        return cls.from_bytes(uri, storage.get(uri), sha256=sha256, absolute=absolute)
+
+    @property
+    def data_format(self) -> str:
+        return self.manifest.data_format
+
+    def split(self, name: str) -> SplitManifest:
+        """The split named `name`, or `SelectionError` listing the published splits."""
+        try:
+            return self.manifest.splits[name]
+        except KeyError:
+            published = ", ".join(sorted(self.manifest.splits)) or "(none)"
+            raise SelectionError(f"split {name!r} is not in {self.uri}; published splits: {published}") from None
+
+    def entries(self) -> Iterator[tuple[str, ShardEntry]]:
+        """(split name, shard entry) for every shard, in manifest order."""
+        for name, split in self.manifest.splits.items():
+            for entry in split.shards:
+                yield name, entry
+
+    def with_descriptors(self, raw: Mapping[str, bytes]) -> Publication:
+        """This publication with every shard's descriptor parsed from `raw` (descriptor URI ->
+        the bytes read) and checked against its entry and the manifest's data format."""
+        parsed: dict[str, ShardDescriptor] = {}
+        for _, entry in self.entries():
+            data = raw.get(entry.descriptor_uri)
+            if data is None:
+                raise ManifestError(f"{self.uri}: no descriptor bytes for shard {entry.key!r} ({entry.descriptor_uri})")
+            desc = parse_descriptor(entry, data)
+            if desc.data_format != self.data_format:
+                raise ManifestError(
+                    f"{entry.descriptor_uri}: descriptor says {desc.data_format}, the manifest {self.data_format}"
+                )
+            parsed[entry.descriptor_uri] = desc
+        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(parsed))
+
+    def descriptor(self, entry: ShardEntry) -> ShardDescriptor:
+        """The attached descriptor of `entry` (see `with_descriptors`)."""
+        try:
+            return self.descriptors[entry.descriptor_uri]
+        except KeyError:
+            raise ManifestError(f"{self.uri}: the descriptor of shard {entry.key!r} was not attached") from None
+
+
+__all__ = ["Publication", "resolve_manifest_uris"]

@@ -1,0 +1,189 @@
+"""Verified reads of a published shard: descriptor first, then blocks checked before decoding."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from trainvault.canonical import sha256_hex
+from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
+from trainvault.formats import BlockRef, get_format
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
+from trainvault.storage import Storage, StorageConfig
+
+STREAM_CHUNK = 4 << 20
+
+
+def read_descriptor(storage: Storage, entry: ShardEntry) -> ShardDescriptor:
+    """Read a shard's descriptor and check it against the manifest entry that binds it."""
+    return parse_descriptor(entry, storage.get(entry.descriptor_uri))
+
+
+def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
+    """Parse descriptor bytes already read and check them against the manifest entry."""
+    if sha256_hex(raw) != entry.descriptor_sha256:
+        raise IntegrityError(
+            f"{entry.descriptor_uri}: descriptor sha256 does not match the manifest; the descriptor was altered "
+            "after publication: do not train on this shard"
+        )
+    desc = ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri)
+    mismatched = [
+        f"{name} {a!r} in the descriptor, {b!r} in the manifest"
+        for name, a, b in (
+            ("size_bytes", desc.size_bytes, entry.size_bytes),
+            ("sha256", desc.sha256, entry.sha256),
+            ("record_count", desc.record_count, entry.record_count),
+            ("key", desc.key, entry.key),
+        )
+        if a != b
+    ]
+    if mismatched:
+        raise IntegrityError(f"{entry.descriptor_uri}: differs from the manifest entry: {'; '.join(mismatched)}")
+    return desc
+
+
+@dataclass(frozen=True)
+class DescriptorMismatch:
+    """A manifest entry that its completion descriptor does not back."""
+
+    split: str
+    key: str
+    problem: str
+
+
+def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 16) -> list[DescriptorMismatch]:
+    """Every shard entry whose descriptor is missing, altered, or disagrees with it (split, key,
+    format, size, sha256, record count). Reads the small descriptors only, never shard data."""
+    entries = [(name, entry) for name, split in sorted(manifest.splits.items()) for entry in split.shards]
+
+    def check(item: tuple[str, ShardEntry]) -> DescriptorMismatch | None:
+        split, entry = item
+        try:
+            desc = read_descriptor(storage, entry)
+        except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
+            return DescriptorMismatch(split, entry.key, str(exc))
+        if (desc.split, desc.data_format) != (split, manifest.data_format):
+            return DescriptorMismatch(
+                split, entry.key, f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, "
+                f"but the manifest lists it in split {split!r} in {manifest.data_format}"
+            )
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(entries)))) as pool:
+        return [m for m in pool.map(check, entries) if m is not None]
+
+
+class ShardReader:
+    """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
+
+    def __init__(self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None):
+        self.storage = storage
+        self.entry = entry
+        self.format = get_format(data_format)
+        self.descriptor = descriptor or read_descriptor(storage, entry)
+        if self.descriptor.data_format != data_format:
+            raise IntegrityError(
+                f"{entry.uri}: descriptor says {self.descriptor.data_format}, the manifest says {data_format}"
+            )
+        self._context: Any = None
+
+    @property
+    def blocks(self) -> list[BlockRef]:
+        return self.descriptor.blocks
+
+    def _decode_context(self) -> Any:
+        if self._context is None:
+            trailer = self.descriptor.trailer
+            data = None
+            if trailer is not None:
+                data = self.storage.get_range(self.entry.uri, trailer.offset, trailer.offset + trailer.length)
+                self._verify(data, trailer.sha256, "footer")
+            self._context = self.format.open_context(data, self.descriptor.size_bytes)
+        return self._context
+
+    def _verify(self, data: bytes, expected: str, what: str) -> None:
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise IntegrityError(
+                f"{self.entry.uri}: {what} sha256 does not match the descriptor; the shard was changed after "
+                "it was published: nothing from it is used"
+            )
+
+    def iter_block_bytes(self, indices: Sequence[int] | None = None) -> Iterator[tuple[int, bytes]]:
+        """Verified raw bytes of the chosen blocks (all by default), in the given order.
+
+        Runs of consecutive blocks are streamed as one ranged read.
+        """
+        blocks = self.blocks
+        order = list(range(len(blocks))) if indices is None else list(indices)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and order[j + 1] == order[j] + 1:
+                j += 1
+            run = order[i : j + 1]
+            yield from self._stream_run(run)
+            i = j + 1
+
+    def _stream_run(self, run: list[int]) -> Iterator[tuple[int, bytes]]:
+        blocks = self.blocks
+        start = blocks[run[0]].offset
+        end = blocks[run[-1]].offset + blocks[run[-1]].length
+        if len(run) == 1:
+            # One ranged read is the block itself: verified and handed on without a copy.
+            data = self.storage.get_range(self.entry.uri, start, end)
+            self._verify(data, blocks[run[0]].sha256, f"block {run[0]}")
+            yield run[0], data
+            return
+        chunks = self.storage.stream(self.entry.uri, start=start, end=end, chunk_size=STREAM_CHUNK)
+        buf = bytearray()
+        pos = start
+        k = 0
+        for chunk in chunks:
+            buf.extend(chunk)
+            while k < len(run):
+                b = blocks[run[k]]
+                skip = b.offset - pos
+                if len(buf) < skip + b.length:
+                    break
+                data = bytes(buf[skip : skip + b.length])
+                del buf[: skip + b.length]
+                pos = b.offset + b.length
+                self._verify(data, b.sha256, f"block {run[k]}")
+                yield run[k], data
+                k += 1
+        if k < len(run):
+            raise IntegrityError(
+                f"{self.entry.uri}: the object ended before block {run[k]}; it is truncated: re-publish the shard"
+            )
+
+    def decode(self, index: int, data: bytes) -> list[dict[str, Any]]:
+        """Decode verified block bytes."""
+        return self.format.decode_block(data, index, self._decode_context())
+
+    def iter_blocks(self, indices: Sequence[int] | None = None) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """(block index, records) for the chosen blocks, each verified before decoding."""
+        for index, data in self.iter_block_bytes(indices):
+            yield index, self.decode(index, data)
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        for _, records in self.iter_blocks():
+            yield from records
+
+
+def iter_shard(
+    data_format: str,
+    shard: ShardEntry,
+    *,
+    storage_config: StorageConfig | None = None,
+    storage: Storage | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield a published shard's records in order, each block verified before decoding.
+
+    For deriving new datasets from old ones: pass ``manifest.data_format`` and one entry
+    of ``manifest.splits[split].shards``.
+    """
+    reader = ShardReader(storage or Storage(storage_config), shard, data_format)
+    yield from reader.iter_records()

@@ -1,0 +1,387 @@
+"""DatasetSaver: deterministic shards with completion descriptors, and a manifest written last.
+
+Crash and restart freely. A shard whose descriptor exists is verified and reused without
+touching its records. A data object without a descriptor (a crash in between) is
+re-derived: identical bytes complete it, different bytes are a `ConflictError` naming the
+non-deterministic shard. The manifest is built from the descriptors found on storage, so
+shards saved by other processes are included, and it is written create-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
+from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
+from trainvault.publication.manifest import (
+    DESCRIPTOR_SUFFIX,
+    NO_STAGE,
+    Curriculum,
+    DataManifest,
+    Producer,
+    ShardDescriptor,
+    ShardEntry,
+    SplitManifest,
+    natural_key,
+    shard_data_uri,
+    shard_descriptor_uri,
+    shard_key,
+    validate_name,
+    validate_stage,
+)
+from trainvault.storage import (
+    SINGLE_PUT_LIMIT,
+    Storage,
+    join_uri,
+    normalize_uri,
+    parent_uri,
+)
+from trainvault.version import __version__
+
+_DISCOVERY_THREADS = 16
+
+
+def _check_metadata(metadata: Mapping[str, Any] | None, what: str) -> dict[str, Any] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise ManifestError(f"{what} must be a mapping, got {type(metadata).__name__}")
+    try:
+        canonical_json(dict(metadata))
+    except (TypeError, ValueError) as exc:
+        raise ManifestError(f"{what} must be JSON-compatible: {exc}") from None
+    import json
+
+    return json.loads(canonical_json(dict(metadata)))
+
+
+def _entry(root_desc_uri: str, data_uri: str, desc: ShardDescriptor, desc_bytes: bytes) -> ShardEntry:
+    return ShardEntry(
+        key=desc.key,
+        curriculum_stage=desc.curriculum_stage,
+        shard_id=desc.shard_id,
+        uri=data_uri,
+        size_bytes=desc.size_bytes,
+        sha256=desc.sha256,
+        record_count=desc.record_count,
+        descriptor_uri=root_desc_uri,
+        descriptor_sha256=sha256_hex(desc_bytes),
+    )
+
+
+class DatasetSaver:
+    """Saves shards of one publication and commits its manifest.
+
+    Picklable: send it to worker processes, save there, and commit in the parent.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        manifest_uri: str,
+        *,
+        data_format: str = "msgpack.zst",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        max_shard_bytes: int = SINGLE_PUT_LIMIT,
+    ):
+        self.storage = storage
+        self.manifest_uri = normalize_uri(manifest_uri)
+        self.root = parent_uri(self.manifest_uri)
+        self.data_format = get_format(data_format).name
+        if block_bytes < 1:
+            raise ConfigurationError(f"block_bytes must be a positive int, got {block_bytes!r}")
+        self.block_bytes = block_bytes
+        self.max_shard_bytes = min(max_shard_bytes, SINGLE_PUT_LIMIT)
+        # Shards saved or recovered by this process, per split: key -> entry.
+        self._known: dict[str, dict[str, ShardEntry]] = {}
+        self._stage_metadata: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._curricula: dict[str, dict[str, Curriculum]] = {}
+
+    def __repr__(self) -> str:
+        return f"DatasetSaver({self.manifest_uri!r}, data_format={self.data_format!r})"
+
+    # -- shards -----------------------------------------------------------------
+
+    def save(
+        self,
+        split: str,
+        curriculum_stage: str | None,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        curriculum_metadata: Mapping[str, Any] | None = None,
+        shard_id: str,
+    ) -> ShardEntry:
+        """Write one shard (data object, then descriptor) and return its manifest entry.
+
+        If the shard is already complete on storage it is verified and returned without
+        reading `records`. An empty `records` makes a valid shard of zero records, zero
+        blocks and a zero-byte data object.
+        """
+        validate_name("split", split)
+        validate_stage(curriculum_stage)
+        validate_name("shard id", shard_id)
+        metadata = _check_metadata(curriculum_metadata, "curriculum_metadata")
+        key = shard_key(curriculum_stage, shard_id)
+        name = f"shard {split}/{key}"
+        data_uri = shard_data_uri(self.root, split, curriculum_stage, shard_id, self.data_format)
+        desc_uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
+
+        existing = self._read_descriptor(split, curriculum_stage, shard_id)
+        if existing is not None:
+            desc, desc_bytes = existing
+            self._check_same_shard(desc, metadata, name)
+            self._verify_data(desc, data_uri)
+            return self._remember(split, _entry(desc_uri, data_uri, desc, desc_bytes), metadata)
+
+        fmt = get_format(self.data_format)
+        encoded = encode_shard(fmt, records, block_bytes=self.block_bytes, max_bytes=self.max_shard_bytes, name=name)
+        try:
+            self.storage.put_create(data_uri, encoded.data)
+        except ConflictError:
+            raise ConflictError(
+                f"{name} is not deterministic: {data_uri} holds bytes from an earlier attempt that differ from "
+                "the records derived now. Make the generator deterministic (seed it from the shard id), or "
+                "delete that object if no manifest references it, then save again"
+            ) from None
+        desc = ShardDescriptor(
+            split=split,
+            curriculum_stage=curriculum_stage,
+            shard_id=shard_id,
+            key=key,
+            data_format=self.data_format,
+            codec={**fmt.settings(), "block_bytes": self.block_bytes},
+            size_bytes=len(encoded.data),
+            sha256=encoded.sha256,
+            record_count=encoded.record_count,
+            blocks=encoded.blocks,
+            trailer=encoded.trailer,
+            curriculum_metadata=metadata,
+            producer=Producer(library="trainvault", version=__version__),
+        )
+        desc_bytes = desc.to_json_bytes()
+        try:
+            self.storage.put_create(desc_uri, desc_bytes)
+        except ConflictError:
+            # Another writer completed the same shard at the same moment; accept it if it matches.
+            other = self._read_descriptor(split, curriculum_stage, shard_id)
+            if other is None:
+                raise ConflictError(f"{name}: {desc_uri} existed a moment ago and is gone; another process is deleting "
+                                    "shards under this publication: stop it, then save again") from None
+            desc, desc_bytes = other
+            self._check_same_shard(desc, metadata, name)
+            if desc.sha256 != encoded.sha256:
+                raise ConflictError(f"{name}: a concurrent writer published different bytes") from None
+        return self._remember(split, _entry(desc_uri, data_uri, desc, desc_bytes), metadata)
+
+    def recover(self, split: str, curriculum_stage: str | None, *, shard_id: str) -> ShardEntry:
+        """The entry of a shard completed earlier (by any process), verified against its data."""
+        validate_name("split", split)
+        validate_stage(curriculum_stage)
+        validate_name("shard id", shard_id)
+        found = self._read_descriptor(split, curriculum_stage, shard_id)
+        key = shard_key(curriculum_stage, shard_id)
+        if found is None:
+            raise ObjectNotFoundError(
+                f"shard {split}/{key} has no completion descriptor under {self.root}; save it first"
+            )
+        desc, desc_bytes = found
+        data_uri = shard_data_uri(self.root, split, curriculum_stage, shard_id, self.data_format)
+        self._verify_data(desc, data_uri)
+        entry = _entry(shard_descriptor_uri(self.root, split, curriculum_stage, shard_id), data_uri, desc, desc_bytes)
+        return self._remember(split, entry, desc.curriculum_metadata)
+
+    def _remember(self, split: str, entry: ShardEntry, metadata: dict[str, Any] | None) -> ShardEntry:
+        self._known.setdefault(split, {})[entry.key] = entry
+        if entry.curriculum_stage is not None:
+            self._stage_metadata.setdefault((split, entry.curriculum_stage), metadata)
+        return entry
+
+    def _read_descriptor(
+        self, split: str, curriculum_stage: str | None, shard_id: str
+    ) -> tuple[ShardDescriptor, bytes] | None:
+        uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
+        try:
+            raw = self.storage.get(uri)
+        except ObjectNotFoundError:
+            return None
+        desc = ShardDescriptor.from_json_bytes(raw, source=uri)
+        if (desc.split, desc.curriculum_stage, desc.shard_id) != (split, curriculum_stage, shard_id):
+            raise IntegrityError(f"{uri} describes shard {desc.split}/{desc.key}, not the shard at its path")
+        return desc, raw
+
+    def _check_same_shard(self, desc: ShardDescriptor, metadata: dict[str, Any] | None, name: str) -> None:
+        if desc.data_format != self.data_format:
+            raise ConflictError(
+                f"{name} is already complete as {desc.data_format}; this saver writes {self.data_format}. "
+                "Use a new manifest URI for a different format"
+            )
+        if desc.curriculum_metadata != metadata:
+            raise ConflictError(
+                f"{name} is already complete with curriculum_metadata {desc.curriculum_metadata!r}, "
+                f"not {metadata!r}; published shards are immutable: use a new shard id or manifest URI"
+            )
+
+    def _verify_data(self, desc: ShardDescriptor, data_uri: str) -> None:
+        digest = hashlib.sha256()
+        size = 0
+        for chunk in self.storage.stream(data_uri):
+            digest.update(chunk)
+            size += len(chunk)
+        if size != desc.size_bytes or digest.hexdigest() != desc.sha256:
+            raise IntegrityError(
+                f"{data_uri} does not match its completion descriptor ({size} bytes, expected "
+                f"{desc.size_bytes}); the data object was altered: delete the shard's objects and save it again"
+            )
+
+    # -- curricula ----------------------------------------------------------------
+
+    def register_curriculum(
+        self,
+        split: str,
+        name: str,
+        shards: Sequence[ShardEntry | str],
+        *,
+        curriculum_metadata: Mapping[str, Any] | None = None,
+    ) -> Curriculum:
+        """Register an ordered selection of shards saved or recovered in `split`.
+
+        Idempotent for the same definition; a different definition under the same name,
+        a repeated shard, an unknown shard, or a name that would replace a stage inferred
+        from `save` is refused.
+        """
+        validate_name("split", split)
+        validate_stage(name)
+        metadata = _check_metadata(curriculum_metadata, "curriculum_metadata")
+        if isinstance(shards, (str, ShardEntry)) or not shards:
+            raise ManifestError(f"curriculum {name!r}: pass a non-empty list of shards (entries or keys)")
+        known = self._known.get(split, {})
+        keys: list[str] = []
+        for item in shards:
+            key = item.key if isinstance(item, ShardEntry) else item
+            entry = known.get(key) if isinstance(key, str) else None
+            if entry is None or (isinstance(item, ShardEntry) and item != entry):
+                raise ManifestError(
+                    f"curriculum {name!r}: shard {key!r} was not saved or recovered in split {split!r} by this "
+                    "saver; save or recover it first"
+                )
+            if key in keys:
+                raise ManifestError(f"curriculum {name!r}: shard {key!r} is listed twice")
+            keys.append(key)
+        curriculum = Curriculum(shards=keys, metadata=metadata)
+        inferred = [k for k, e in known.items() if e.curriculum_stage == name]
+        if inferred and (sorted(inferred, key=natural_key) != keys or self._stage_metadata.get((split, name)) != metadata):
+            raise ConflictError(
+                f"curriculum {name!r} in split {split!r} would replace the stage of that name inferred from save(); "
+                "choose another curriculum name"
+            )
+        registered = self._curricula.setdefault(split, {})
+        if name in registered and registered[name] != curriculum:
+            raise ConflictError(f"curriculum {name!r} in split {split!r} is already registered with other shards or metadata")
+        registered[name] = curriculum
+        return curriculum
+
+    # -- manifest ---------------------------------------------------------------
+
+    def _discover(self) -> dict[str, list[tuple[ShardEntry, dict[str, Any] | None]]]:
+        """Every complete shard under the root, found by listing (other processes' too),
+        per split in manifest order, with the curriculum metadata its descriptor records."""
+        prefix = join_uri(self.root, "shards")
+        base = prefix + "/"
+        objects = self.storage.list(prefix)
+        sizes = {o.uri: o.size for o in objects}
+        descriptors = [o.uri for o in objects if o.uri.endswith(DESCRIPTOR_SUFFIX)]
+
+        def load(uri: str) -> tuple[str, ShardEntry, dict[str, Any] | None]:
+            parts = uri[len(base) :].split("/")
+            if len(parts) != 3:
+                raise ManifestError(f"{uri}: a descriptor outside the shards/<split>/<stage>/ layout")
+            split, stage_dir, file = parts
+            stage = None if stage_dir == NO_STAGE else stage_dir
+            shard_id = file[: -len(DESCRIPTOR_SUFFIX)]
+            found = self._read_descriptor(split, stage, shard_id)
+            if found is None:
+                raise ObjectNotFoundError(f"{uri} disappeared while the manifest was being built; retry")
+            desc, raw = found
+            if desc.data_format != self.data_format:
+                raise ConflictError(
+                    f"{uri} is a {desc.data_format} shard; this manifest is {self.data_format}: "
+                    "one publication holds one format"
+                )
+            data_uri = shard_data_uri(self.root, split, stage, shard_id, self.data_format)
+            if sizes.get(data_uri) != desc.size_bytes:
+                raise IntegrityError(
+                    f"{data_uri} is missing or not {desc.size_bytes} bytes as its descriptor says; delete the "
+                    "shard's objects and save it again"
+                )
+            return split, _entry(uri, data_uri, desc, raw), desc.curriculum_metadata
+
+        with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
+            loaded = list(pool.map(load, descriptors))
+        by_split: dict[str, list[tuple[ShardEntry, dict[str, Any] | None]]] = {}
+        for split, entry, metadata in loaded:
+            by_split.setdefault(split, []).append((entry, metadata))
+
+        described = {entry.uri for _, entry, _ in loaded} | set(descriptors)
+        incomplete = [o.uri for o in objects if o.uri not in described]
+        if incomplete:
+            shown = ", ".join(incomplete[:5]) + (f" and {len(incomplete) - 5} more" if len(incomplete) > 5 else "")
+            raise ManifestError(
+                f"{len(incomplete)} object(s) under {prefix} belong to no complete shard: {shown}. "
+                "Save those shards again (a crash interrupted them) before committing"
+            )
+        return {s: sorted(es, key=lambda pair: natural_key(pair[0].key)) for s, es in by_split.items()}
+
+    def build_manifest(self) -> DataManifest:
+        """The manifest that `commit_manifest` would write, from the shards on storage."""
+        discovered = self._discover()
+        for split in self._curricula:
+            if split not in discovered:
+                raise ManifestError(f"curricula are registered for split {split!r}, which has no complete shard")
+        splits: dict[str, SplitManifest] = {}
+        for split in sorted(discovered, key=natural_key):
+            pairs = discovered[split]
+            entries = [e for e, _ in pairs]
+            stages: dict[str, tuple[list[str], dict[str, Any] | None]] = {}
+            for entry, metadata in pairs:
+                stage = entry.curriculum_stage
+                if stage is None:
+                    continue
+                keys_of_stage, first_metadata = stages.setdefault(stage, ([], metadata))
+                if first_metadata != metadata:
+                    raise ConflictError(
+                        f"split {split!r} stage {stage!r}: shards carry different curriculum_metadata; "
+                        "every shard of a stage must be saved with the same metadata"
+                    )
+                keys_of_stage.append(entry.key)
+            curricula = {stage: Curriculum(shards=k, metadata=m) for stage, (k, m) in stages.items()}
+            keys = {e.key for e in entries}
+            for name, registered in self._curricula.get(split, {}).items():
+                missing = [k for k in registered.shards if k not in keys]
+                if missing:
+                    raise ManifestError(f"curriculum {name!r} names shards no longer on storage: {missing[:3]}")
+                if name in curricula and curricula[name] != registered:
+                    raise ConflictError(
+                        f"curriculum {name!r} in split {split!r} would replace the stage of that name "
+                        "inferred from save(); choose another curriculum name"
+                    )
+                curricula[name] = registered
+            splits[split] = SplitManifest(shards=entries, curricula=dict(sorted(curricula.items())))
+        if not splits:
+            raise ManifestError(f"no complete shard under {self.root}; save shards before building a manifest")
+        return DataManifest(data_format=self.data_format, splits=splits)
+
+    def commit_manifest(self) -> DataManifest:
+        """Build the manifest and write it create-only. Idempotent for the same publication."""
+        manifest = self.build_manifest()
+        try:
+            self.storage.put_create(self.manifest_uri, manifest.to_json_bytes())
+        except ConflictError:
+            raise ConflictError(
+                f"{self.manifest_uri} already holds a different publication; published manifests are immutable: "
+                "commit to a new manifest URI"
+            ) from None
+        return manifest
