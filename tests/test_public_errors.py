@@ -177,8 +177,6 @@ def test_iter_shard_with_a_wrong_format_or_pin(vault: TrainVault, published: str
     refused(lambda: list(iter_shard(manifest.data_format, repinned, storage=vault.storage)))
 
 
-@pytest.mark.xfail(strict=True, reason="reader.py (publication layer): iter_shard reads .descriptor_uri of whatever "
-                                       "it is given, an AttributeError; it should be a TypeError")
 def test_iter_shard_with_a_wrong_type_of_shard(vault: TrainVault) -> None:
     refused(lambda: list(iter_shard("msgpack.zst", "train/_/a", storage=vault.storage)), TypeError)  # type: ignore[arg-type]
 

@@ -80,25 +80,20 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
 
 
-GATE_OWNER = "approval/gate.py (spine): "
 
 
-@pytest.mark.xfail(strict=True, reason=GATE_OWNER + "ApprovalPolicy.__post_init__ raises a bare ValueError")
 def test_approval_policy_with_a_bad_pin() -> None:
     from trainvault.approval import ApprovalPolicy
 
     refused(lambda: ApprovalPolicy(evaluation_release_sha256="zz"))
 
 
-@pytest.mark.xfail(strict=True, reason=GATE_OWNER + "ApprovalPolicy.__post_init__ raises a bare ValueError")
 def test_approval_policy_with_a_string_of_versions() -> None:
     from trainvault.approval import ApprovalPolicy
 
     refused(lambda: ApprovalPolicy(allowed_producers={"trainvault": "1.0"}))
 
 
-@pytest.mark.xfail(strict=True, reason=GATE_OWNER + "ApprovalPolicy(allowed_producers=5) and approve_dataset("
-                                                    "policy=5) raise AttributeError, not TypeError")
 def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
     from trainvault.approval import ApprovalPolicy
 

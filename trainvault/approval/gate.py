@@ -120,6 +120,8 @@ def run_gate(
 ) -> GateResult:
     """Run every check; return what was verified, or raise `ApprovalError`."""
     request = coerce_request(request)
+    if policy is not None and not isinstance(policy, ApprovalPolicy):
+        raise TypeError(f"policy must be an ApprovalPolicy, not {type(policy).__name__}")
     policy = policy or ApprovalPolicy()
     try:
         return _gate(storage, request, policy, progress, threads)

@@ -36,6 +36,8 @@ class ApprovalPolicy:
             if value is not None and not (isinstance(value, str) and is_sha256_hex(value)):
                 raise ApprovalError(f"ApprovalPolicy.{name} must be a 64-character lowercase hex sha256, got {value!r}")
         if self.allowed_producers is not None:
+            if not isinstance(self.allowed_producers, Mapping):
+                raise TypeError(f"ApprovalPolicy.allowed_producers maps package names to versions, not {self.allowed_producers!r}")
             for name, versions in self.allowed_producers.items():
                 if isinstance(versions, str):
                     raise ApprovalError(

@@ -185,5 +185,7 @@ def iter_shard(
     For deriving new datasets from old ones: pass ``manifest.data_format`` and one entry
     of ``manifest.splits[split].shards``.
     """
+    if not isinstance(shard, ShardEntry):
+        raise TypeError(f"iter_shard reads a manifest's ShardEntry, not {type(shard).__name__}")
     reader = ShardReader(storage or Storage(storage_config), shard, data_format)
     yield from reader.iter_records()
