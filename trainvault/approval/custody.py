@@ -60,17 +60,18 @@ class CustodyStorage(Storage):
                 self._sized.add(uri)
         return uri
 
-    def get(self, uri: str) -> bytes:
+    def get(self, uri: str, **bounds: Any) -> bytes:
+        """`Storage.get`; the pinned documents are the bytes the gate read under its own bounds."""
         key = normalize_uri(uri)
         if key in self._pinned:
             return self._pinned[key]
-        return super().get(self._approved(key))
+        return super().get(self._approved(key), **bounds)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         return super().get_range(self._approved(uri), start, end)
 
-    def stream(self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20) -> Iterator[bytes]:
-        return super().stream(self._approved(uri), start=start, end=end, chunk_size=chunk_size)
+    def stream(self, uri: str, **options: Any) -> Iterator[bytes]:
+        return super().stream(self._approved(uri), **options)
 
     def head(self, uri: str) -> ObjectInfo:
         return super().head(self._approved(uri))
