@@ -146,7 +146,7 @@ class TrainVault:
     def load_manifest(self, uri: str) -> DataManifest:
         """Read and validate a data manifest. Relative shard URIs resolve against its folder."""
         uri = normalize_uri(uri)
-        manifest = DataManifest.from_json_bytes(self.storage.get(uri), source=uri)
+        manifest = DataManifest.from_json_bytes(self.storage.get_document(uri), source=uri)
         return resolve_manifest_uris(manifest, parent_uri(uri))
 
     def save_manifest(self, uri: str, manifest: DataManifest) -> DataManifest:

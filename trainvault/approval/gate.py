@@ -31,7 +31,7 @@ from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy, Verifier
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document
-from trainvault.errors import ApprovalError, ManifestError, TrainVaultError
+from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.manifest import DataManifest, ShardDescriptor
 from trainvault.reader import parse_descriptor
 from trainvault.storage import Storage, normalize_uri, parent_uri
@@ -196,14 +196,7 @@ def _gate(
 
     # Every declared file, hashed now; descriptors are kept: the loader parses exactly these bytes.
     files = [f for f in declared if f.role != "data-manifest"]
-    hashed = hash_objects(
-        storage,
-        [f.resolved for f in files],
-        keep={f.resolved for f in files if f.role == "descriptor"},
-        expected_sizes={f.resolved: scanned[f.resolved].size_bytes for f in files},
-        threads=threads,
-        progress=progress,
-    )
+    hashed = _hash_files(storage, files, scanned, threads, progress)
     for f in files:
         h, s = hashed[f.resolved], scanned[f.resolved]
         if (h.size, h.sha256) != (s.size_bytes, s.sha256):
@@ -244,6 +237,30 @@ def _gate(
         trainvault_version=__version__,
     )
     return GateResult(request, manifest_uri, raw, resolved, descriptors_raw, shard_sizes, report, summary)
+
+
+def _hash_files(
+    storage: Storage,
+    files: list[DeclaredFile],
+    scanned: Mapping[str, ScannedFile],
+    threads: int,
+    progress: HashProgressCallback | None,
+) -> dict[str, HashedObject]:
+    """Hash every file, reading none past the size it was scanned as."""
+    try:
+        return hash_objects(
+            storage,
+            [f.resolved for f in files],
+            keep={f.resolved for f in files if f.role == "descriptor"},
+            bound_sizes={f.resolved: scanned[f.resolved].size_bytes for f in files},
+            threads=threads,
+            progress=progress,
+        )
+    except IntegrityError as exc:
+        _deny(
+            f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "
+            "re-publish, rescan and approve again"
+        )
 
 
 def _check_scan(

@@ -37,16 +37,21 @@ def hash_objects(
     *,
     keep: Collection[str] = (),
     expected_sizes: Mapping[str, int] | None = None,
+    bound_sizes: Mapping[str, int] | None = None,
     threads: int = DEFAULT_THREADS,
     progress: HashProgressCallback | None = None,
 ) -> dict[str, HashedObject]:
     """Read and hash every URI (each once); keep the bytes of those in `keep`.
 
-    `expected_sizes` only sizes the progress total. Errors (missing object, store
-    failure) propagate from the first URI that failed.
+    `expected_sizes` only sizes the progress total. `bound_sizes`: the size that binds an
+    object; another size raises `IntegrityError`, and no byte past it is read. A kept
+    object without a bound size is read as a document (at most
+    `StorageConfig.max_document_bytes`). Errors (missing object, store failure) propagate
+    from the first URI that failed.
     """
     todo = list(dict.fromkeys(uris))
-    sizes = expected_sizes or {}
+    bound = bound_sizes or {}
+    sizes = {**bound, **(expected_sizes or {})}
     total = sum(sizes.get(u, 0) for u in todo)
     lock = threading.Lock()
     state = [0, 0]  # files done, bytes done
@@ -61,12 +66,15 @@ def hash_objects(
 
     def one(uri: str) -> HashedObject:
         if uri in keep:
-            data = storage.get(uri)
+            if uri in bound:
+                data = storage.get(uri, expected_size=bound[uri])
+            else:
+                data = storage.get_document(uri)
             report(1, len(data))
             return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
         h = hashlib.sha256()
         size = 0
-        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES):
+        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES, expected_size=bound.get(uri)):
             h.update(chunk)
             size += len(chunk)
             report(0, len(chunk))

@@ -156,7 +156,7 @@ def scan_publication(
 ) -> TrainingScanManifest:
     """`build_training_scan_manifest` over a `Storage`."""
     manifest_uri = normalize_uri(manifest_uri)
-    raw = storage.get(manifest_uri)
+    raw = storage.get_document(manifest_uri)
     digest = sha256_hex(raw)
     if manifest_sha256 is not None and digest != manifest_sha256:
         raise IntegrityError(f"{manifest_uri}: sha256 is {digest}, expected {manifest_sha256}; bind the manifest you mean")
@@ -166,6 +166,7 @@ def scan_publication(
         storage,
         [f.resolved for f in others],
         expected_sizes={f.resolved: f.size_bytes or 0 for f in others},
+        bound_sizes={f.resolved: f.size_bytes for f in others if f.size_bytes is not None},
         threads=threads,
         progress=progress,
     )

@@ -136,7 +136,7 @@ def build_component_ledger(storage: Storage, manifest_uri: str, *, split: str, d
     from trainvault.reader import read_descriptor
 
     manifest_uri = normalize_uri(manifest_uri)
-    raw = storage.get(manifest_uri)
+    raw = storage.get_document(manifest_uri)
     manifest_sha256 = sha256_hex(raw)
     manifest = resolve_manifest_uris(DataManifest.from_json_bytes(raw, source=manifest_uri), parent_uri(manifest_uri))
     if split not in manifest.splits:

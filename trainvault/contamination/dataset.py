@@ -49,7 +49,7 @@ def scan_dataset(
     none, or None for a bar on stderr when it is a terminal.
     """
     uri = normalize_uri(manifest_uri)
-    raw = vault.storage.get(uri)
+    raw = vault.storage.get_document(uri)
     digest = sha256_hex(raw)
     if manifest_sha256 is not None and digest != manifest_sha256:
         from trainvault.errors import IntegrityError

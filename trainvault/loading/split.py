@@ -108,7 +108,7 @@ class SplitDataLoader:
 
         from trainvault.client import resolve_manifest_uris
 
-        raw = storage.get(self.manifest_uri)
+        raw = storage.get_document(self.manifest_uri)
         self.manifest_sha256 = sha256_hex(raw)
         manifest = DataManifest.from_json_bytes(raw, source=self.manifest_uri)
         self.manifest = resolve_manifest_uris(manifest, parent_uri(self.manifest_uri))

@@ -71,7 +71,7 @@ def read_object(storage: Storage, pool: str, digest: str, size: int, *, archive:
     """A pool object's bytes, checked against its size and digest."""
     uri = object_uri(pool, digest)
     try:
-        data = storage.get(uri)
+        data = storage.get(uri, expected_size=size)
     except ObjectNotFoundError:
         raise ObjectNotFoundError(
             f"{uri} (a chunk of rollout archive {archive}) is missing from its pool: it was garbage-collected "
@@ -117,7 +117,7 @@ def _wait_for_collectors(storage: Storage, pool: str, max_wait_s: float) -> None
     pending: dict[str, float] = {}
     for info in storage.list(join_uri(pool, "gc")):
         try:
-            marker = GcMarker.from_json_bytes(storage.get(info.uri), source=info.uri)
+            marker = GcMarker.from_json_bytes(storage.get_document(info.uri), source=info.uri)
             pending[info.uri] = marker.deadline_unix
         except ObjectNotFoundError:
             continue  # that collector finished while we listed
@@ -190,7 +190,7 @@ def gc(
     try:
         referenced: set[str] = set()
         for info in storage.list(join_uri(pool, "owners")):
-            record = OwnerRecord.from_json_bytes(storage.get(info.uri), source=info.uri)
+            record = OwnerRecord.from_json_bytes(storage.get_document(info.uri), source=info.uri)
             report.owners += 1
             referenced.update(record.objects)
             if check_orphans and _is_orphan(storage, info.uri, record):
@@ -229,7 +229,7 @@ def _is_orphan(storage: Storage, record_uri: str, record: OwnerRecord) -> bool:
     from trainvault.rollouts.documents import ArchiveIndex
 
     try:
-        raw = storage.get(record.archive)
+        raw = storage.get_document(record.archive)
     except ObjectNotFoundError:
         return True
     try:
