@@ -164,6 +164,9 @@ def signed_chain(root: Path) -> tuple[Any, tuple[str, str, str]]:
 
 
 def target_uri(chain: Any, target: str) -> str:
+    if target == "release-item":
+        (item,) = Path(local_path(chain.root)).glob("release/**/*.jsonl")
+        return normalize_uri(str(item))
     entry = chain.vault.load_manifest(chain.manifest_uri).splits["train"].shards[-1]
     return entry.uri if target == "shard" else entry.descriptor_uri
 
@@ -190,15 +193,18 @@ def test_gate_refuses_special_files(tmp_path: Path, kind: str, target: str) -> N
     assert "regular file" in result["message"]
 
 
-@pytest.mark.parametrize("target", ["shard", "descriptor"])
+@pytest.mark.parametrize("target", ["shard", "descriptor", "release-item"])
 def test_gate_reads_no_further_than_the_bound_size(tmp_path: Path, target: str) -> None:
     chain, args = signed_chain(tmp_path)
     uri = target_uri(chain, target)
     swap_sparse(local_path(uri))
     result = run_isolated("open_approved", *args)
     refused(result, ("ApprovalError",), uri)
-    assert f"is {SPARSE_BYTES} bytes" in result["message"]
-    assert "changed after it was scanned" in result["message"]
+    if target == "release-item":
+        assert "item file of benchmark 'tiny' does not match the release (size more" in result["message"]
+    else:
+        assert f"is {SPARSE_BYTES} bytes" in result["message"]
+        assert "changed after it was scanned" in result["message"]
 
 
 # -- the unapproved loader ----------------------------------------------------------------------------

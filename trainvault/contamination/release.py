@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination.bound import Bound, publish_document, read_document
 from trainvault.documents import Document
-from trainvault.errors import ContaminationError, IntegrityError
+from trainvault.errors import ContaminationError, IntegrityError, ObjectTooLargeError
 from trainvault.manifest import validate_name
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 
@@ -255,11 +255,15 @@ def load_release(storage: Storage, uri: str, *, sha256: str | None = None) -> Lo
         item_uri = f.uri if "://" in f.uri or f.uri.startswith("/") else join_uri(base, f.uri)
         if "://" not in f.uri and ".." in f.uri.split("/"):
             raise ContaminationError(f"{bound.uri}: item file {f.uri!r} escapes the release folder")
-        data = storage.get(item_uri)
-        if len(data) != f.size_bytes or sha256_hex(data) != f.sha256:
+        try:
+            data = storage.get(item_uri, max_bytes=f.size_bytes)
+        except ObjectTooLargeError:
+            data = None  # larger than the release says: not read
+        if data is None or len(data) != f.size_bytes or sha256_hex(data) != f.sha256:
+            size = "more" if data is None else len(data)
             raise IntegrityError(
                 f"{item_uri}: item file of benchmark {entry.name!r} does not match the release "
-                f"(size {len(data)} vs {f.size_bytes}, or sha256 differs); it was altered after the release "
+                f"(size {size} vs {f.size_bytes}, or sha256 differs); it was altered after the release "
                 "was published: publish a new release"
             )
         rows = parse_jsonl(data, item_uri)
