@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from trainvault.canonical import is_sha256_hex, sha256_hex
-from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, StorageError
+from trainvault.errors import (
+    ConflictError,
+    IntegrityError,
+    ManifestError,
+    ObjectNotFoundError,
+    ObjectTooLargeError,
+    StorageError,
+)
 from trainvault.rollouts.documents import GcMarker, OwnerRecord
 from trainvault.storage import Storage, join_uri, normalize_uri
 
@@ -71,15 +78,18 @@ def read_object(storage: Storage, pool: str, digest: str, size: int, *, archive:
     """A pool object's bytes, checked against its size and digest."""
     uri = object_uri(pool, digest)
     try:
-        data = storage.get(uri, expected_size=size)
+        data = storage.get(uri, max_bytes=size)
     except ObjectNotFoundError:
         raise ObjectNotFoundError(
             f"{uri} (a chunk of rollout archive {archive}) is missing from its pool: it was garbage-collected "
             "after the archive was released, or the pool was moved; the archive's samples cannot be loaded"
         ) from None
-    if len(data) != size or sha256_hex(data) != digest:
+    except ObjectTooLargeError:
+        data = None  # larger than its size: not read
+    if data is None or len(data) != size or sha256_hex(data) != digest:
+        found = "more" if data is None else len(data)
         raise IntegrityError(
-            f"{uri} (a chunk of rollout archive {archive}) does not match its digest ({len(data)} bytes, "
+            f"{uri} (a chunk of rollout archive {archive}) does not match its digest ({found} bytes, "
             f"expected {size}); the object was altered or truncated: nothing from it is used"
         )
     return data
