@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import weakref
@@ -355,6 +356,17 @@ def test_artifact_replaced_in_place_is_refused(published) -> None:
         read(vault, uri, sha)
     vault.storage.put(target, _tamper_bytes(D31)(D31, data))
     with pytest.raises(IntegrityError, match="does not match"):
+        read(vault, uri, sha)
+
+
+def test_artifact_far_larger_than_pinned_is_refused_unread(tmp_path) -> None:
+    # Extended (sparsely) to 1 TiB: read whole it would exhaust memory; nothing past the pinned size is read.
+    vault = TrainVault()
+    root = str(tmp_path / "rep")
+    uri, sha = publish(vault, root)
+    target = join_uri(root, "artifacts/analysis/dolmino/part-00000/layer-31.post_mlp.safetensors")
+    os.truncate("/" + parse_uri(target).path, 1 << 40)
+    with pytest.raises(IntegrityError, match=r"layer-31.*more than .* bytes, but artifact manifest"):
         read(vault, uri, sha)
 
 

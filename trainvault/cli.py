@@ -148,7 +148,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
     vault = _vault()
     keys = [load_signing_key(k) for k in args.key] if args.key else [load_signing_key()]
-    raw = vault.storage.get(args.request)
+    raw = vault.storage.get_document(args.request)
     provenance: dict[str, str] = {}
     for item in args.provenance or []:
         name, sep, value = item.partition("=")

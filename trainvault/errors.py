@@ -33,7 +33,8 @@ class TransientStorageError(StorageError):
 
 
 class ObjectTooLargeError(StorageError):
-    """An object exceeds the single-put limit of create-only writes."""
+    """An object exceeds a size limit: the single-put limit of create-only writes, or a read's cap
+    (`StorageConfig.max_document_bytes` for JSON documents)."""
 
 
 class IntegrityError(TrainVaultError):

@@ -10,9 +10,11 @@ changes. Writing the same bytes again is a no-op; different bytes are a `Conflic
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -83,6 +85,8 @@ class StorageConfig:
     first_contact_attempts: int = 2
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 15.0
+    #: The largest JSON document (manifest, descriptor, request, ...) trainvault reads.
+    max_document_bytes: int = 64 << 20
 
     def __repr__(self) -> str:
         hidden = "***" if self.access_key_id or self.secret_access_key else None
@@ -185,15 +189,18 @@ class _ObstoreBackend:
     def __init__(self, store: Any):
         self.store = store
 
-    def get(self, path: str, if_match: str | None = None) -> bytes:
+    def get(self, path: str, if_match: str | None = None, limit: int | None = None) -> bytes:
         options = {"if_match": if_match} if if_match else None
-        return obstore.get(self.store, path, options=options).bytes().to_bytes()
+        result = obstore.get(self.store, path, options=options)
+        # The size is known before the body is read: an oversized object is never downloaded.
+        _check_limit(int(result.meta["size"]), limit)
+        return result.bytes().to_bytes()
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         return obstore.get_range(self.store, path, start=start, end=end).to_bytes()
 
     def open_stream(
-        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None
+        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None, limit: int | None = None
     ) -> tuple[str | None, Iterator[bytes]]:
         options: dict[str, Any] = {}
         if start or end is not None:
@@ -201,6 +208,7 @@ class _ObstoreBackend:
         if if_match:
             options["if_match"] = if_match
         result = obstore.get(self.store, path, options=options)
+        _check_limit(int(result.meta["size"]), limit)
         return result.meta.get("e_tag"), iter(result.stream(min_chunk_size=chunk_size))
 
     def head(self, path: str) -> tuple[int, str | None]:
@@ -230,34 +238,94 @@ def _file_etag(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
+class _NotRegular(Exception):
+    """The path names a FIFO, socket, device or other non-regular file."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+class _TooLarge(Exception):
+    """An object holds more bytes than the read allows (`size` None: found while reading)."""
+
+    def __init__(self, size: int | None, limit: int):
+        super().__init__(size, limit)
+        self.size, self.limit = size, limit
+
+
+def _check_limit(size: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        raise _TooLarge(size, limit)
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _check_regular(path: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _NotRegular(_kind(st.st_mode))
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open a regular file (symlinks followed) for reading, with the status of what was opened.
+
+    O_NONBLOCK keeps open() of a FIFO from waiting for a writer; regular files ignore it.
+    """
+    fd = os.open("/" + path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        _check_regular(path, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 class _FileBackend:
     """Local folders with plain file I/O: fork-safe, so DataLoader workers may fork freely."""
 
     _TMP = ".tv-tmp-"
 
-    def get(self, path: str, if_match: str | None = None) -> bytes:
-        with open("/" + path, "rb") as f:
+    def get(self, path: str, if_match: str | None = None, limit: int | None = None) -> bytes:
+        fd, st = _open_regular(path)
+        with open(fd, "rb") as f:
             # The etag of the open file, so a concurrent replacement cannot slip between check and read.
-            if if_match and if_match != _file_etag(os.fstat(f.fileno())):
+            if if_match and if_match != _file_etag(st):
                 raise _ObjectChanged(path)
-            return f.read()
+            _check_limit(st.st_size, limit)
+            if limit is None:
+                return f.read()
+            data = f.read(limit + 1)  # a file that grew since fstat is still read no further
+            _check_limit(len(data), limit)
+            return data
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        fd = os.open("/" + path, os.O_RDONLY)
+        fd, _ = _open_regular(path)
         try:
             return os.pread(fd, end - start, start)
         finally:
             os.close(fd)
 
     def open_stream(
-        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None
+        self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None, limit: int | None = None
     ) -> tuple[str | None, Iterator[bytes]]:
-        f = open("/" + path, "rb")  # noqa: SIM115 - closed by the generator
-        st = os.fstat(f.fileno())
+        fd, st = _open_regular(path)
+        f = open(fd, "rb")  # noqa: SIM115 - closed by the generator
         etag = _file_etag(st)
         if if_match and if_match != etag:
             f.close()
             raise _ObjectChanged(path)
+        if limit is not None and st.st_size > limit:
+            f.close()
+            raise _TooLarge(st.st_size, limit)
 
         def chunks() -> Iterator[bytes]:
             with f:
@@ -275,8 +343,9 @@ class _FileBackend:
 
     def head(self, path: str) -> tuple[int, str | None]:
         st = os.stat("/" + path)
-        if not os.path.isfile("/" + path):
+        if stat.S_ISDIR(st.st_mode):
             raise FileNotFoundError(path)
+        _check_regular(path, st)
         return st.st_size, _file_etag(st)
 
     def list(self, prefix: str) -> Iterator[tuple[str, int, str | None, datetime | None]]:
@@ -480,9 +549,27 @@ class Storage:
 
     # -- reads ------------------------------------------------------------------
 
-    def get(self, uri: str, *, if_match: str | None = None) -> bytes:
-        """The whole object; with `if_match`, only the version with that etag (else `IntegrityError`)."""
-        return self._recovering(uri, "read", lambda b, path, loc: b.get(path, if_match))
+    def get(
+        self, uri: str, *, if_match: str | None = None, max_bytes: int | None = None, expected_size: int | None = None
+    ) -> bytes:
+        """The whole object; with `if_match`, only the version with that etag (else `IntegrityError`).
+
+        `max_bytes`: an object larger than this raises `ObjectTooLargeError`, and is not read.
+        `expected_size`: the size that binds the object; any other size raises `IntegrityError`,
+        and no more than that many bytes are read.
+        """
+        limit = _read_limit(max_bytes, expected_size)
+        try:
+            data = self._recovering(uri, "read", lambda b, path, loc: b.get(path, if_match, limit))
+        except _TooLarge as exc:
+            raise _size_error(normalize_uri(uri), exc, expected_size) from None
+        if expected_size is not None and len(data) != expected_size:
+            raise _size_error(normalize_uri(uri), _TooLarge(len(data), expected_size), expected_size)
+        return data
+
+    def get_document(self, uri: str, *, if_match: str | None = None) -> bytes:
+        """A JSON document's bytes: `get` refusing objects above `StorageConfig.max_document_bytes`."""
+        return self.get(uri, if_match=if_match, max_bytes=self.config.max_document_bytes)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of the object; `IntegrityError` if the object is shorter."""
@@ -497,9 +584,19 @@ class Storage:
         return data
 
     def stream(
-        self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20
+        self,
+        uri: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        chunk_size: int = 8 << 20,
+        max_bytes: int | None = None,
+        expected_size: int | None = None,
     ) -> Iterator[bytes]:
         """Stream bytes [start, end) (to the end of the object when `end` is None).
+
+        `max_bytes` and `expected_size` bound the object as in `get`; a stream stops with
+        the error as soon as the object is seen to break them.
 
         Survives resets, stalls and cut bodies: each failure reopens a fresh client and
         resumes at the last byte delivered, pinned to the object's etag, so two versions of
@@ -507,13 +604,14 @@ class Storage:
         with `StorageTimeoutError` after the recovery window passes without progress.
         """
         loc = parse_uri(uri)
+        limit = _read_limit(max_bytes, expected_size)
         pos, etag, chunks = start, None, None
         since, attempt = time.monotonic(), 0
         while end is None or pos < end:
             try:
                 with _translate(loc.uri, "stream"):
                     if chunks is None:
-                        got, chunks = self._backend(loc).open_stream(loc.path, pos, end, chunk_size, etag)
+                        got, chunks = self._backend(loc).open_stream(loc.path, pos, end, chunk_size, etag, limit)
                         self._heard_from(loc)
                         etag = etag or got
                     chunk = next(chunks, None)
@@ -522,13 +620,19 @@ class Storage:
                 attempt += 1
                 self._pause_or_give_up(loc, "stream", exc, since, attempt, offset=pos)
                 continue
+            except _TooLarge as exc:
+                raise _size_error(loc.uri, exc, expected_size) from None
             if chunk is None:
                 break
             pos += len(chunk)
+            if limit is not None and pos > limit:  # it grew after it was opened
+                raise _size_error(loc.uri, _TooLarge(None, limit), expected_size)
             since, attempt = time.monotonic(), 0
             yield chunk
         if end is not None and pos < end:
             raise IntegrityError(f"{loc.uri}: ended at byte {pos}, expected {end}; the object is truncated")
+        if end is None and expected_size is not None and pos != expected_size:
+            raise _size_error(loc.uri, _TooLarge(pos, expected_size), expected_size)
 
     def head(self, uri: str) -> ObjectInfo:
         size, etag = self._recovering(uri, "inspect", lambda b, path, loc: b.head(path))
@@ -635,6 +739,25 @@ class _ObjectChanged(Exception):
     """The object's etag no longer matches the one a read was pinned to."""
 
 
+def _read_limit(max_bytes: int | None, expected_size: int | None) -> int | None:
+    limits = [n for n in (max_bytes, expected_size) if n is not None]
+    return min(limits) if limits else None
+
+
+def _size_error(uri: str, exc: _TooLarge, expected_size: int | None) -> TrainVaultError:
+    """`IntegrityError` for an object whose binding gives another size, else `ObjectTooLargeError`."""
+    found = f"{exc.size} bytes" if exc.size is not None else f"more than {exc.limit} bytes"
+    if expected_size is not None and exc.limit == expected_size:
+        return IntegrityError(
+            f"{uri} is {found}, but it is bound as {expected_size} bytes; it was truncated, extended or replaced "
+            "after it was bound: nothing from it is used"
+        )
+    return ObjectTooLargeError(
+        f"{uri} is {found}, over the {exc.limit}-byte limit of this read; refusing to read it. If it is a "
+        "legitimate document, raise StorageConfig.max_document_bytes"
+    )
+
+
 class StorageStats:
     """Process-wide counts of recoveries, so a person can see a flaky link."""
 
@@ -736,6 +859,11 @@ class _translate:
             return False
         if isinstance(exc, FileNotFoundError):
             raise ObjectNotFoundError(f"{self.uri} does not exist") from exc
+        if isinstance(exc, _NotRegular):
+            raise StorageError(
+                f"cannot {self.op} {self.uri}: it is {exc.kind}, not a regular file; trainvault reads only regular "
+                "files: put the published object back"
+            ) from None
         if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
             raise ObjectNotFoundError(f"{self.uri} is a folder (or lies under a file), not an object; name the object") from exc
         if isinstance(exc, (obx.PermissionDeniedError, obx.UnauthenticatedError, PermissionError)):
@@ -756,4 +884,14 @@ class _translate:
             raise TransientStorageError(f"cannot {self.op} {self.uri}: {_first_line(exc)}") from exc
         if isinstance(exc, obx.BaseError):
             raise StorageError(f"cannot {self.op} {self.uri}: {_first_line(exc)}") from exc
+        if isinstance(exc, OSError):
+            # A symlink loop (ELOOP), a socket (ENXIO), an I/O error: never a raw OSError.
+            hint = _OS_HINTS.get(exc.errno, "")
+            raise StorageError(f"cannot {self.op} {self.uri}: {exc.strerror or exc}{hint}") from exc
         return False
+
+
+_OS_HINTS = {
+    errno.ELOOP: " (a symlink loop); an object must be a regular file: put the published object back",
+    errno.ENXIO: " (a socket or device, not a regular file); put the published object back",
+}

@@ -41,7 +41,7 @@ from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document, StrictModel
-from trainvault.errors import ApprovalError, ManifestError, TrainVaultError
+from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pinned import Publication
 from trainvault.storage import (
     Storage,
@@ -218,15 +218,20 @@ def _hash_declared(
     """Every declared file but the manifest, hashed now (descriptors kept: the loader parses exactly
     these bytes), each matching what was scanned and bound."""
     files = [f for f in chain.declared if f.role != "data-manifest"]
-    hashed = hash_objects(
-        storage,
-        [f.resolved for f in files],
-        keep={f.resolved for f in files if f.role == "descriptor"},
-        expected_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
-        threads=threads,
-        progress=progress,
-        consumers=ledgers.consumers(),
-    )
+    try:
+        hashed = hash_objects(
+            storage,
+            [f.resolved for f in files],
+            keep={f.resolved for f in files if f.role == "descriptor"},
+            # No file is read past the size it was scanned as.
+            bound_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
+            threads=threads,
+            progress=progress,
+            consumers=ledgers.consumers(),
+        )
+    except IntegrityError as exc:
+        deny(f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "
+             "re-publish, rescan and approve again")
     for f in files:
         h, s = hashed[f.resolved], chain.scanned[f.resolved]
         if (h.size, h.sha256) != (s.size_bytes, s.sha256):

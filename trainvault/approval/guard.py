@@ -72,14 +72,14 @@ class ApprovedObjects:
                 self._sized.add(uri)
         return uri
 
-    def get(self, uri: str) -> bytes:
-        return self._storage.get(self._approved(uri))
+    def get(self, uri: str, **bounds: Any) -> bytes:
+        return self._storage.get(self._approved(uri), **bounds)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         return self._storage.get_range(self._approved(uri), start, end)
 
-    def stream(self, uri: str, *, start: int = 0, end: int | None = None, chunk_size: int = 8 << 20) -> Iterator[bytes]:
-        return self._storage.stream(self._approved(uri), start=start, end=end, chunk_size=chunk_size)
+    def stream(self, uri: str, **options: Any) -> Iterator[bytes]:
+        return self._storage.stream(self._approved(uri), **options)
 
     def head(self, uri: str) -> ObjectInfo:
         return self._storage.head(self._approved(uri))
@@ -132,11 +132,12 @@ class CustodyStorage(ApprovedObjects):
     def __deepcopy__(self, memo: Any) -> Any:
         _refuse_copy()
 
-    def get(self, uri: str) -> bytes:
+    def get(self, uri: str, **bounds: Any) -> bytes:
+        """The pinned documents are the bytes the gate read under its own bounds."""
         key = normalize_uri(uri)
         if key in self._pinned:
             return self._pinned[key]
-        return super().get(key)
+        return super().get(key, **bounds)
 
 
 def _refuse_copy() -> NoReturn:

@@ -47,18 +47,23 @@ def hash_objects(
     *,
     keep: Collection[str] = (),
     expected_sizes: Mapping[str, int] | None = None,
+    bound_sizes: Mapping[str, int] | None = None,
     threads: int = DEFAULT_THREADS,
     progress: HashProgressCallback | None = None,
     consumers: Mapping[str, Callable[[], ChunkConsumer]] | None = None,
 ) -> dict[str, HashedObject]:
     """Read and hash every URI (each once); keep the bytes of those in `keep`.
 
-    `expected_sizes` only sizes the progress total. `consumers[uri]()` (for URIs not
+    `expected_sizes` only sizes the progress total. `bound_sizes`: the size that binds an
+    object; another size raises `IntegrityError`, and no byte past it is read. A kept object
+    without a bound size is read as a document (at most `StorageConfig.max_document_bytes`).
+    `consumers[uri]()` (for URIs not
     kept) makes a consumer that is fed the chunks as they are hashed, on the same thread.
     Errors (missing object, store failure) propagate from the first URI that failed.
     """
     todo = list(dict.fromkeys(uris))
-    sizes = expected_sizes or {}
+    bound = bound_sizes or {}
+    sizes = {**bound, **(expected_sizes or {})}
     total = sum(sizes.get(u, 0) for u in todo)
     lock = threading.Lock()
     state = [0, 0]  # files done, bytes done
@@ -73,13 +78,13 @@ def hash_objects(
 
     def one(uri: str) -> HashedObject:
         if uri in keep:
-            data = storage.get(uri)
+            data = storage.get(uri, expected_size=bound[uri]) if uri in bound else storage.get_document(uri)
             report(1, len(data))
             return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
         h = hashlib.sha256()
         size = 0
         sink = consumers[uri]() if consumers and uri in consumers else None
-        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES):
+        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES, expected_size=bound.get(uri)):
             h.update(chunk)
             if sink is not None:
                 sink.feed(chunk)

@@ -109,7 +109,7 @@ def open_approved(
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
     try:
-        raw = storage_of(vault).get(uri)
+        raw = storage_of(vault).get_document(uri)
     except ObjectNotFoundError:
         raise ApprovalError(f"approval denied: there is no approval record at {uri}; no approval, no load") from None
     except TrainVaultError as exc:

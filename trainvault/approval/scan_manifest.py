@@ -147,7 +147,7 @@ def scan_publication(
 ) -> TrainingScanManifest:
     """`build_training_scan_manifest` over a `Storage`."""
     manifest_uri = normalize_uri(manifest_uri)
-    publication = pinned_publication(manifest_uri, storage.get(manifest_uri), sha256=manifest_sha256)
+    publication = pinned_publication(manifest_uri, storage.get_document(manifest_uri), sha256=manifest_sha256)
     raw, digest = publication.raw, publication.sha256
     declared, totals = declared_files(publication)
     others = [f for f in declared if f.role != "data-manifest"]
@@ -155,6 +155,7 @@ def scan_publication(
         storage,
         [f.resolved for f in others],
         expected_sizes={f.resolved: f.size_bytes or 0 for f in others},
+        bound_sizes={f.resolved: f.size_bytes for f in others if f.size_bytes is not None},
         threads=threads,
         progress=progress,
     )

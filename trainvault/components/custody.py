@@ -174,7 +174,7 @@ def _resolve_part(top_uri: str, uri: str) -> str:
 
 
 def _read_bound(storage: Storage, uri: str, sha256: str, what: str) -> bytes:
-    raw = storage.get(uri)
+    raw = storage.get_document(uri)
     got = sha256_hex(raw)
     if got != sha256:
         raise IntegrityError(

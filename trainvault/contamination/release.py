@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.documents import Document
-from trainvault.errors import ContaminationError, IntegrityError, ManifestError
+from trainvault.errors import ContaminationError, IntegrityError, ManifestError, ObjectTooLargeError
 from trainvault.publication.manifest import validate_name
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
@@ -255,11 +255,15 @@ def load_release(storage: Storage, uri: str, *, sha256: str | None = None) -> Lo
     for entry in bound.document.benchmarks:
         f = entry.items
         item_uri = resolve_uri(f.uri, base, absolute="anywhere", where=f"{bound.uri} (benchmark {entry.name!r})")
-        data = storage.get(item_uri)
-        if len(data) != f.size_bytes or sha256_hex(data) != f.sha256:
+        try:
+            data = storage.get(item_uri, max_bytes=f.size_bytes)
+        except ObjectTooLargeError:
+            data = None  # larger than the release says: not read
+        if data is None or len(data) != f.size_bytes or sha256_hex(data) != f.sha256:
+            size = "more" if data is None else len(data)
             raise IntegrityError(
                 f"{item_uri}: item file of benchmark {entry.name!r} does not match the release "
-                f"(size {len(data)} vs {f.size_bytes}, or sha256 differs); it was altered after the release "
+                f"(size {size} vs {f.size_bytes}, or sha256 differs); it was altered after the release "
                 "was published: publish a new release"
             )
         rows = parse_jsonl(data, item_uri)

@@ -300,7 +300,7 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
     ref = ObjectRef(uri=uri, sha256=digest, size=len(data))
     for _ in range(2):
         try:
-            existing = storage.get(uri)
+            existing = storage.get_document(uri)
         except ObjectNotFoundError:
             try:
                 created = storage.put_create(uri, data)
@@ -334,7 +334,7 @@ def write_metrics_sidecars(storage: Storage, profile: DatasetProfile, *, overwri
         for split, doc in docs.items():
             uri = sidecar_uri(profile.manifest_uri, split)
             try:
-                existing = storage.get(uri)
+                existing = storage.get_document(uri)
             except ObjectNotFoundError:
                 continue
             if existing != doc.to_json_bytes():
@@ -348,7 +348,7 @@ def write_metrics_sidecars(storage: Storage, profile: DatasetProfile, *, overwri
 def read_metrics_sidecar(storage: Storage, uri: str, sha256: str | None = None) -> MetricsSidecar:
     """Read a sidecar; with `sha256`, bytes that hash differently raise `IntegrityError`."""
     uri = normalize_uri(uri)
-    raw = storage.get(uri)
+    raw = storage.get_document(uri)
     if sha256 is not None and sha256_hex(raw) != sha256:
         raise IntegrityError(f"{uri}: sha256 does not match the one that binds it; the sidecar changed after it was bound")
     return MetricsSidecar.from_json_bytes(raw, source=uri)

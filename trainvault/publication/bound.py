@@ -38,7 +38,7 @@ def read_document(storage: Storage, cls: type[D], uri: str, *, sha256: str | Non
     uri = normalize_uri(uri)
     if sha256 is not None and not is_sha256_hex(sha256):
         raise ManifestError(f"{uri}: expected sha256 {sha256!r} is not a 64-character lowercase hex digest")
-    data = storage.get(uri)
+    data = storage.get_document(uri)
     digest = sha256_hex(data)
     if sha256 is not None and digest != sha256:
         raise IntegrityError(

@@ -80,7 +80,7 @@ class Publication:
     ) -> Publication:
         """Read the manifest at `uri` once and parse it (see `from_bytes`)."""
         uri = normalize_uri(uri)
-        return cls.from_bytes(uri, storage.get(uri), sha256=sha256, absolute=absolute)
+        return cls.from_bytes(uri, storage.get_document(uri), sha256=sha256, absolute=absolute)
 
     @property
     def data_format(self) -> str:

@@ -19,7 +19,7 @@ STREAM_CHUNK = 4 << 20
 
 def read_descriptor(storage: Storage, entry: ShardEntry) -> ShardDescriptor:
     """Read a shard's descriptor and check it against the manifest entry that binds it."""
-    return parse_descriptor(entry, storage.get(entry.descriptor_uri))
+    return parse_descriptor(entry, storage.get_document(entry.descriptor_uri))
 
 
 def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:

@@ -205,7 +205,7 @@ class DatasetSaver:
     ) -> tuple[ShardDescriptor, bytes] | None:
         uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
         try:
-            raw = self.storage.get(uri)
+            raw = self.storage.get_document(uri)
         except ObjectNotFoundError:
             return None
         desc = ShardDescriptor.from_json_bytes(raw, source=uri)
@@ -228,7 +228,7 @@ class DatasetSaver:
     def _verify_data(self, desc: ShardDescriptor, data_uri: str) -> None:
         digest = hashlib.sha256()
         size = 0
-        for chunk in self.storage.stream(data_uri):
+        for chunk in self.storage.stream(data_uri, expected_size=desc.size_bytes):
             digest.update(chunk)
             size += len(chunk)
         if size != desc.size_bytes or digest.hexdigest() != desc.sha256:

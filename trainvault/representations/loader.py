@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainvault.errors import IntegrityError, SelectionError
+from trainvault.errors import IntegrityError, ObjectTooLargeError, SelectionError
 from trainvault.extras import require
 from trainvault.representations import artifact
 from trainvault.representations.documents import (
@@ -63,17 +63,23 @@ class _Run:
 
 
 def _read_pinned(storage: Storage, uri: str, sha256: str, size: int | None, bound_by: str, etag: str | None = None) -> Any:
-    """The object's bytes, after checking them against what `bound_by` pins."""
-    if etag is None:
-        data = storage.get(uri)
-    else:
-        try:
-            data = storage.get(uri, if_match=etag)
-        except IntegrityError as exc:
-            raise IntegrityError(
-                f"{uri}: the store no longer holds the version {bound_by} pins (etag {etag}); it was rewritten "
-                "after publication, even if with equal bytes. Republish, or ask the publisher"
-            ) from exc
+    """The object's bytes, after checking them against what `bound_by` pins (a document
+    without a pinned size is read under `StorageConfig.max_document_bytes`)."""
+    try:
+        data = storage.get(uri, if_match=etag, max_bytes=storage.config.max_document_bytes if size is None else size)
+    except ObjectTooLargeError as exc:
+        if size is None:
+            raise
+        raise IntegrityError(
+            f"{uri}: more than {size} bytes, but {bound_by} says {size} (extended, truncated or replaced)"
+        ) from exc
+    except IntegrityError as exc:
+        if etag is None:
+            raise
+        raise IntegrityError(
+            f"{uri}: the store no longer holds the version {bound_by} pins (etag {etag}); it was rewritten "
+            "after publication, even if with equal bytes. Republish, or ask the publisher"
+        ) from exc
     view = memoryview(data).cast("B")
     if size is not None and view.nbytes != size:
         raise IntegrityError(f"{uri}: {view.nbytes} bytes, but {bound_by} says {size} (truncated or replaced)")

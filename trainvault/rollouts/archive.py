@@ -67,7 +67,7 @@ class RolloutArchive:
         self.storage = as_storage(storage)
         self.uri = normalize_uri(uri)
         try:
-            raw = self.storage.get(self.uri)
+            raw = self.storage.get_document(self.uri)
         except ObjectNotFoundError:
             raise ObjectNotFoundError(f"no rollout archive at {self.uri}; check the URI") from None
         self.index_sha256 = sha256_hex(raw)
@@ -230,7 +230,7 @@ class RolloutArchive:
         if metadata is None:
             side = sidecar_uri(archive.uri)
             try:
-                raw = archive.storage.get(side)
+                raw = archive.storage.get_document(side)
             except ObjectNotFoundError:
                 raise ObjectNotFoundError(
                     f"rollout archive {archive.uri} was written without sample metadata and has no sidecar "

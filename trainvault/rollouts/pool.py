@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from trainvault.canonical import is_sha256_hex, sha256_hex
-from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, StorageError
+from trainvault.errors import (
+    ConflictError,
+    IntegrityError,
+    ManifestError,
+    ObjectNotFoundError,
+    ObjectTooLargeError,
+    StorageError,
+)
 from trainvault.rollouts.documents import GcMarker, OwnerRecord
 from trainvault.storage import Storage, join_uri, normalize_uri
 
@@ -80,15 +87,18 @@ def read_object(storage: Storage, pool: str, digest: str, size: int, *, archive:
     """A pool object's bytes, checked against its size and digest."""
     uri = object_uri(pool, digest)
     try:
-        data = storage.get(uri)
+        data = storage.get(uri, max_bytes=size)
     except ObjectNotFoundError:
         raise ObjectNotFoundError(
             f"{uri} (a chunk of rollout archive {archive}) is missing from its pool: it was garbage-collected "
             "after the archive was released, or the pool was moved; the archive's samples cannot be loaded"
         ) from None
-    if len(data) != size or sha256_hex(data) != digest:
+    except ObjectTooLargeError:
+        data = None  # larger than its size: not read
+    if data is None or len(data) != size or sha256_hex(data) != digest:
+        found = "more" if data is None else len(data)
         raise IntegrityError(
-            f"{uri} (a chunk of rollout archive {archive}) does not match its digest ({len(data)} bytes, "
+            f"{uri} (a chunk of rollout archive {archive}) does not match its digest ({found} bytes, "
             f"expected {size}); the object was altered or truncated: nothing from it is used"
         )
     return data
@@ -126,7 +136,7 @@ def _wait_for_collectors(storage: Storage, pool: str, max_wait_s: float) -> None
     pending: dict[str, float] = {}
     for info in storage.list(join_uri(pool, "gc")):
         try:
-            marker = GcMarker.from_json_bytes(storage.get(info.uri), source=info.uri)
+            marker = GcMarker.from_json_bytes(storage.get_document(info.uri), source=info.uri)
             pending[info.uri] = marker.deadline_unix
         except ObjectNotFoundError:
             continue  # that collector finished while we listed
@@ -256,7 +266,7 @@ def _owned_digests(storage: Storage, pool: str, report: GcReport, check_orphans:
     referenced: set[str] = set()
     for info in storage.list(join_uri(pool, "owners")):
         try:
-            raw = storage.get(info.uri)
+            raw = storage.get_document(info.uri)
         except ObjectNotFoundError:
             continue
         record = OwnerRecord.from_json_bytes(raw, source=info.uri)
@@ -273,7 +283,7 @@ def _is_orphan(storage: Storage, record_uri: str, record: OwnerRecord) -> bool:
     from trainvault.rollouts.documents import ArchiveIndex
 
     try:
-        raw = storage.get(record.archive)
+        raw = storage.get_document(record.archive)
     except ObjectNotFoundError:
         return True
     try:
