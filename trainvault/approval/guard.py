@@ -32,7 +32,7 @@ _ISSUE = object()
 class ApprovedObjects:
     """Reads of listed data objects through a `Storage` it holds, each object read only once its
     size matches; writes and listings are refused. It is not a `Storage`: it offers the reads a
-    loader makes (`get`, `get_range`, `stream`, `head`) and nothing else.
+    loader makes (`get`, `get_document`, `get_range`, `stream`, `head`) and nothing else.
 
     What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
     """
@@ -74,6 +74,10 @@ class ApprovedObjects:
 
     def get(self, uri: str, **bounds: Any) -> bytes:
         return self._storage.get(self._approved(uri), **bounds)
+
+    def get_document(self, uri: str) -> bytes:
+        """`get` under the document cap, as `Storage.get_document`."""
+        return self.get(uri, max_bytes=self.config.max_document_bytes)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         return self._storage.get_range(self._approved(uri), start, end)
