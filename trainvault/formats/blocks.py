@@ -1,6 +1,6 @@
 """The block-framed shard: a sequence of independently decodable blocks plus an index.
 
-Every format plugs a `BlockEncoder` (records in, block bytes out) and a block decoder
+Every format plugs a `BlockEncoder` (records in, block bytes out) and its block decoding
 into the shared writer here, so block cutting, offsets, digests and size limits are
 decided in one place for all formats.
 """
@@ -56,6 +56,14 @@ class BlockEncoder(Protocol):
 
 
 class ShardFormat(Protocol):
+    """One shard format: its encoder and the decoding of one verified block.
+
+    Decoding is two steps so that a reader can put each where it is cheapest:
+    `inflate_block` does the codec work, which releases the GIL (run it on read threads);
+    `block_records` builds the Python records, which holds it (run it on the thread that
+    consumes them). `decode_block` is both, for callers on one thread.
+    """
+
     name: str
     extension: str
 
@@ -67,7 +75,15 @@ class ShardFormat(Protocol):
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         """Per-shard decoding context built from the trailer (None for most formats)."""
 
-    def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]: ...
+    def inflate_block(self, data: bytes, block_index: int, context: Any) -> Any:
+        """The codec work on one verified block; raises `DecodeError` for bytes that do not decode."""
+
+    def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:
+        """The records of an inflated block; raises `DecodeError` for a payload that does not parse."""
+
+    def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]:
+        """The records of one verified block."""
+        return self.block_records(self.inflate_block(data, block_index, context), block_index)
 
 
 @dataclass
@@ -109,7 +125,7 @@ def encode_shard(
     the two overlap. Blocks still complete in order, so the bytes are the same.
     """
     if block_bytes < 1:
-        raise ValueError("block_bytes must be positive")
+        raise EncodeError(f"{name}: block_bytes is {block_bytes}; it must be a positive number of bytes")
     encoder = fmt.new_encoder()
     out = bytearray()
     whole = hashlib.sha256()
