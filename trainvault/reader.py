@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import DecodeError, IntegrityError, ManifestError, ObjectNotFoundError
+from trainvault.errors import (
+    DecodeError,
+    IntegrityError,
+    ManifestError,
+    ObjectNotFoundError,
+)
 from trainvault.formats import BlockRef, get_format
 from trainvault.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage, StorageConfig

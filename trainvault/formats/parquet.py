@@ -183,7 +183,8 @@ class ParquetFormat(ShardFormat):
             raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None
 
     def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:
+        pa = _pa()
         try:
             return inflated.to_pylist()
-        except Exception as exc:
+        except pa.ArrowException as exc:
             raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None
