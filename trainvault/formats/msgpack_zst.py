@@ -202,7 +202,7 @@ class MsgpackZstFormat(ShardFormat):
             raise DecodeError(f"block {block_index} is not a valid msgpack.zst block: {exc}") from None
 
     def block_records(self, inflated: bytes, block_index: int) -> list[dict[str, Any]]:
-        """Unpacked records; NumPy arrays are read-only views into the payload, not copies."""
+        """Unpacked records; a NumPy array is a read-only view of its extension bytes, not an element-wise copy."""
         try:
             return unpack_records(inflated)
         except (DecodeError, msgpack.UnpackException, ValueError) as exc:
