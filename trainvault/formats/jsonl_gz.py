@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainvault.errors import DecodeError, EncodeError
-from trainvault.formats.blocks import check_record_keys
+from trainvault.formats.blocks import ShardFormat, check_record_keys
 
 GZIP_LEVEL = 6
 
@@ -40,6 +40,9 @@ def gzip_member(payload: bytes | bytearray) -> bytes:
     header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
     trailer = (zlib.crc32(payload) & 0xFFFFFFFF).to_bytes(4, "little") + (len(payload) & 0xFFFFFFFF).to_bytes(4, "little")
     return header + body + trailer
+
+
+_loads = json.JSONDecoder().decode
 
 
 class _Encoder:
@@ -69,7 +72,7 @@ class _Encoder:
         return b""
 
 
-class JsonlGzFormat:
+class JsonlGzFormat(ShardFormat):
     name = "jsonl.gz"
     extension = "jsonl.gz"
 
@@ -82,12 +85,20 @@ class JsonlGzFormat:
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         return None
 
-    def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]:
+    def inflate_block(self, data: bytes, block_index: int, context: Any) -> bytes:
+        """The block's JSON lines (zlib releases the GIL)."""
+        inflater = zlib.decompressobj(31)  # gzip wrapper
         try:
-            d = zlib.decompressobj(31)  # gzip wrapper
-            payload = d.decompress(data)
-            if not d.eof or d.unused_data:
-                raise ValueError("block is not exactly one gzip member")
-            return [json.loads(line) for line in payload.splitlines() if line]
-        except (zlib.error, ValueError) as exc:
+            payload = inflater.decompress(data)
+        except zlib.error as exc:
+            raise DecodeError(f"block {block_index} is not a valid jsonl.gz block: {exc}") from None
+        if not inflater.eof or inflater.unused_data:
+            raise DecodeError(f"block {block_index} is not a valid jsonl.gz block: it is not exactly one gzip member")
+        return payload
+
+    def block_records(self, inflated: bytes, block_index: int) -> list[dict[str, Any]]:
+        try:
+            # One UTF-8 decode for the block, not one per line; the encoder writes "\n" only between lines.
+            return [_loads(line) for line in inflated.decode("utf-8").split("\n") if line]
+        except ValueError as exc:
             raise DecodeError(f"block {block_index} is not a valid jsonl.gz block: {exc}") from None

@@ -7,6 +7,7 @@ per-element Python loop; a reader without NumPy sees an `ExtType`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import zstandard
 
 from trainvault.errors import DecodeError, EncodeError
 from trainvault.extras import require
-from trainvault.formats.blocks import check_record_keys
+from trainvault.formats.blocks import ShardFormat, check_record_keys
 
 ZSTD_LEVEL = 3
 NDARRAY_EXT = 1
@@ -87,7 +88,7 @@ def _learn(data: bytes, n: int) -> tuple[Any, int] | None:
     length = tag if width == 0 else int.from_bytes(data[n + 4 : start], "big")
     dtype = np.dtype(data[2 : n + 2].decode("ascii"))
     if start + length * dtype.itemsize != len(data):
-        raise ValueError("array payload does not match its header")
+        raise DecodeError(f"an array's payload is not the {length} x {dtype} its header declares")
     _FAST[data[: n + 4]] = (dtype, start)
     if n == 3:  # "<i4", "<f8", "|u1"...: the prefix is 7 bytes, matched without parsing
         _FAST7[data[:7]] = (dtype, start, dtype.itemsize)
@@ -106,7 +107,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
         size = len(data) - start
         count = size // itemsize
         if count * itemsize != size:
-            raise ValueError("buffer size must be a multiple of element size")
+            raise DecodeError(f"an array's payload of {size} bytes is not a whole number of {dtype} elements")
         return _ndarray((count,), dtype, data, start)
     return _ext_hook_parse(code, data)
 
@@ -168,7 +169,19 @@ class _Encoder:
         return b""
 
 
-class MsgpackZstFormat:
+# One decompressor per thread, shared by every shard: a zstd context must not be used by
+# two threads at once, and one per (shard, thread) would hold a context per shard.
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+class MsgpackZstFormat(ShardFormat):
     name = "msgpack.zst"
     extension = "msgpack.zst"
 
@@ -179,11 +192,18 @@ class MsgpackZstFormat:
         return _Encoder()
 
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
-        return zstandard.ZstdDecompressor()
+        return None
 
-    def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]:
+    def inflate_block(self, data: bytes, block_index: int, context: Any) -> bytes:
+        """The block's msgpack payload (zstd releases the GIL)."""
         try:
-            payload = context.decompress(data)
-            return unpack_records(payload)
-        except (zstandard.ZstdError, msgpack.UnpackException, ValueError) as exc:
+            return _decompressor().decompress(data)
+        except zstandard.ZstdError as exc:
+            raise DecodeError(f"block {block_index} is not a valid msgpack.zst block: {exc}") from None
+
+    def block_records(self, inflated: bytes, block_index: int) -> list[dict[str, Any]]:
+        """Unpacked records; a NumPy array is a read-only view of its extension bytes, not an element-wise copy."""
+        try:
+            return unpack_records(inflated)
+        except (DecodeError, msgpack.UnpackException, ValueError) as exc:
             raise DecodeError(f"block {block_index} is not a valid msgpack.zst block: {exc}") from None

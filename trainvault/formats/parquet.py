@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainvault.errors import DecodeError, EncodeError
 from trainvault.extras import require
-from trainvault.formats.blocks import check_record_keys
+from trainvault.formats.blocks import ShardFormat, check_record_keys
 
 ZSTD_LEVEL = 3
 
@@ -131,7 +132,25 @@ class _Sparse(io.RawIOBase):
         return n
 
 
-class ParquetFormat:
+@dataclass(frozen=True)
+class _Footer:
+    """A shard's verified footer and its parsed metadata: what any one block needs to decode."""
+
+    size_bytes: int
+    trailer: bytes
+    metadata: Any
+
+    def block_end(self, block_index: int) -> int:
+        # A block ends where its row group's last column chunk ends (block 0 also
+        # carries the leading magic), so place the bytes by their end.
+        rg = self.metadata.row_group(block_index)
+        return max(
+            (c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size
+            for c in (rg.column(i) for i in range(rg.num_columns))
+        )
+
+
+class ParquetFormat(ShardFormat):
     name = "parquet"
     extension = "parquet"
 
@@ -142,7 +161,7 @@ class ParquetFormat:
         _pa()
         return _Encoder()
 
-    def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
+    def open_context(self, trailer: bytes | None, size_bytes: int) -> _Footer:
         pq = _pq()
         if not trailer:
             raise DecodeError("a parquet shard needs its footer (trailer) to decode blocks")
@@ -150,22 +169,22 @@ class ParquetFormat:
             meta = pq.ParquetFile(_Sparse(size_bytes, [(size_bytes - len(trailer), trailer)])).metadata
         except Exception as exc:
             raise DecodeError(f"the parquet footer does not parse: {exc}") from None
-        return (size_bytes, trailer, meta)
+        return _Footer(size_bytes, trailer, meta)
 
-    def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]:
+    def inflate_block(self, data: bytes, block_index: int, context: _Footer) -> Any:
+        """The block's row group as an Arrow table (Arrow decodes without the GIL)."""
         pq = _pq()
-        size, trailer, meta = context
+        size, trailer = context.size_bytes, context.trailer
         try:
-            rg = meta.row_group(block_index)
-            # A block ends where its row group's last column chunk ends (block 0 also
-            # carries the leading magic), so place the bytes by their end.
-            end = max(
-                (c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size
-                for c in (rg.column(i) for i in range(rg.num_columns))
-            )
-            start = end - len(data)
+            start = context.block_end(block_index) - len(data)
             source = _Sparse(size, [(start, data), (size - len(trailer), trailer)])
-            table = pq.ParquetFile(source, metadata=meta).read_row_group(block_index)
-            return table.to_pylist()
+            return pq.ParquetFile(source, metadata=context.metadata).read_row_group(block_index)
         except Exception as exc:
+            raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None
+
+    def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:
+        pa = _pa()
+        try:
+            return inflated.to_pylist()
+        except pa.ArrowException as exc:
             raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None

@@ -4,9 +4,9 @@ Fetching, SHA-256 checks and zstd/gzip decompression release the GIL, so reading
 blocks overlaps with forming batches from the current ones, and object-store latency is
 hidden. At most `lookahead` blocks are in flight or waiting, which bounds memory.
 
-For msgpack.zst the threads stop at the decompressed payload and the consuming thread
-unpacks it: unpacking holds the GIL, and several threads contending for it would slow
-the thread that forms batches.
+The threads stop at a block's inflated form (`ShardFormat.inflate_block`) and the
+consuming thread builds its records: that step holds the GIL, and several threads
+contending for it would slow the thread that forms batches.
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import msgpack
-import zstandard
-
-from trainvault.errors import DecodeError
-from trainvault.formats.msgpack_zst import unpack_records
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.storage import Storage
@@ -46,7 +41,7 @@ class BlockFetcher:
         self.shards = shards
         self.descriptors = descriptors
         self.threads = threads or DEFAULT_THREADS
-        # A decode context (a zstd decompressor) must not be shared by threads.
+        # Readers hold per-shard decode contexts, which threads must not share.
         self._local = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -72,25 +67,10 @@ class BlockFetcher:
     def _load(self, shard: int, block: int) -> Any:
         reader = self._reader(shard)
         ((index, data),) = reader.iter_block_bytes([block])
-        if self.data_format != "msgpack.zst":
-            return reader.decode(index, data)
-        dctx = getattr(self._local, "zstd", None)
-        if dctx is None:
-            dctx = self._local.zstd = zstandard.ZstdDecompressor()
-        try:
-            return dctx.decompress(data)
-        except zstandard.ZstdError as exc:
-            raise DecodeError(f"{reader.entry.uri}: block {index} is not a valid msgpack.zst block: {exc}") from None
+        return reader.inflate(index, data)
 
-    def _finish(self, shard: int, block: int, loaded: Any) -> list[dict[str, Any]]:
-        if self.data_format != "msgpack.zst":
-            return loaded
-        try:
-            return unpack_records(loaded)
-        except (msgpack.UnpackException, ValueError) as exc:
-            raise DecodeError(
-                f"{self.shards[shard].uri}: block {block} is not a valid msgpack.zst block: {exc}"
-            ) from None
+    def _finish(self, shard: int, block: int, inflated: Any) -> list[dict[str, Any]]:
+        return self._reader(shard).records(block, inflated)
 
     def iter_blocks(self, wanted: Iterable[tuple[int, int]], lookahead: int) -> Iterator[list[dict[str, Any]]]:
         """Records of each (shard, block) in `wanted`, in that order."""
