@@ -297,7 +297,7 @@ def open_materializer(
     `manifest` (internal: ``ApprovedDataset.component_range_materializer`` calls it).
     `custody` reads the approved shards and descriptors."""
     from trainvault.errors import SelectionError
-    from trainvault.publication.reader import read_descriptor
+    from trainvault.publication.reader import parse_descriptor
 
     if mode not in MODES:
         raise SelectionError(f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}")
@@ -313,7 +313,9 @@ def open_materializer(
         )
     if max_rows is not None:
         check_max_rows(checked, max_rows)
-    descriptors = [read_descriptor(custody, entry) for entry in shards]
+    # Custody serves each descriptor from the bytes the gate hashed; it has no bounded
+    # `get_document` because those bytes were already read under the gate's bounds.
+    descriptors = [parse_descriptor(entry, custody.get(entry.descriptor_uri)) for entry in shards]
     return ComponentRangeMaterializer._issue(
         _ISSUE, checked=checked, mode=mode, max_rows=max_rows, manifest_sha256=manifest_sha256, storage=custody,
         data_format=manifest.data_format, shards=shards, descriptors=descriptors,
