@@ -14,6 +14,7 @@ from trainvault.errors import (
     EncodeError,
     ManifestError,
     ObjectNotFoundError,
+    SampleNotFoundError,
 )
 from trainvault.extras import require
 from trainvault.formats import get_format
@@ -37,23 +38,16 @@ from trainvault.rollouts.samples import (
     encode_samples,
     strip_transport,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage, StorageSource, join_uri, normalize_uri, parent_uri, storage_of
 from trainvault.version import __version__
 
 DEFAULT_POOL_NAME = "rollout-pool"
 SIDECAR_SUFFIX = ".metadata.json"
 
 
-def as_storage(storage: Any) -> Storage:
-    """A `Storage` from None (local and memory:// only), a `Storage` or a `TrainVault`."""
-    if storage is None:
-        return Storage()
-    if isinstance(storage, Storage):
-        return storage
-    inner = getattr(storage, "storage", None)
-    if isinstance(inner, Storage):
-        return inner
-    raise TypeError(f"storage must be a Storage or a TrainVault, got {type(storage).__name__}")
+def as_storage(storage: StorageSource | None) -> Storage:
+    """`storage_of(storage)`, or for None a default `Storage` (local and memory:// only)."""
+    return Storage() if storage is None else storage_of(storage)
 
 
 def sidecar_uri(uri: str) -> str:
@@ -168,7 +162,8 @@ class RolloutArchive:
     def load_samples(self, sample_key: str | None = None, task_key: str | int | None = None) -> list[Sample]:
         """All samples, or those matching every key given, in archive order.
 
-        Raises `KeyError` when a selection matches nothing. Reads only the chunks holding
+        Raises `SampleNotFoundError` (a `KeyError`) when a selection matches nothing; `keys()`
+        lists what there is. Reads only the chunks holding
         the selected samples, each checked against its digest.
         """
         task = None if task_key is None else str(task_key)
@@ -178,7 +173,10 @@ class RolloutArchive:
             if (sample_key is None or e.sample_key == sample_key) and (task is None or e.task_key == task)
         ]
         if not selected and (sample_key is not None or task_key is not None):
-            raise KeyError((sample_key, task_key))
+            raise SampleNotFoundError(
+                f"rollout archive {self.uri} has no sample with sample_key={sample_key!r} and task_key={task_key!r}; "
+                "archive.keys() lists the (sample_key, task_key) pairs it holds"
+            )
         loaded: dict[int, list[Sample]] = {}
         result = []
         for e in selected:
