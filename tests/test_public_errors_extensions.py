@@ -111,6 +111,18 @@ def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(archive: 
     assert len(archive.load_samples(sample_key="sample:0", task_key="task-0")) == 1
 
 
+def test_archive_save_settings(vault: TrainVault) -> None:
+    uri = f"memory://{uuid.uuid4().hex}/a.json"
+    for chunk_size in (0, -1):
+        got = refused(lambda: RolloutArchive.save(uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
+                      ConfigurationError)
+        assert isinstance(got, ValueError) and "chunk_size" in str(got)
+    for kwargs in ({"chunk_size": "8"}, {"chunk_size": 8.0}, {"chunk_size": True}, {"rollout_id": None},
+                   {"rollout_id": 1.5}, {"rollout_id": True}):
+        refused(lambda: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault), TypeError)
+    assert not vault.storage.exists(uri)
+
+
 def test_an_archive_storage_of_a_wrong_type(archive: RolloutArchive) -> None:
     for storage in (5, "memory://x", object()):
         refused(lambda: RolloutArchive(archive.uri, storage=storage), TypeError)

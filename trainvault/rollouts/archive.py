@@ -9,9 +9,9 @@ from typing import Any
 from trainvault.canonical import sha256_hex
 from trainvault.errors import (
     ArchiveExistsError,
+    ConfigurationError,
     ConflictError,
     DecodeError,
-    EncodeError,
     ManifestError,
     ObjectNotFoundError,
     SampleNotFoundError,
@@ -52,6 +52,32 @@ def as_storage(storage: StorageSource | None) -> Storage:
 
 def sidecar_uri(uri: str) -> str:
     return normalize_uri(uri) + SIDECAR_SUFFIX
+
+
+def _check_save_settings(chunk_size: Any, rollout_id: Any) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__}")
+    if chunk_size < 1:
+        raise ConfigurationError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
+        raise TypeError(f"rollout_id must be an int or a str, got {type(rollout_id).__name__}")
+
+
+def _publish(st: Storage, uri: str, pool: str, owner: str, payloads: dict[str, bytearray], index_bytes: bytes) -> None:
+    """Put the chunks, then the owner record, then the index (create-only) under the retention
+    protocol of `trainvault.rollouts.pool`; `ArchiveExistsError` if another archive won `uri`."""
+    for digest, data in payloads.items():
+        put_object(st, pool, digest, data)
+    record = write_owner(st, pool, owner, uri, payloads)
+    # A collector may have removed a deduplicated object before our owner record existed.
+    settle_after_owner(st, pool, payloads)
+    try:
+        created = st.put_create(uri, index_bytes)
+    except ConflictError:
+        created = False
+    if not created:
+        st.delete(record)  # the other writer's archive stands; our claim must not outlive us
+        raise _exists(uri)
 
 
 class RolloutArchive:
@@ -117,10 +143,7 @@ class RolloutArchive:
         st = as_storage(storage)
         uri = normalize_uri(uri)
         pool = normalize_uri(pool) if pool is not None else join_uri(parent_uri(uri), DEFAULT_POOL_NAME)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise EncodeError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
-            raise EncodeError(f"rollout_id must be an int or a str, got {rollout_id!r}")
+        _check_save_settings(chunk_size, rollout_id)
         if st.exists(uri):
             raise _exists(uri)
 
@@ -137,20 +160,7 @@ class RolloutArchive:
             sample_metadata=encoded.metadata,
             producer=Producer(library="trainvault", version=__version__),
         )
-        index_bytes = index.to_json_bytes()
-
-        for digest, data in encoded.payloads.items():
-            put_object(st, pool, digest, data)
-        record = write_owner(st, pool, owner, uri, encoded.payloads)
-        # A collector may have removed a deduplicated object before our owner record existed.
-        settle_after_owner(st, pool, encoded.payloads)
-        try:
-            created = st.put_create(uri, index_bytes)
-        except ConflictError:
-            created = False
-        if not created:
-            st.delete(record)  # the other writer's archive stands; our claim must not outlive us
-            raise _exists(uri)
+        _publish(st, uri, pool, owner, encoded.payloads, index.to_json_bytes())
         return cls(uri, storage=st)
 
     # -- reading ----------------------------------------------------------------
