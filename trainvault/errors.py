@@ -77,6 +77,13 @@ class SelectionError(TrainVaultError, ValueError):
     """A selection (split, stage, source, ...) names something that is not published."""
 
 
+class SampleNotFoundError(SelectionError, KeyError):
+    """A rollout archive holds no sample with the selected keys (also a `KeyError`)."""
+
+    # KeyError's own str() would print the message quoted.
+    __str__ = Exception.__str__
+
+
 class ResumeStateError(TrainVaultError, ValueError):
     """A loader state does not belong to this manifest or selection."""
 

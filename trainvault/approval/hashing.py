@@ -41,6 +41,49 @@ class ChunkConsumer(Protocol):
         """The object ended."""
 
 
+class _Tally:
+    """Objects and bytes hashed so far by every thread, reported to `progress` at each step."""
+
+    def __init__(self, progress: HashProgressCallback | None, files_total: int, bytes_total: int):
+        self._progress = progress
+        self._files_total, self._bytes_total = files_total, bytes_total
+        self._files = self._bytes = 0
+        self._lock = threading.Lock()
+
+    def add(self, files: int, nbytes: int) -> None:
+        if self._progress is None:
+            return
+        with self._lock:
+            self._files += files
+            self._bytes += nbytes
+            self._progress(HashProgress(self._files, self._files_total, self._bytes, max(self._bytes_total, self._bytes)))
+
+
+def _read_kept(storage: Storage, uri: str, bound_size: int | None, tally: _Tally) -> HashedObject:
+    """Read a kept object whole: to its bound size, or as a document when nothing binds its size."""
+    data = storage.get(uri, expected_size=bound_size) if bound_size is not None else storage.get_document(uri)
+    tally.add(1, len(data))
+    return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
+
+
+def _hash_streamed(
+    storage: Storage, uri: str, bound_size: int | None, sink: ChunkConsumer | None, tally: _Tally
+) -> HashedObject:
+    """Stream an object through the hash (and `sink`), keeping none of its bytes."""
+    h = hashlib.sha256()
+    size = 0
+    for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES, expected_size=bound_size):
+        h.update(chunk)
+        if sink is not None:
+            sink.feed(chunk)
+        size += len(chunk)
+        tally.add(0, len(chunk))
+    if sink is not None:
+        sink.close()
+    tally.add(1, 0)
+    return HashedObject(uri, size, h.hexdigest())
+
+
 def hash_objects(
     storage: Storage,
     uris: Sequence[str],
@@ -62,41 +105,18 @@ def hash_objects(
     Errors (missing object, store failure) propagate from the first URI that failed.
     """
     todo = list(dict.fromkeys(uris))
+    if not todo:
+        return {}
     bound = bound_sizes or {}
     sizes = {**bound, **(expected_sizes or {})}
-    total = sum(sizes.get(u, 0) for u in todo)
-    lock = threading.Lock()
-    state = [0, 0]  # files done, bytes done
-
-    def report(files: int, nbytes: int) -> None:
-        if progress is None:
-            return
-        with lock:
-            state[0] += files
-            state[1] += nbytes
-            progress(HashProgress(state[0], len(todo), state[1], max(total, state[1])))
+    tally = _Tally(progress, len(todo), sum(sizes.get(u, 0) for u in todo))
 
     def one(uri: str) -> HashedObject:
         if uri in keep:
-            data = storage.get(uri, expected_size=bound[uri]) if uri in bound else storage.get_document(uri)
-            report(1, len(data))
-            return HashedObject(uri, len(data), hashlib.sha256(data).hexdigest(), data)
-        h = hashlib.sha256()
-        size = 0
+            return _read_kept(storage, uri, bound.get(uri), tally)
         sink = consumers[uri]() if consumers and uri in consumers else None
-        for chunk in storage.stream(uri, chunk_size=CHUNK_BYTES, expected_size=bound.get(uri)):
-            h.update(chunk)
-            if sink is not None:
-                sink.feed(chunk)
-            size += len(chunk)
-            report(0, len(chunk))
-        if sink is not None:
-            sink.close()
-        report(1, 0)
-        return HashedObject(uri, size, h.hexdigest())
+        return _hash_streamed(storage, uri, bound.get(uri), sink, tally)
 
-    if not todo:
-        return {}
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(todo))), thread_name_prefix="trainvault-hash") as pool:
         futures = [pool.submit(one, u) for u in todo]
         try:

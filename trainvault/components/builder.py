@@ -33,7 +33,7 @@ from trainvault.components.ledger import (
     token_digest,
 )
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ManifestError
+from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ArtifactRef, ObjectRef, Referenced
@@ -60,7 +60,9 @@ def split_frame(frame: Frame, max_rows: int) -> Frame:
     if not isinstance(max_rows, int) or isinstance(max_rows, bool):
         raise TypeError(f"max_rows must be an int, got {type(max_rows).__name__}")
     if max_rows < 2:
-        raise ManifestError(f"max_rows must be >= 2 (a mid-component range needs its predecessor row), got {max_rows}")
+        raise ConfigurationError(
+            f"max_rows must be >= 2 (a mid-component range needs its predecessor row), got {max_rows}"
+        )
     if frame.ranges:
         spans = list(frame.ranges)
     else:

@@ -17,33 +17,29 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.publication.manifest import validate_name
+from trainvault.refs import Sha256
 from trainvault.storage import join_uri, normalize_uri, parent_uri
 
 LEDGER_NAME = "component-ledger-v1.json"
 LEDGER_FOLDER = "component-ledger"
 #: v1 ledgers declare int32 tokens (``input_ids`` as stored and emitted).
 TOKEN_DTYPE = "int32"
-_SHA = r"^[0-9a-f]{64}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class LedgerRange(_Strict):
+class LedgerRange(StrictModel):
     """One range to train on: `length` tokens from `component_offset` of its frame's component."""
 
     range_id: str = Field(min_length=1)
     component_offset: int = Field(ge=0)
     length: int = Field(ge=1)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
 
 
-class LedgerFrame(_Strict):
+class LedgerFrame(StrictModel):
     """A component's piece in a record: record tokens ``[start, end)`` are component tokens
     ``[component_start, component_start + end - start)``."""
 
@@ -54,7 +50,7 @@ class LedgerFrame(_Strict):
     ranges: list[LedgerRange]
 
 
-class LedgerRecord(_Strict):
+class LedgerRecord(StrictModel):
     record_index: int = Field(ge=0)
     packed_record_id: str = Field(min_length=1)
     token_count: int = Field(ge=0)
@@ -76,10 +72,10 @@ class ComponentLedgerPart(Document):
         return sum(len(f.ranges) for r in self.records for f in r.frames)
 
 
-class LedgerPartRef(_Strict):
+class LedgerPartRef(StrictModel):
     shard_key: str
     uri: str = Field(min_length=1)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     record_count: int = Field(ge=0)
     range_count: int = Field(ge=0)
 
@@ -91,7 +87,7 @@ class ComponentLedger(Document):
 
     format: Literal["trainvault.component-ledger"] = "trainvault.component-ledger"
     version: Literal[1] = 1
-    data_manifest_sha256: str = Field(pattern=_SHA)
+    data_manifest_sha256: Sha256
     split: str
     token_dtype: Literal["int32"] = TOKEN_DTYPE
     parts: list[LedgerPartRef]

@@ -35,7 +35,7 @@ from trainvault.components.custody import (
     where,
 )
 from trainvault.components.ledger import ledger_sidecar_name
-from trainvault.errors import ApprovalError, CustodyError
+from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
@@ -296,13 +296,16 @@ def open_materializer(
     """The materializer of `split`'s ledger, `checked` by the gate against the approved
     `manifest` (internal: ``ApprovedDataset.component_range_materializer`` calls it).
     `custody` reads the approved shards and descriptors."""
-    from trainvault.errors import SelectionError
-    from trainvault.publication.reader import read_descriptor
+    from trainvault.publication.reader import parse_descriptor
 
     if mode not in MODES:
-        raise SelectionError(f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}")
-    if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1):
-        raise SelectionError(f"max_rows must be a positive int or None, got {max_rows!r}")
+        raise ConfigurationError(
+            f"mode must be 'unpack' (one record per range) or 'group' (one per packed record), got {mode!r}"
+        )
+    if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool)):
+        raise TypeError(f"max_rows must be an int or None, got {type(max_rows).__name__}")
+    if max_rows is not None and max_rows < 1:
+        raise ConfigurationError(f"max_rows must be a positive int or None, got {max_rows!r}")
     if split not in manifest.splits:
         raise SelectionError(f"split {split!r} is not in the approved manifest; splits: {', '.join(sorted(manifest.splits))}")
     shards = manifest.splits[split].shards
@@ -313,7 +316,9 @@ def open_materializer(
         )
     if max_rows is not None:
         check_max_rows(checked, max_rows)
-    descriptors = [read_descriptor(custody, entry) for entry in shards]
+    # Custody serves each descriptor from the bytes the gate hashed; it has no bounded
+    # `get_document` because those bytes were already read under the gate's bounds.
+    descriptors = [parse_descriptor(entry, custody.get(entry.descriptor_uri)) for entry in shards]
     return ComponentRangeMaterializer._issue(
         _ISSUE, checked=checked, mode=mode, max_rows=max_rows, manifest_sha256=manifest_sha256, storage=custody,
         data_format=manifest.data_format, shards=shards, descriptors=descriptors,

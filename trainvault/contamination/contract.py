@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainvault.contamination.normalize import NormalizationSpec
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 
 METHOD_ID = "ngram-exact-v1"
 HASH_ID = "blake2b64+poly64"
@@ -39,10 +39,8 @@ def ratio_at_most(count: int, total: int, limit: list[int]) -> bool:
     return count * d <= n * total
 
 
-class Policy(BaseModel):
+class Policy(StrictModel):
     """When a benchmark passes: contaminated and uncheckable fractions at most these limits."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     #: Per benchmark name, with ``"*"`` for every benchmark not named. Default: none contaminated.
     max_contaminated_fraction: dict[str, Ratio] = Field(default_factory=lambda: {"*": [0, 1]})
@@ -77,10 +75,8 @@ class Policy(BaseModel):
         )
 
 
-class MethodSpec(BaseModel):
+class MethodSpec(StrictModel):
     """The matching method and its parameters, copied verbatim into the report."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     id: Literal["ngram-exact-v1"] = METHOD_ID
     #: n-gram size in tokens.

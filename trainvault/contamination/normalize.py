@@ -16,9 +16,10 @@ import unicodedata
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from trainvault.contamination.token_batch import TokenBatch, splice
+from trainvault.documents import StrictModel
 
 NORMALIZATION_ID = "tvnorm-v1"
 
@@ -27,10 +28,8 @@ NORMALIZATION_ID = "tvnorm-v1"
 _ASCII_SEPARATORS = bytes(b for b in range(128) if chr(b).isspace() or unicodedata.category(chr(b))[0] in "PS")
 
 
-class NormalizationSpec(BaseModel):
+class NormalizationSpec(StrictModel):
     """The recorded parameters of tvnorm-v1 (they go into the contract and the report)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     id: Literal["tvnorm-v1"] = NORMALIZATION_ID
     nfkc: Literal[True] = True

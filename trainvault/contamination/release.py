@@ -13,36 +13,32 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.publication.bound import Bound, publish_document, read_document
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, IntegrityError, ManifestError, ObjectTooLargeError
 from trainvault.publication.manifest import validate_name
+from trainvault.refs import Sha256
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
 
 RELEASE_NAME = "evaluation-release-v1.json"
-_SHA = r"^[0-9a-f]{64}$"
 
 
-class ItemFile(BaseModel):
+class ItemFile(StrictModel):
     """A benchmark's JSONL item file, bound by size and SHA-256."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     #: Absolute, or relative to the folder of the release document.
     uri: str
     size_bytes: int = Field(ge=0)
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     n_items: int = Field(ge=1)
 
 
-class BenchmarkEntry(BaseModel):
+class BenchmarkEntry(StrictModel):
     """One benchmark of a release: where its items are and which fields are fingerprinted."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: str
     split: str = "test"

@@ -15,40 +15,36 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import MethodSpec, Policy
 from trainvault.contamination.index import EvalIndex, IndexedBenchmark
 from trainvault.contamination.scan import ShardHit, ShardScanResult
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError
 from trainvault.publication.manifest import DataManifest, natural_key
+from trainvault.refs import Sha256
 from trainvault.version import __version__
 
 REPORT_NAME = "contamination-report-v1.json"
-_SHA = r"^[0-9a-f]{64}$"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ReleaseRef(_Model):
+class ReleaseRef(StrictModel):
     id: str
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
 
 
-class TrainingRef(_Model):
-    data_manifest_sha256: str = Field(pattern=_SHA)
-    scan_manifest_sha256: str = Field(pattern=_SHA)
+class TrainingRef(StrictModel):
+    data_manifest_sha256: Sha256
+    scan_manifest_sha256: Sha256
 
 
-class DigestRef(_Model):
-    sha256: str = Field(pattern=_SHA)
+class DigestRef(StrictModel):
+    sha256: Sha256
 
 
-class Coverage(_Model):
+class Coverage(StrictModel):
     """What was scanned: must equal the scan manifest's totals."""
 
     shards: int = Field(ge=0)
@@ -57,7 +53,7 @@ class Coverage(_Model):
     bytes: int = Field(ge=0)
 
 
-class BenchmarkResult(_Model):
+class BenchmarkResult(StrictModel):
     model_config = ConfigDict(populate_by_name=True)
 
     name: str
@@ -79,13 +75,13 @@ class ReportHit(ShardHit):
 
     split: str
     shard: str
-    shard_sha256: str = Field(pattern=_SHA)
+    shard_sha256: Sha256
 
 
-class ContaminatedItem(_Model):
+class ContaminatedItem(StrictModel):
     benchmark: str
     item_id: str
-    item_sha256: str = Field(pattern=_SHA)
+    item_sha256: Sha256
     #: Distinct item n-grams found anywhere in the training data, of `total_ngrams`.
     matched_ngrams: int = Field(ge=1)
     total_ngrams: int = Field(ge=1)
@@ -95,15 +91,15 @@ class ContaminatedItem(_Model):
     hits: list[ReportHit] = Field(min_length=1)
 
 
-class UncheckableItem(_Model):
+class UncheckableItem(StrictModel):
     benchmark: str
     item_id: str
-    item_sha256: str = Field(pattern=_SHA)
+    item_sha256: Sha256
     tokens: int = Field(ge=0)
     reason: Literal["too-short", "template-only"]
 
 
-class ToolInfo(_Model):
+class ToolInfo(StrictModel):
     name: str
     version: str
     python: str

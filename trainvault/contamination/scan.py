@@ -13,16 +13,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from trainvault.contamination.index import EvalIndex
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, IntegrityError
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
+from trainvault.refs import Sha256
 from trainvault.storage import Storage
 
-_SHA = r"^[0-9a-f]{64}$"
 #: Bytes requested per streamed chunk while reading a shard.
 STREAM_CHUNK = 8 << 20
 #: Records tokenised together: enough to amortise numpy calls, few enough that the
@@ -30,14 +30,12 @@ STREAM_CHUNK = 8 << 20
 BATCH_RECORDS = 256
 
 
-class ShardHit(BaseModel):
+class ShardHit(StrictModel):
     """Where in a shard a benchmark item's text was found.
 
     Token offsets index the field's normalised tokens; character offsets index the
     field's original text, both as half-open ranges.
     """
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     record_index: int = Field(ge=0)
     record_id: str | None
@@ -48,10 +46,8 @@ class ShardHit(BaseModel):
     char_end: int = Field(ge=0)
 
 
-class ShardItemHits(BaseModel):
+class ShardItemHits(StrictModel):
     """One item's matches in one shard: the first hits in record order, and exact totals."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     benchmark: str
     item_id: str
@@ -69,9 +65,9 @@ class ShardScanResult(Document):
 
     format: Literal["trainvault.contamination-shard-scan"] = "trainvault.contamination-shard-scan"
     version: Literal[1] = 1
-    shard_sha256: str = Field(pattern=_SHA)
-    contract_sha256: str = Field(pattern=_SHA)
-    release_sha256: str = Field(pattern=_SHA)
+    shard_sha256: Sha256
+    contract_sha256: Sha256
+    release_sha256: Sha256
     records: int = Field(ge=0)
     #: Normalised tokens over the scanned fields.
     tokens: int = Field(ge=0)

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.canonical import canonical_json
 from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
-from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
+from trainvault.formats import DEFAULT_BLOCK_BYTES, EncodedShard, encode_shard, get_format
+from trainvault.publication.discovery import discover_shards, read_shard_descriptor, shard_entry
 from trainvault.publication.manifest import (
-    DESCRIPTOR_SUFFIX,
-    NO_STAGE,
     Curriculum,
     DataManifest,
     Producer,
@@ -36,13 +35,10 @@ from trainvault.publication.manifest import (
 from trainvault.storage import (
     SINGLE_PUT_LIMIT,
     Storage,
-    join_uri,
     normalize_uri,
     parent_uri,
 )
 from trainvault.version import __version__
-
-_DISCOVERY_THREADS = 16
 
 
 def _check_metadata(metadata: Mapping[str, Any] | None, what: str) -> dict[str, Any] | None:
@@ -59,18 +55,23 @@ def _check_metadata(metadata: Mapping[str, Any] | None, what: str) -> dict[str, 
     return json.loads(canonical_json(dict(metadata)))
 
 
-def _entry(root_desc_uri: str, data_uri: str, desc: ShardDescriptor, desc_bytes: bytes) -> ShardEntry:
-    return ShardEntry(
-        key=desc.key,
-        curriculum_stage=desc.curriculum_stage,
-        shard_id=desc.shard_id,
-        uri=data_uri,
-        size_bytes=desc.size_bytes,
-        sha256=desc.sha256,
-        record_count=desc.record_count,
-        descriptor_uri=root_desc_uri,
-        descriptor_sha256=sha256_hex(desc_bytes),
-    )
+@dataclass(frozen=True)
+class _Shard:
+    """Where one shard of the publication goes."""
+
+    split: str
+    curriculum_stage: str | None
+    shard_id: str
+    data_uri: str
+    descriptor_uri: str
+
+    @property
+    def key(self) -> str:
+        return shard_key(self.curriculum_stage, self.shard_id)
+
+    @property
+    def name(self) -> str:
+        return f"shard {self.split}/{self.key}"
 
 
 class DatasetSaver:
@@ -125,35 +126,49 @@ class DatasetSaver:
         validate_stage(curriculum_stage)
         validate_name("shard id", shard_id)
         metadata = _check_metadata(curriculum_metadata, "curriculum_metadata")
-        key = shard_key(curriculum_stage, shard_id)
-        name = f"shard {split}/{key}"
-        data_uri = shard_data_uri(self.root, split, curriculum_stage, shard_id, self.data_format)
-        desc_uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
-
-        existing = self._read_descriptor(split, curriculum_stage, shard_id)
+        shard = self._place(split, curriculum_stage, shard_id)
+        existing = read_shard_descriptor(self.storage, self.root, split, curriculum_stage, shard_id)
         if existing is not None:
             desc, desc_bytes = existing
-            self._check_same_shard(desc, metadata, name)
-            self._verify_data(desc, data_uri)
-            return self._remember(split, _entry(desc_uri, data_uri, desc, desc_bytes), metadata)
+            self._check_same_shard(desc, metadata, shard.name)
+            self._verify_data(desc, shard.data_uri)
+        else:
+            encoded = self._put_data(shard, records)
+            desc, desc_bytes = self._put_descriptor(shard, self._descriptor(shard, encoded, metadata), metadata)
+        return self._remember(split, shard_entry(shard.descriptor_uri, shard.data_uri, desc, desc_bytes), metadata)
 
-        fmt = get_format(self.data_format)
-        encoded = encode_shard(fmt, records, block_bytes=self.block_bytes, max_bytes=self.max_shard_bytes, name=name)
-        try:
-            self.storage.put_create(data_uri, encoded.data)
-        except ConflictError:
-            raise ConflictError(
-                f"{name} is not deterministic: {data_uri} holds bytes from an earlier attempt that differ from "
-                "the records derived now. Make the generator deterministic (seed it from the shard id), or "
-                "delete that object if no manifest references it, then save again"
-            ) from None
-        desc = ShardDescriptor(
+    def _place(self, split: str, curriculum_stage: str | None, shard_id: str) -> _Shard:
+        return _Shard(
             split=split,
             curriculum_stage=curriculum_stage,
             shard_id=shard_id,
-            key=key,
+            data_uri=shard_data_uri(self.root, split, curriculum_stage, shard_id, self.data_format),
+            descriptor_uri=shard_descriptor_uri(self.root, split, curriculum_stage, shard_id),
+        )
+
+    def _put_data(self, shard: _Shard, records: Iterable[Mapping[str, Any]]) -> EncodedShard:
+        """Encode `records` and write the data object create-only (equal bytes already there are fine)."""
+        fmt = get_format(self.data_format)
+        encoded = encode_shard(fmt, records, block_bytes=self.block_bytes, max_bytes=self.max_shard_bytes,
+                               name=shard.name)
+        try:
+            self.storage.put_create(shard.data_uri, encoded.data)
+        except ConflictError:
+            raise ConflictError(
+                f"{shard.name} is not deterministic: {shard.data_uri} holds bytes from an earlier attempt that differ "
+                "from the records derived now. Make the generator deterministic (seed it from the shard id), or "
+                "delete that object if no manifest references it, then save again"
+            ) from None
+        return encoded
+
+    def _descriptor(self, shard: _Shard, encoded: EncodedShard, metadata: dict[str, Any] | None) -> ShardDescriptor:
+        return ShardDescriptor(
+            split=shard.split,
+            curriculum_stage=shard.curriculum_stage,
+            shard_id=shard.shard_id,
+            key=shard.key,
             data_format=self.data_format,
-            codec={**fmt.settings(), "block_bytes": self.block_bytes},
+            codec={**get_format(self.data_format).settings(), "block_bytes": self.block_bytes},
             size_bytes=len(encoded.data),
             sha256=encoded.sha256,
             record_count=encoded.record_count,
@@ -162,27 +177,34 @@ class DatasetSaver:
             curriculum_metadata=metadata,
             producer=Producer(library="trainvault", version=__version__),
         )
+
+    def _put_descriptor(
+        self, shard: _Shard, desc: ShardDescriptor, metadata: dict[str, Any] | None
+    ) -> tuple[ShardDescriptor, bytes]:
+        """Write the descriptor create-only; return the one on storage with its bytes."""
         desc_bytes = desc.to_json_bytes()
         try:
-            self.storage.put_create(desc_uri, desc_bytes)
+            self.storage.put_create(shard.descriptor_uri, desc_bytes)
         except ConflictError:
             # Another writer completed the same shard at the same moment; accept it if it matches.
-            other = self._read_descriptor(split, curriculum_stage, shard_id)
+            other = read_shard_descriptor(self.storage, self.root, shard.split, shard.curriculum_stage, shard.shard_id)
             if other is None:
-                raise ConflictError(f"{name}: {desc_uri} existed a moment ago and is gone; another process is deleting "
-                                    "shards under this publication: stop it, then save again") from None
-            desc, desc_bytes = other
-            self._check_same_shard(desc, metadata, name)
-            if desc.sha256 != encoded.sha256:
-                raise ConflictError(f"{name}: a concurrent writer published different bytes") from None
-        return self._remember(split, _entry(desc_uri, data_uri, desc, desc_bytes), metadata)
+                raise ConflictError(
+                    f"{shard.name}: {shard.descriptor_uri} existed a moment ago and is gone; another process is "
+                    "deleting shards under this publication: stop it, then save again"
+                ) from None
+            self._check_same_shard(other[0], metadata, shard.name)
+            if other[0].sha256 != desc.sha256:
+                raise ConflictError(f"{shard.name}: a concurrent writer published different bytes") from None
+            return other
+        return desc, desc_bytes
 
     def recover(self, split: str, curriculum_stage: str | None, *, shard_id: str) -> ShardEntry:
         """The entry of a shard completed earlier (by any process), verified against its data."""
         validate_name("split", split)
         validate_stage(curriculum_stage)
         validate_name("shard id", shard_id)
-        found = self._read_descriptor(split, curriculum_stage, shard_id)
+        found = read_shard_descriptor(self.storage, self.root, split, curriculum_stage, shard_id)
         key = shard_key(curriculum_stage, shard_id)
         if found is None:
             raise ObjectNotFoundError(
@@ -191,7 +213,8 @@ class DatasetSaver:
         desc, desc_bytes = found
         data_uri = shard_data_uri(self.root, split, curriculum_stage, shard_id, self.data_format)
         self._verify_data(desc, data_uri)
-        entry = _entry(shard_descriptor_uri(self.root, split, curriculum_stage, shard_id), data_uri, desc, desc_bytes)
+        desc_uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
+        entry = shard_entry(desc_uri, data_uri, desc, desc_bytes)
         return self._remember(split, entry, desc.curriculum_metadata)
 
     def _remember(self, split: str, entry: ShardEntry, metadata: dict[str, Any] | None) -> ShardEntry:
@@ -199,19 +222,6 @@ class DatasetSaver:
         if entry.curriculum_stage is not None:
             self._stage_metadata.setdefault((split, entry.curriculum_stage), metadata)
         return entry
-
-    def _read_descriptor(
-        self, split: str, curriculum_stage: str | None, shard_id: str
-    ) -> tuple[ShardDescriptor, bytes] | None:
-        uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
-        try:
-            raw = self.storage.get_document(uri)
-        except ObjectNotFoundError:
-            return None
-        desc = ShardDescriptor.from_json_bytes(raw, source=uri)
-        if (desc.split, desc.curriculum_stage, desc.shard_id) != (split, curriculum_stage, shard_id):
-            raise IntegrityError(f"{uri} describes shard {desc.split}/{desc.key}, not the shard at its path")
-        return desc, raw
 
     def _check_same_shard(self, desc: ShardDescriptor, metadata: dict[str, Any] | None, name: str) -> None:
         if desc.data_format != self.data_format:
@@ -286,58 +296,9 @@ class DatasetSaver:
 
     # -- manifest ---------------------------------------------------------------
 
-    def _discover(self) -> dict[str, list[tuple[ShardEntry, dict[str, Any] | None]]]:
-        """Every complete shard under the root, found by listing (other processes' too),
-        per split in manifest order, with the curriculum metadata its descriptor records."""
-        prefix = join_uri(self.root, "shards")
-        base = prefix + "/"
-        objects = self.storage.list(prefix)
-        sizes = {o.uri: o.size for o in objects}
-        descriptors = [o.uri for o in objects if o.uri.endswith(DESCRIPTOR_SUFFIX)]
-
-        def load(uri: str) -> tuple[str, ShardEntry, dict[str, Any] | None]:
-            parts = uri[len(base) :].split("/")
-            if len(parts) != 3:
-                raise ManifestError(f"{uri}: a descriptor outside the shards/<split>/<stage>/ layout")
-            split, stage_dir, file = parts
-            stage = None if stage_dir == NO_STAGE else stage_dir
-            shard_id = file[: -len(DESCRIPTOR_SUFFIX)]
-            found = self._read_descriptor(split, stage, shard_id)
-            if found is None:
-                raise ObjectNotFoundError(f"{uri} disappeared while the manifest was being built; retry")
-            desc, raw = found
-            if desc.data_format != self.data_format:
-                raise ConflictError(
-                    f"{uri} is a {desc.data_format} shard; this manifest is {self.data_format}: "
-                    "one publication holds one format"
-                )
-            data_uri = shard_data_uri(self.root, split, stage, shard_id, self.data_format)
-            if sizes.get(data_uri) != desc.size_bytes:
-                raise IntegrityError(
-                    f"{data_uri} is missing or not {desc.size_bytes} bytes as its descriptor says; delete the "
-                    "shard's objects and save it again"
-                )
-            return split, _entry(uri, data_uri, desc, raw), desc.curriculum_metadata
-
-        with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
-            loaded = list(pool.map(load, descriptors))
-        by_split: dict[str, list[tuple[ShardEntry, dict[str, Any] | None]]] = {}
-        for split, entry, metadata in loaded:
-            by_split.setdefault(split, []).append((entry, metadata))
-
-        described = {entry.uri for _, entry, _ in loaded} | set(descriptors)
-        incomplete = [o.uri for o in objects if o.uri not in described]
-        if incomplete:
-            shown = ", ".join(incomplete[:5]) + (f" and {len(incomplete) - 5} more" if len(incomplete) > 5 else "")
-            raise ManifestError(
-                f"{len(incomplete)} object(s) under {prefix} belong to no complete shard: {shown}. "
-                "Save those shards again (a crash interrupted them) before committing"
-            )
-        return {s: sorted(es, key=lambda pair: natural_key(pair[0].key)) for s, es in by_split.items()}
-
     def build_manifest(self) -> DataManifest:
         """The manifest that `commit_manifest` would write, from the shards on storage."""
-        discovered = self._discover()
+        discovered = discover_shards(self.storage, self.root, self.data_format)
         for split in self._curricula:
             if split not in discovered:
                 raise ManifestError(f"curricula are registered for split {split!r}, which has no complete shard")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.publication.manifest import validate_name
+from trainvault.refs import Sha256
 
 MANIFEST_NAME = "representation-manifest-v1.json"
 ARTIFACT_MANIFEST_NAME = "representation-artifacts-v1.json"
@@ -33,7 +34,6 @@ TOKEN_DTYPE = "int32"
 #: Block ids are stored as int64.
 MAX_BLOCK_ID = 2**63 - 1
 
-_SHA = r"^[0-9a-f]{64}$"
 _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -66,40 +66,36 @@ def check_relative_uri(value: str) -> str:
     return value
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class Teacher(_Strict):
+class Teacher(StrictModel):
     name: str = Field(min_length=1)
     revision: str = Field(min_length=1)
     num_layers: int = Field(ge=1)
     hidden_size: int = Field(ge=1)
 
 
-class Projection(_Strict):
+class Projection(StrictModel):
     method: str = Field(min_length=1)
     dim: int = Field(ge=1)
     seed: int
 
 
-class IndexRef(_Strict):
+class IndexRef(StrictModel):
     """An index, bound by content and by the version the store holds (etag)."""
 
     uri: str
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     etag: str = Field(min_length=1)
     size_bytes: int = Field(ge=0)
 
     check_uri = field_validator("uri")(check_relative_uri)
 
 
-class SourceEntry(_Strict):
+class SourceEntry(StrictModel):
     index: IndexRef
     block_count: int = Field(ge=1)
 
 
-class SplitEntry(_Strict):
+class SplitEntry(StrictModel):
     sources: dict[str, SourceEntry] = Field(min_length=1)
 
     @field_validator("sources")
@@ -141,14 +137,14 @@ class RepresentationManifest(Document):
         return self
 
 
-class ArtifactManifestRef(_Strict):
+class ArtifactManifestRef(StrictModel):
     uri: str
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
 
     check_uri = field_validator("uri")(check_relative_uri)
 
 
-class IndexBlock(_Strict):
+class IndexBlock(StrictModel):
     block_id: int = Field(ge=0, le=MAX_BLOCK_ID)
     part: str
     row_start: int = Field(ge=0)
@@ -182,7 +178,7 @@ class RepresentationIndex(Document):
         return value
 
 
-class ArtifactEntry(_Strict):
+class ArtifactEntry(StrictModel):
     """One safetensors object: a part's tokens, or its states at one (layer, state kind)."""
 
     artifact_id: str
@@ -193,7 +189,7 @@ class ArtifactEntry(_Strict):
     layer: int | None
     state_kind: str | None
     uri: str
-    sha256: str = Field(pattern=_SHA)
+    sha256: Sha256
     size_bytes: int = Field(ge=0)
     dtype: Literal["int32", "bfloat16", "float16", "float32"]
     shape: list[int]

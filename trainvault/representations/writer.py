@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from trainvault.canonical import sha256_hex
 from trainvault.documents import describe_validation_error
-from trainvault.errors import EncodeError, ManifestError, StorageError
+from trainvault.errors import ConfigurationError, EncodeError, ManifestError, StorageError
 from trainvault.extras import require
 from trainvault.publication.manifest import validate_name
 from trainvault.representations import artifact
@@ -88,15 +88,19 @@ class RepresentationWriter:
         self.teacher = _model(Teacher, teacher, "teacher")
         self.projection = _model(Projection, projection, "projection")
         layers, state_kinds = list(layers), list(state_kinds)
-        if not layers or any(type(x) is not int or not 0 <= x < self.teacher.num_layers for x in layers):
-            raise ManifestError(f"layers must be integers in [0, {self.teacher.num_layers}), got {layers}")
+        if any(type(x) is not int for x in layers):
+            raise TypeError(f"layers must be integers, got {[type(x).__name__ for x in layers]}")
+        if not layers or any(not 0 <= x < self.teacher.num_layers for x in layers):
+            raise ConfigurationError(f"layers must be integers in [0, {self.teacher.num_layers}), got {layers}")
         if len(set(layers)) != len(layers) or len(set(state_kinds)) != len(state_kinds) or not state_kinds:
-            raise ManifestError(f"layers {layers} and state_kinds {state_kinds} must be non-empty and distinct")
+            raise ConfigurationError(f"layers {layers} and state_kinds {state_kinds} must be non-empty and distinct")
         for kind in state_kinds:
             validate_name("state kind", kind)
         self.layers, self.state_kinds = sorted(layers), sorted(state_kinds)
-        if type(part_rows) is not int or part_rows < 1:
-            raise ManifestError(f"part_rows must be a positive integer, got {part_rows!r}")
+        if type(part_rows) is not int:
+            raise TypeError(f"part_rows must be an int, got {type(part_rows).__name__}")
+        if part_rows < 1:
+            raise ConfigurationError(f"part_rows must be a positive integer, got {part_rows!r}")
         self.part_rows = part_rows
         self.row_dtype: str | None = None
         self._blocks: dict[tuple[str, str], dict[int, _Block]] = {}

@@ -9,11 +9,12 @@ from typing import Any
 from trainvault.canonical import sha256_hex
 from trainvault.errors import (
     ArchiveExistsError,
+    ConfigurationError,
     ConflictError,
     DecodeError,
-    EncodeError,
     ManifestError,
     ObjectNotFoundError,
+    SampleNotFoundError,
 )
 from trainvault.extras import require
 from trainvault.formats import get_format
@@ -37,27 +38,46 @@ from trainvault.rollouts.samples import (
     encode_samples,
     strip_transport,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage, StorageSource, join_uri, normalize_uri, parent_uri, storage_of
 from trainvault.version import __version__
 
 DEFAULT_POOL_NAME = "rollout-pool"
 SIDECAR_SUFFIX = ".metadata.json"
 
 
-def as_storage(storage: Any) -> Storage:
-    """A `Storage` from None (local and memory:// only), a `Storage` or a `TrainVault`."""
-    if storage is None:
-        return Storage()
-    if isinstance(storage, Storage):
-        return storage
-    inner = getattr(storage, "storage", None)
-    if isinstance(inner, Storage):
-        return inner
-    raise TypeError(f"storage must be a Storage or a TrainVault, got {type(storage).__name__}")
+def as_storage(storage: StorageSource | None) -> Storage:
+    """`storage_of(storage)`, or for None a default `Storage` (local and memory:// only)."""
+    return Storage() if storage is None else storage_of(storage)
 
 
 def sidecar_uri(uri: str) -> str:
     return normalize_uri(uri) + SIDECAR_SUFFIX
+
+
+def _check_save_settings(chunk_size: Any, rollout_id: Any) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__}")
+    if chunk_size < 1:
+        raise ConfigurationError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
+        raise TypeError(f"rollout_id must be an int or a str, got {type(rollout_id).__name__}")
+
+
+def _publish(st: Storage, uri: str, pool: str, owner: str, payloads: dict[str, bytearray], index_bytes: bytes) -> None:
+    """Put the chunks, then the owner record, then the index (create-only) under the retention
+    protocol of `trainvault.rollouts.pool`; `ArchiveExistsError` if another archive won `uri`."""
+    for digest, data in payloads.items():
+        put_object(st, pool, digest, data)
+    record = write_owner(st, pool, owner, uri, payloads)
+    # A collector may have removed a deduplicated object before our owner record existed.
+    settle_after_owner(st, pool, payloads)
+    try:
+        created = st.put_create(uri, index_bytes)
+    except ConflictError:
+        created = False
+    if not created:
+        st.delete(record)  # the other writer's archive stands; our claim must not outlive us
+        raise _exists(uri)
 
 
 class RolloutArchive:
@@ -123,10 +143,7 @@ class RolloutArchive:
         st = as_storage(storage)
         uri = normalize_uri(uri)
         pool = normalize_uri(pool) if pool is not None else join_uri(parent_uri(uri), DEFAULT_POOL_NAME)
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise EncodeError(f"chunk_size must be a positive int, got {chunk_size!r}")
-        if isinstance(rollout_id, bool) or not isinstance(rollout_id, (int, str)):
-            raise EncodeError(f"rollout_id must be an int or a str, got {rollout_id!r}")
+        _check_save_settings(chunk_size, rollout_id)
         if st.exists(uri):
             raise _exists(uri)
 
@@ -143,20 +160,7 @@ class RolloutArchive:
             sample_metadata=encoded.metadata,
             producer=Producer(library="trainvault", version=__version__),
         )
-        index_bytes = index.to_json_bytes()
-
-        for digest, data in encoded.payloads.items():
-            put_object(st, pool, digest, data)
-        record = write_owner(st, pool, owner, uri, encoded.payloads)
-        # A collector may have removed a deduplicated object before our owner record existed.
-        settle_after_owner(st, pool, encoded.payloads)
-        try:
-            created = st.put_create(uri, index_bytes)
-        except ConflictError:
-            created = False
-        if not created:
-            st.delete(record)  # the other writer's archive stands; our claim must not outlive us
-            raise _exists(uri)
+        _publish(st, uri, pool, owner, encoded.payloads, index.to_json_bytes())
         return cls(uri, storage=st)
 
     # -- reading ----------------------------------------------------------------
@@ -168,7 +172,8 @@ class RolloutArchive:
     def load_samples(self, sample_key: str | None = None, task_key: str | int | None = None) -> list[Sample]:
         """All samples, or those matching every key given, in archive order.
 
-        Raises `KeyError` when a selection matches nothing. Reads only the chunks holding
+        Raises `SampleNotFoundError` (a `KeyError`) when a selection matches nothing; `keys()`
+        lists what there is. Reads only the chunks holding
         the selected samples, each checked against its digest.
         """
         task = None if task_key is None else str(task_key)
@@ -178,7 +183,10 @@ class RolloutArchive:
             if (sample_key is None or e.sample_key == sample_key) and (task is None or e.task_key == task)
         ]
         if not selected and (sample_key is not None or task_key is not None):
-            raise KeyError((sample_key, task_key))
+            raise SampleNotFoundError(
+                f"rollout archive {self.uri} has no sample with sample_key={sample_key!r} and task_key={task_key!r}; "
+                "archive.keys() lists the (sample_key, task_key) pairs it holds"
+            )
         loaded: dict[int, list[Sample]] = {}
         result = []
         for e in selected:

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from trainvault.documents import Document
+from trainvault.documents import Document, StrictModel
 from trainvault.formats import BlockRef
 from trainvault.publication.manifest import Producer
+from trainvault.refs import Sha256
 
-SHA256 = r"^[0-9a-f]{64}$"
 #: Owner record names: `<sha256 of the archive URI, 32 hex>-<32 hex nonce>`.
 OWNER_NAME = r"^[0-9a-f]{32}-[0-9a-f]{32}$"
 
 
-class ArchiveChunk(BaseModel):
+class ArchiveChunk(StrictModel):
     """One pool object: a block-framed msgpack.zst run of consecutive samples."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    sha256: str = Field(pattern=SHA256)
+    sha256: Sha256
     size_bytes: int = Field(ge=1)
     sample_count: int = Field(ge=1)
     blocks: list[BlockRef] = Field(min_length=1)
@@ -40,10 +37,8 @@ class ArchiveChunk(BaseModel):
         return self
 
 
-class ArchiveEntry(BaseModel):
+class ArchiveEntry(StrictModel):
     """Where one sample lives, and the keys that select it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     sample_key: str = Field(pattern=r"^(sample|position):.+$")
     task_key: str | None
@@ -90,14 +85,8 @@ class OwnerRecord(Document):
     format: Literal["trainvault.rollout-pool-owner"] = "trainvault.rollout-pool-owner"
     version: Literal[1] = 1
     archive: str = Field(min_length=1)
-    objects: list[str]
+    objects: list[Sha256]
     created_unix: float
-
-    @model_validator(mode="after")
-    def _digests(self) -> OwnerRecord:
-        if any(not re.fullmatch(SHA256, d) for d in self.objects):
-            raise ValueError("objects must be sha256 hex digests")
-        return self
 
 
 class MetadataSidecar(Document):
@@ -108,7 +97,7 @@ class MetadataSidecar(Document):
     format: Literal["trainvault.rollout-archive-metadata"] = "trainvault.rollout-archive-metadata"
     version: Literal[1] = 1
     #: SHA-256 of the archive index bytes this metadata describes.
-    index_sha256: str = Field(pattern=SHA256)
+    index_sha256: Sha256
     samples: list[dict[str, Any]]
 
 

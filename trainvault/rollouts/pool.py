@@ -31,9 +31,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from numbers import Real
 
 from trainvault.canonical import is_sha256_hex, sha256_hex
 from trainvault.errors import (
+    ConfigurationError,
     ConflictError,
     IntegrityError,
     ManifestError,
@@ -49,6 +51,7 @@ GC_MAX_SECONDS = 600.0
 #: Allowance for clock differences between a writer and a collector.
 CLOCK_MARGIN_S = 5.0
 _POLL_S = 0.2
+_PUT_ATTEMPTS = 5
 
 
 def object_uri(pool: str, digest: str) -> str:
@@ -67,7 +70,9 @@ def new_owner_name(archive_uri: str) -> str:
 def put_object(storage: Storage, pool: str, digest: str, data: bytes | bytearray) -> bool:
     """Store `data` at its content address; True when this call created it."""
     uri = object_uri(pool, digest)
-    for attempt in range(5):
+    attempts = 0
+    while True:
+        attempts += 1
         try:
             return storage.put_create(uri, data)
         except ConflictError:
@@ -78,9 +83,8 @@ def put_object(storage: Storage, pool: str, digest: str, data: bytes | bytearray
         except StorageError:
             # A collector may delete an unowned object between the create attempt and the
             # comparison read (and another writer may re-create it): simply try again.
-            if attempt == 4:
+            if attempts == _PUT_ATTEMPTS:
                 raise
-    raise AssertionError("unreachable")
 
 
 def read_object(storage: Storage, pool: str, digest: str, size: int, *, archive: str) -> bytes:
@@ -178,6 +182,20 @@ class GcReport:
     complete: bool = True
 
 
+def _grace_seconds(grace: float | timedelta) -> float:
+    """`grace` in seconds: a `TypeError` for anything but a number or a timedelta, a
+    `ConfigurationError` for a negative (or NaN) one."""
+    if isinstance(grace, timedelta):
+        seconds = grace.total_seconds()
+    elif isinstance(grace, Real) and not isinstance(grace, bool):
+        seconds = float(grace)
+    else:
+        raise TypeError(f"grace must be seconds (a number) or a timedelta, got {type(grace).__name__}")
+    if not seconds >= 0:
+        raise ConfigurationError(f"gc grace must be a non-negative duration, got {seconds} seconds")
+    return seconds
+
+
 def gc(
     pool: str,
     *,
@@ -195,9 +213,7 @@ def gc(
     object put and their owner record. A dry run writes and deletes nothing. Fails closed:
     when any owner record cannot be listed or read, it raises and deletes nothing.
     """
-    grace_s = grace.total_seconds() if isinstance(grace, timedelta) else float(grace)
-    if grace_s < 0:
-        raise ValueError(f"grace must not be negative, got {grace_s}")
+    grace_s = _grace_seconds(grace)
     storage = storage or Storage()
     pool = normalize_uri(pool)
     report = GcReport(pool=pool, grace_s=grace_s, dry_run=dry_run)
