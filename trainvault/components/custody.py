@@ -352,3 +352,19 @@ __all__ = [
     "open_ledger",
     "rows_of",
 ]
+
+
+def read_record(shard: CompiledShard, index: int, record: Any) -> tuple[str, Any, Any, tuple[CompiledRange, ...]]:
+    """Record `index` of `shard` after the custody checks: its id, int32 tokens, loss mask
+    (None: all true) and compiled ranges. The tokens are the record's own array, not a copy."""
+    if index >= len(shard.records):
+        raise CustodyError(
+            f"record {index} of shard {shard.key} is not in the ledger's {len(shard.records)} records; the shard "
+            "does not match its ledger"
+        )
+    expected = shard.records[index]
+    ids = check_read(shard.key, index, expected, record)
+    if not expected.ranges:
+        return expected.packed_record_id, ids, None, ()
+    mask = read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
+    return expected.packed_record_id, ids, mask, expected.ranges

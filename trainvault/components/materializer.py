@@ -30,9 +30,7 @@ from trainvault.components.custody import (
     CompiledRange,
     CompiledShard,
     check_max_rows,
-    check_read,
-    read_mask,
-    where,
+    read_record,
 )
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
@@ -210,22 +208,6 @@ def _constants(rows: int) -> tuple[Any, Any, Any]:
         for a in cached:
             a.flags.writeable = False
     return cached
-
-
-def read_record(shard: CompiledShard, index: int, record: Any) -> tuple[str, Any, Any, tuple[CompiledRange, ...]]:
-    """Record `index` of `shard` after the custody checks: its id, int32 tokens, loss mask
-    (None: all true) and compiled ranges. The tokens are the record's own array, not a copy."""
-    if index >= len(shard.records):
-        raise CustodyError(
-            f"record {index} of shard {shard.key} is not in the ledger's {len(shard.records)} records; the shard "
-            "does not match its ledger"
-        )
-    expected = shard.records[index]
-    ids = check_read(shard.key, index, expected, record)
-    if not expected.ranges:
-        return expected.packed_record_id, ids, None, ()
-    mask = read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
-    return expected.packed_record_id, ids, mask, expected.ranges
 
 
 def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[dict[str, Any]]:

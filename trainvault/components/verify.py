@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainvault.components.custody import CheckedLedger, CompiledShard, check_read, open_ledger, read_mask, where
+from trainvault.components.custody import CheckedLedger, CompiledShard, open_ledger, read_record, where
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.manifest import DataManifest, ShardEntry
@@ -27,21 +27,12 @@ from trainvault.storage import Storage, normalize_uri
 
 def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:
     """Record `index` of `shard` is the one the ledger describes and each range's tokens match their sha256."""
-    if index >= len(shard.records):
-        raise CustodyError(
-            f"record {index} of shard {shard.key} is not in the ledger's {len(shard.records)} records; the shard "
-            "does not match its ledger"
-        )
-    expected = shard.records[index]
-    ids = check_read(shard.key, index, expected, record)
-    if not expected.ranges:
-        return
-    read_mask(where(shard.key, index, expected.packed_record_id), record, expected.token_count)
-    for r in expected.ranges:
+    pid, ids, _, ranges = read_record(shard, index, record)
+    for r in ranges:
         rid, lo, hi = r.range_id, r.row_lo, r.row_hi
         if hashlib.sha256(ids[lo:hi]).hexdigest() != r.sha256:
             raise IntegrityError(
-                f"{where(shard.key, index, expected.packed_record_id, rid)}: its {hi - lo} tokens do not match the "
+                f"{where(shard.key, index, pid, rid)}: its {hi - lo} tokens do not match the "
                 "ledger's sha256; the tokens or the ledger changed: approval denied. Rebuild the ledger and approve again"
             )
 
