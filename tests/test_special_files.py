@@ -291,3 +291,18 @@ def test_reads_are_bounded_on_every_store(vault_root: tuple[TrainVault, str]) ->
     with pytest.raises(ObjectTooLargeError, match="max_document_bytes"):
         small.get_document(uri)
     assert Storage(vault.storage_config.with_overrides(max_document_bytes=100)).get_document(uri) == b"x" * 100
+
+
+def test_ranges_never_read_past_the_end_on_every_store(vault_root: tuple[TrainVault, str]) -> None:
+    vault, root = vault_root
+    # A short recovery window: a range refusal taken for a network fault would retry until it ends.
+    st = Storage(vault.storage_config.with_overrides(recovery_window_s=3))
+    uri = normalize_uri(f"{root}/doc.bin")
+    st.put(uri, bytes(range(100)))
+    assert st.get_range(uri, 90, 100) == bytes(range(90, 100))
+    for start, end in ((90, 110), (0, 1 << 40), (100, 120), (200, 300)):
+        # A range past the end is a truncated object, read no further than the object (no
+        # allocation of end - start bytes), and refused at once on every store.
+        with pytest.raises(IntegrityError, match="truncated"):
+            st.get_range(uri, start, end)
+

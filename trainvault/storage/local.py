@@ -38,9 +38,11 @@ class FileBackend:
             return data
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        fd, _ = _open_regular(path)
+        """Bytes [start, end), never past the size the open file had: a range beyond the end
+        comes back short (and `Storage` calls it truncated) instead of allocating `end - start`."""
+        fd, st = _open_regular(path)
         try:
-            return os.pread(fd, end - start, start)
+            return os.pread(fd, max(0, min(end, st.st_size) - start), start)
         finally:
             os.close(fd)
 

@@ -82,7 +82,10 @@ class Storage:
         return self.get(uri, if_match=if_match, max_bytes=self.config.max_document_bytes)
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of the object; `IntegrityError` if the object is shorter."""
+        """Bytes [start, end) of the object; `IntegrityError` if the object is shorter.
+
+        Never reads past the object's end, whatever `end` says.
+        """
         if end <= start:
             return b""
         loc = parse_uri(uri)

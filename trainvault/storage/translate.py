@@ -27,7 +27,7 @@ _OS_HINTS = {
 
 #: How obstore reports a range that starts or ends past the object. Not a bare "416": it
 #: also appears inside timings such as "in 16.416158ms".
-_RANGE_REFUSED = re.compile(r"status code: 416\b|Range Not Satisfiable|InvalidRange")
+_RANGE_REFUSED = re.compile(r"status code: 416\b|Range Not Satisfiable|InvalidRange|Invalid range")
 
 
 class translate:
