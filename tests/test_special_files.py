@@ -24,7 +24,7 @@ from typing import Any, Callable
 import pytest
 from approval_chain import build_chain
 
-from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, TrainVault
+from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, StorageError, TrainVault
 from trainvault.approval import SigningKey, write_approval, write_keypair
 from trainvault.storage import Storage, StorageConfig, normalize_uri, parse_uri
 
@@ -306,3 +306,25 @@ def test_ranges_never_read_past_the_end_on_every_store(vault_root: tuple[TrainVa
         with pytest.raises(IntegrityError, match="truncated"):
             st.get_range(uri, start, end)
 
+
+def test_a_listing_holds_regular_files_and_refuses_what_reads_refuse(tmp_path: Path) -> None:
+    st = Storage()
+    folder = tmp_path / "objects"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.json").write_bytes(b"{}")
+    (folder / "sub" / "b.json").write_bytes(b"[]")
+    (folder / "linked.json").symlink_to(folder / "a.json")  # a link to a regular file is read, so listed
+    (folder / ".tv-tmp-c.json.1.2").write_bytes(b"{")  # an interrupted write's leftovers are not objects
+    listed = [o.uri for o in st.list(str(folder))]
+    assert listed == [normalize_uri(str(folder / n)) for n in ("a.json", "linked.json", "sub/b.json")]
+    for kind, swap in (("a FIFO", swap_fifo), ("a character device", swap_dev_zero), ("a socket", swap_socket)):
+        target = folder / "sub" / "b.json"
+        swap(str(target))
+        refused = re.escape(f"{normalize_uri(str(target))} is {kind}, not a regular file")
+        with pytest.raises(StorageError, match=refused):
+            st.list(str(folder))
+        target.unlink()
+        target.write_bytes(b"[]")
+    (folder / "elsewhere").symlink_to(tmp_path, target_is_directory=True)  # listing it could loop or duplicate
+    with pytest.raises(StorageError, match="elsewhere is a link to a folder"):
+        st.list(str(folder))

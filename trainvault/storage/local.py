@@ -71,8 +71,9 @@ class FileBackend:
         """The regular files under the folder `prefix` (in no set order).
 
         A folder that does not exist, or vanishes, holds nothing; a file deleted while it is
-        listed is left out. A link to nothing or a link loop raises OSError: a listing never
-        hides an entry it cannot vouch for. Links to folders are not followed.
+        listed is left out. Anything else that is not a regular file (a FIFO, socket or
+        device, a link to nothing or to a folder, a link loop) raises, `NotRegular` or
+        OSError: a listing never hides an entry it cannot vouch for.
         """
         for full, st in _walk("/" + prefix):
             yield StoredObject(full.lstrip("/"), st.st_size, _file_etag(st),
@@ -147,7 +148,7 @@ def _chunks(f: Any, start: int, end: int | None, chunk_size: int) -> Iterator[by
 
 def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:
     """Each regular file under `folder`, with its status (links followed), sub-folders
-    included (links to folders are not followed); `FileBackend.list` says what raises."""
+    included (links to folders are refused, never followed); `FileBackend.list` says what raises."""
     try:
         with os.scandir(folder) as it:
             entries = list(it)
@@ -170,6 +171,10 @@ def _listed_status(entry: os.DirEntry[str]) -> os.stat_result | None:
         if os.path.lexists(entry.path):
             raise  # a link to nothing did not vanish: we cannot say what it holds
         return None
+    if stat.S_ISDIR(st.st_mode):
+        raise NotRegular("a link to a folder", entry.path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(_kind(st.st_mode), entry.path)
     return st
 
 

@@ -14,7 +14,7 @@ from trainvault.errors import (
     ObjectTooLargeError,
     StorageError,
 )
-from trainvault.storage.backend import Backend, TooLarge, read_limit
+from trainvault.storage.backend import Backend, NotRegular, TooLarge, read_limit
 from trainvault.storage.clients import Clients
 from trainvault.storage.config import StorageConfig
 from trainvault.storage.recovery import CONTACTS, recovering, resuming
@@ -151,7 +151,10 @@ class Storage:
 
         Complete or an error, never less: every object that exists for the whole call is
         listed (a folder that does not exist holds nothing; objects created or deleted
-        during the call may or may not appear). Anything else raises a `StorageError`.
+        during the call may or may not appear). In a local folder, objects are regular files
+        (links to them included); any other entry (a FIFO, socket or device, a link to
+        nothing or to a folder, a link loop) is refused as reads refuse it, so the listing
+        raises a `StorageError` naming it. Anything else that fails raises a `StorageError` too.
         """
         loc = parse_uri(prefix_uri)
         return sorted(recovering(self._clients, loc, "list", lambda b: _listing(b, loc)), key=lambda o: o.uri)
@@ -206,6 +209,12 @@ def _listing(backend: Backend, loc: Location) -> list[ObjectInfo]:
         ]
     except (StorageError, PermissionError):
         raise  # already typed, or made an AuthenticationError by translate
+    except NotRegular as exc:
+        entry = replace(loc, path=exc.path.lstrip("/")).uri
+        raise StorageError(
+            f"cannot list {loc.uri}: {entry} is {exc.kind}, not a regular file; a listing holds regular files "
+            "only and hides nothing: remove it or put the published object back; nothing was listed"
+        ) from None
     except OSError as exc:
         # Never "no objects": a caller such as the rollout collector would take an
         # unreadable folder for an empty one and delete what it protects.
