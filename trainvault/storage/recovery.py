@@ -98,8 +98,8 @@ class Attempts:
     def backend(self) -> Backend:
         """The backend for the next attempt (noting, for S3, that the endpoint is being tried)."""
         backend = self.clients.get(self.loc)
-        if self.loc.scheme == "s3":
-            CONTACTS.trying(self.clients.config.s3_base_url)
+        if self.endpoint:
+            CONTACTS.trying(self.endpoint)
         return backend
 
     def answered(self) -> None:
