@@ -249,7 +249,7 @@ def test_index_rewritten_with_equal_bytes_is_refused(published) -> None:
         # bytes is a new version with a new etag.
         import obstore
 
-        obstore.put(vault.storage._backend(loc).store, loc.path, data, use_multipart=True)
+        obstore.put(vault.storage._clients.get(loc).store, loc.path, data, use_multipart=True)
     else:
         vault.storage.delete(index_uri)
         vault.storage.put(index_uri, data)
@@ -492,7 +492,7 @@ def test_a_timing_with_416_in_it_is_not_a_range_error() -> None:
     import obstore.exceptions as obx
 
     from trainvault.errors import TransientStorageError
-    from trainvault.storage import _translate
+    from trainvault.storage.translate import translate as _translate
 
     text = "Generic S3 error: Error performing GET http://h/b/k in 16.416158ms - Server returned non-2xx status code: 503"
     with pytest.raises(TransientStorageError), _translate("s3://b/k", "read"):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import pytest
 from approval_chain import build_chain
 
-from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, TrainVault
+from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, StorageError, TrainVault
 from trainvault.approval import SigningKey, write_approval, write_keypair
 from trainvault.storage import Storage, StorageConfig, normalize_uri, parse_uri
 
@@ -291,3 +291,40 @@ def test_reads_are_bounded_on_every_store(vault_root: tuple[TrainVault, str]) ->
     with pytest.raises(ObjectTooLargeError, match="max_document_bytes"):
         small.get_document(uri)
     assert Storage(vault.storage_config.with_overrides(max_document_bytes=100)).get_document(uri) == b"x" * 100
+
+
+def test_ranges_never_read_past_the_end_on_every_store(vault_root: tuple[TrainVault, str]) -> None:
+    vault, root = vault_root
+    # A short recovery window: a range refusal taken for a network fault would retry until it ends.
+    st = Storage(vault.storage_config.with_overrides(recovery_window_s=3))
+    uri = normalize_uri(f"{root}/doc.bin")
+    st.put(uri, bytes(range(100)))
+    assert st.get_range(uri, 90, 100) == bytes(range(90, 100))
+    for start, end in ((90, 110), (0, 1 << 40), (100, 120), (200, 300)):
+        # A range past the end is a truncated object, read no further than the object (no
+        # allocation of end - start bytes), and refused at once on every store.
+        with pytest.raises(IntegrityError, match="truncated"):
+            st.get_range(uri, start, end)
+
+
+def test_a_listing_holds_regular_files_and_refuses_what_reads_refuse(tmp_path: Path) -> None:
+    st = Storage()
+    folder = tmp_path / "objects"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.json").write_bytes(b"{}")
+    (folder / "sub" / "b.json").write_bytes(b"[]")
+    (folder / "linked.json").symlink_to(folder / "a.json")  # a link to a regular file is read, so listed
+    (folder / ".tv-tmp-c.json.1.2").write_bytes(b"{")  # an interrupted write's leftovers are not objects
+    listed = [o.uri for o in st.list(str(folder))]
+    assert listed == [normalize_uri(str(folder / n)) for n in ("a.json", "linked.json", "sub/b.json")]
+    for kind, swap in (("a FIFO", swap_fifo), ("a character device", swap_dev_zero), ("a socket", swap_socket)):
+        target = folder / "sub" / "b.json"
+        swap(str(target))
+        refused = re.escape(f"{normalize_uri(str(target))} is {kind}, not a regular file")
+        with pytest.raises(StorageError, match=refused):
+            st.list(str(folder))
+        target.unlink()
+        target.write_bytes(b"[]")
+    (folder / "elsewhere").symlink_to(tmp_path, target_is_directory=True)  # listing it could loop or duplicate
+    with pytest.raises(StorageError, match="elsewhere is a link to a folder"):
+        st.list(str(folder))

@@ -1,0 +1,46 @@
+"""Object storage: URIs to stores, and the few operations trainvault needs.
+
+A URI's scheme picks the store: ``s3://bucket/key`` (any S3-compatible service; endpoint,
+region and keys from `StorageConfig`), ``file:///abs/path`` or a plain path (the local
+folder store), ``memory://name/key`` (an in-process store, for tests and examples).
+
+Publication writes are create-only (``If-None-Match: *``): an object, once written, never
+changes. Writing the same bytes again is a no-op; different bytes are a `ConflictError`.
+
+The modules: `config` (settings), `local` and `objectstore` (the backends, behind the
+`backend` contract), `clients` (one backend per store), `recovery` (retries, resumes, the
+first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`).
+"""
+
+from trainvault.storage.config import S3_ENV_VARS, StorageConfig
+from trainvault.storage.recovery import CONTACTS, STATS, StorageStats
+from trainvault.storage.store import (
+    SINGLE_PUT_LIMIT,
+    HoldsStorage,
+    ObjectInfo,
+    Storage,
+    StorageSource,
+    storage_of,
+)
+# URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
+from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri
+
+__all__ = [
+    "CONTACTS",
+    "S3_ENV_VARS",
+    "SINGLE_PUT_LIMIT",
+    "STATS",
+    "HoldsStorage",
+    "Location",
+    "ObjectInfo",
+    "Storage",
+    "StorageConfig",
+    "StorageSource",
+    "StorageStats",
+    "is_within",
+    "join_uri",
+    "normalize_uri",
+    "parent_uri",
+    "parse_uri",
+    "storage_of",
+]
