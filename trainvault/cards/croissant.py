@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from trainvault.approval.approved import ApprovedDataset
+from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
 from trainvault.errors import ApprovalError
@@ -77,7 +77,7 @@ def default_card_uri(approved: ApprovedDataset) -> str:
     return join_uri(parent_uri(_record(approved).uri), CARD_NAME)
 
 
-def _record(approved: ApprovedDataset) -> Any:
+def _record(approved: ApprovedDataset) -> ApprovalRecordRef:
     if not isinstance(approved, ApprovedDataset):
         raise TypeError(f"a Croissant card describes an ApprovedDataset, not a {type(approved).__name__}")
     if approved.approval is None:
@@ -232,7 +232,7 @@ def croissant_card(
     }
 
 
-def _approval(approved: ApprovedDataset, record: Any) -> dict[str, Any]:
+def _approval(approved: ApprovedDataset, record: ApprovalRecordRef) -> dict[str, Any]:
     return {
         "record": {"uri": record.uri, "sha256": record.sha256, "signers": list(record.signers)},
         "bindings": {name: {"uri": ref.uri, "sha256": ref.sha256} for name, ref in approved.bindings.items()},
