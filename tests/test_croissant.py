@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -26,6 +27,16 @@ mlc = pytest.importorskip("mlcroissant")
 RECOMMENDED = {"citeAs", "datePublished", "license", "version"}
 ABOUT = {"license": "https://creativecommons.org/licenses/by/4.0/", "cite_as": "@misc{tiny, title={tiny}}",
          "version": "1.0.0", "date_published": "2026-12-01"}
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mlcroissant must read the card and the shards from local files: any connection fails."""
+    def refuse(self: socket.socket, address: Any) -> None:
+        raise OSError(f"test_croissant: no network, but something connected to {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
 
 def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
@@ -107,6 +118,18 @@ def test_mlcroissant_validates_the_card_and_reads_the_records_trainvault_yields(
     types = {f["name"]: f["dataType"] for f in card["recordSet"][0]["field"]}
     assert types == {"id": "sc:Text", "text": "sc:Text", "tokens": "sc:Integer", "score": "sc:Float",
                      "ok": "sc:Boolean", "tags": "sc:Text"}
+
+
+def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(tmp_path: Path) -> None:
+    chain, approved = opened_chain(tmp_path, "parquet", shard_records=lambda i: [] if i == 1 else typed_records(i),
+                                   profile=False)
+    written = write_croissant(chain.vault, approved, **ABOUT)
+    card = json.loads(Path(written.uri.removeprefix("file://")).read_bytes())
+    by_id = {node["@id"]: node for node in card["distribution"]}
+    assert by_id["files/train/easy/s1"]["contentSize"] == "0 B"
+    assert by_id["files/train/shards"]["includes"] == ["shards/train/easy/s0.parquet", "shards/train/hard/s2.parquet"]
+    dataset = mlc.Dataset(jsonld=written.uri.removeprefix("file://"))
+    assert croissant_records(dataset, card, "train") == trainvault_records(approved, "train") != []
 
 
 def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path) -> None:

@@ -134,12 +134,16 @@ def _split_nodes(
                      f"{split} shard {e.key}: {e.record_count} records; {note}")
         for e in entries
     ]
-    files.append({
-        "@type": "cr:FileSet", "@id": f"files/{split}/shards", "name": f"{split} shards",
-        "description": f"the {len(entries)} approved shards of split {split}, in manifest order",
-        "encodingFormat": formats if len(formats) > 1 else formats[0],
-        "includes": [f["contentUrl"] for f in files],
-    })
+    # Empty shards are zero-byte objects that some readers (Parquet) refuse; they hold no records.
+    filled = [f["contentUrl"] for f, e in zip(files, entries) if e.record_count]
+    if filled:
+        files.append({
+            "@type": "cr:FileSet", "@id": f"files/{split}/shards", "name": f"{split} shards",
+            "description": f"the {len(filled)} approved shards of split {split} that hold records, in manifest order "
+                           f"({len(entries) - len(filled)} empty shards are listed as file objects only)",
+            "encodingFormat": formats if len(formats) > 1 else formats[0],
+            "includes": filled,
+        })
     custody = approved.custody_storage()
     surveys, records = survey_fields(
         row for e in entries if e.record_count for row in ShardReader(custody, e, manifest.data_format).iter_records()
