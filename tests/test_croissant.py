@@ -31,12 +31,19 @@ ABOUT = {"license": "https://creativecommons.org/licenses/by/4.0/", "cite_as": "
 
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """mlcroissant must read the card and the shards from local files: any connection fails."""
-    def refuse(self: socket.socket, address: Any) -> None:
-        raise OSError(f"test_croissant: no network, but something connected to {address!r}")
+    """mlcroissant must read the card and the shards from local files: any connection but one to the
+    loopback S3 test server fails."""
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    def guard(real: Any) -> Any:
+        def checked(self: socket.socket, address: Any) -> Any:
+            if not (isinstance(address, tuple) and address[0] in ("127.0.0.1", "::1", "localhost")):
+                raise OSError(f"test_croissant: no network, but something connected to {address!r}")
+            return real(self, address)
+        return checked
+
+    monkeypatch.setattr(socket.socket, "connect", guard(connect))
+    monkeypatch.setattr(socket.socket, "connect_ex", guard(connect_ex))
 
 
 def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
@@ -46,10 +53,12 @@ def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
              "tags": [rng.choice("abc") for _ in range(rng.randrange(0, 4))]} for i in range(n)]
 
 
-def opened_chain(tmp_path: Path, data_format: str, shard_records: Any = typed_records, profile: bool = True) -> tuple[Chain, Any]:
+def opened_chain(tmp_path: Path, data_format: str, shard_records: Any = typed_records, profile: bool = True,
+                 vault: TrainVault | None = None, root: str | None = None) -> tuple[Chain, Any]:
     """A signed approval of a 3-shard chain (metrics sidecars bound), opened as a trainer opens it."""
-    vault = TrainVault()
-    chain = build_chain(vault, str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=shard_records)
+    vault = vault or TrainVault()
+    chain = build_chain(vault, root or str(tmp_path / "data"), shards=3, data_format=data_format,
+                        shard_records=shard_records)
     sidecars = {}
     if profile:
         refs = write_metrics_sidecars(vault.storage, profile_publication(vault.storage, chain.manifest_uri))
@@ -221,3 +230,17 @@ def test_command_writes_the_card_of_a_verified_approval_only(tmp_path: Path, cap
     other = tmp_path / "after-tamper.json"
     code, _, err = run(capsys, *base, "--out", str(other))
     assert code == 1 and "approval denied" in err and not other.exists()
+
+
+def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
+    tmp_path: Path, s3_vault: TrainVault, s3_bucket: str
+) -> None:
+    chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
+    beside = write_croissant(s3_vault, approved, **ABOUT)
+    assert beside.uri == f"s3://{s3_bucket}/data/ds/croissant.json"
+    local = write_croissant(s3_vault, approved, str(tmp_path / "croissant.json"), **ABOUT)
+    for written, url in [(beside, "shards/train/easy/s0.jsonl.gz"),
+                         (local, f"s3://{s3_bucket}/data/ds/shards/train/easy/s0.jsonl.gz")]:
+        card = json.loads(s3_vault.storage.get(written.uri))
+        assert next(n for n in card["distribution"] if n["@id"] == "files/train/easy/s0")["contentUrl"] == url
+        assert issues(mlc.Dataset(jsonld=card)) == (set(), set())
