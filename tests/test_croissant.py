@@ -19,7 +19,7 @@ from trainvault import TrainVault
 from trainvault.approval import write_approval, write_keypair
 from trainvault.cards import croissant_card, default_card_uri, write_croissant
 from trainvault.cli import main
-from trainvault.errors import ApprovalError, ConflictError
+from trainvault.errors import ApprovalError, ConflictError, ManifestError
 from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
 
 mlc = pytest.importorskip("mlcroissant")
@@ -50,7 +50,8 @@ def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
     rng = random.Random(shard)
     return [{"id": f"s{shard}-{i}", "text": f"record {i} ünïcode {rng.random()}", "tokens": rng.randrange(-5, 10**12),
              "score": rng.random() * 10 ** rng.randrange(-3, 4), "ok": rng.random() < 0.5,
-             "tags": [rng.choice("abc") for _ in range(rng.randrange(0, 4))]} for i in range(n)]
+             "tags": [rng.choice("abc") for _ in range(rng.randrange(0, 4))],
+             "meta": {"source": rng.choice(["web", "books"]), "page": i}} for i in range(n)]
 
 
 def opened_chain(tmp_path: Path, data_format: str, shard_records: Any = typed_records, profile: bool = True,
@@ -95,15 +96,21 @@ def same(a: Any, b: Any, float_rel_tol: float) -> bool:
         return math.isclose(a, b, rel_tol=float_rel_tol, abs_tol=0.0)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y, float_rel_tol) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], float_rel_tol) for k in a)
     return type(a) is type(b) and a == b
 
 
 def croissant_records(dataset: Any, card: dict[str, Any], split: str) -> list[dict[str, Any]]:
-    types = {f["@id"]: f["dataType"] for rs in card["recordSet"] if rs["@id"] == split for f in rs["field"]}
-    out = []
-    for record in dataset.records(split):
-        out.append({unquote(k.split("/", 1)[1]): plain(v, types[k]) for k, v in record.items()})
-    return out
+    """mlcroissant's records keyed by field name (ids are ``<split>/<key>[/<sub-key>]``, percent-encoded)."""
+    fields = next(rs["field"] for rs in card["recordSet"] if rs["@id"] == split)
+    types = {f["@id"]: f.get("dataType") for top in fields for f in [top, *top.get("subField", [])]}
+
+    def named(record: dict[str, Any]) -> dict[str, Any]:
+        return {unquote(k.rsplit("/", 1)[1]): named(v) if isinstance(v, dict) else plain(v, types[k])
+                for k, v in record.items()}
+
+    return [named(record) for record in dataset.records(split)]
 
 
 # mlcroissant parses JSON Lines with pandas' fast float parser (precise_float off): off by up to ~1e-11 relative.
@@ -124,9 +131,10 @@ def test_mlcroissant_validates_the_card_and_reads_the_records_trainvault_yields(
         for g, e in zip(got, expected):
             assert g.keys() == e.keys()
             assert all(same(g[k], e[k], float_rel_tol) for k in e), (g, e)
-    types = {f["name"]: f["dataType"] for f in card["recordSet"][0]["field"]}
+    types = {f["name"]: f.get("dataType") or {s["name"]: s["dataType"] for s in f["subField"]}
+             for f in card["recordSet"][0]["field"]}
     assert types == {"id": "sc:Text", "text": "sc:Text", "tokens": "sc:Integer", "score": "sc:Float",
-                     "ok": "sc:Boolean", "tags": "sc:Text"}
+                     "ok": "sc:Boolean", "tags": "sc:Text", "meta": {"source": "sc:Text", "page": "sc:Integer"}}
 
 
 def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(tmp_path: Path) -> None:
@@ -168,7 +176,8 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
     def records(shard: int) -> list[dict[str, Any]]:
         rng = np.random.default_rng(shard)
         return [{"id": f"s{shard}-{i}", "text": "words", "tokens": rng.integers(0, 50_000, 16, dtype=np.int32),
-                 "meta": {"source": "x"}, "blob": bytes([i]), "mixed": i if i % 2 else str(i)} for i in range(5)]
+                 "meta": {"source": "x", "deep": {"a": 1}}, "blob": bytes([i]), "mixed": i if i % 2 else str(i)}
+                for i in range(5)]
 
     chain, approved = opened_chain(tmp_path, "msgpack.zst", shard_records=records, profile=False)
     written = write_croissant(chain.vault, approved, **ABOUT)
@@ -179,8 +188,10 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
     fields = {f["name"]: f for f in card["recordSet"][0]["field"]}
     assert (fields["tokens"]["dataType"], fields["tokens"]["isArray"], fields["tokens"]["arrayShape"]) == ("cr:Int32", True, "16")
     assert "source" in fields["tokens"] and "raw bytes" in fields["blob"]["description"]
-    for name in ("meta", "mixed"):  # no Croissant type: no source, and the description says why
-        assert "source" not in fields[name] and "no type for this" in fields[name]["description"]
+    meta = {f["name"]: f for f in fields["meta"]["subField"]}
+    assert meta["source"]["source"]["transform"] == {"jsonPath": '"source"'}
+    for field in (meta["deep"], fields["mixed"]):  # no Croissant type: no source, and the description says why
+        assert "source" not in field and "no type for this" in field["description"]
 
 
 def test_an_approval_without_a_signed_record_gets_no_card(tmp_path: Path) -> None:
@@ -190,6 +201,16 @@ def test_an_approval_without_a_signed_record_gets_no_card(tmp_path: Path) -> Non
         croissant_card(vault, vault.approve_dataset(chain.request()))
     with pytest.raises(TypeError, match="ApprovedDataset"):
         croissant_card(vault, chain.request())  # type: ignore[arg-type]
+
+
+def test_node_ids_that_would_collide_are_refused() -> None:
+    from trainvault.cards.croissant import _check_unique_ids
+
+    # A split named "files" whose field "custody" holds objects with a key "approval".
+    record_set = {"@id": "files", "field": [{"@id": "files/custody", "subField": [{"@id": "files/custody/approval"}]}]}
+    _check_unique_ids([{"@id": "files/custody/data-manifest"}, record_set])
+    with pytest.raises(ManifestError, match="'files/custody/approval'"):
+        _check_unique_ids([{"@id": "files/custody/approval"}, record_set])
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

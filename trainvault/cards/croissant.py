@@ -24,7 +24,7 @@ from urllib.parse import quote
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
-from trainvault.errors import ApprovalError
+from trainvault.errors import ApprovalError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -107,18 +107,27 @@ def _shard_id(split: str, entry: ShardEntry) -> str:
     return f"files/{split}/{entry.key}"
 
 
-def _field(split: str, survey: FieldSurvey, records: int) -> dict[str, Any]:
+def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | None = None) -> dict[str, Any]:
+    """A ``cr:Field``; a mapping at the top level gets sub-fields, read by JSONPath from its column."""
     data_type, is_array = survey.data_type()
-    out: dict[str, Any] = {"@type": "cr:Field", "@id": f"{split}/{quote(survey.name, safe='')}", "name": survey.name}
-    note = survey.note(records)
+    prefix = f"{split}/{quote(parent.name, safe='')}" if parent else split
+    out: dict[str, Any] = {"@type": "cr:Field", "@id": f"{prefix}/{quote(survey.name, safe='')}", "name": survey.name}
+    note = survey.note(records, nested=parent is not None)
     if note:
         out["description"] = note
+    if survey.is_record and parent is None:
+        out["subField"] = [_field(split, child, survey.present, survey) for child in survey.children.values()]
+        return out
     out["dataType"] = data_type or "sc:Text"
     if is_array:
         out["isArray"] = True
         out["arrayShape"] = survey.array_shape()
-    if data_type is not None:
-        out["source"] = {"fileSet": {"@id": f"files/{split}/shards"}, "extract": {"column": survey.name}}
+    if data_type is not None and (parent is None or '"' not in survey.name and "\\" not in survey.name):
+        source: dict[str, Any] = {"fileSet": {"@id": f"files/{split}/shards"}}
+        source["extract"] = {"column": (parent or survey).name}
+        if parent is not None:
+            source["transform"] = {"jsonPath": f'"{survey.name}"'}
+        out["source"] = source
     return out
 
 
@@ -218,6 +227,7 @@ def croissant_card(
         files, record_set = _split_nodes(vault, approved, manifest, split, folder)
         distribution += files
         record_sets.append(record_set)
+    _check_unique_ids([*distribution, *record_sets])
     s = approved.summary
     optional = {"license": license, "citeAs": cite_as, "version": version, "datePublished": date_published}
     return {
@@ -234,6 +244,19 @@ def croissant_card(
         "recordSet": record_sets,
         "tv:approval": _approval(approved, record),
     }
+
+
+def _check_unique_ids(nodes: list[dict[str, Any]]) -> None:
+    """Every node id names one node (a split named ``files`` could collide with file node ids)."""
+    seen: set[str] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if node["@id"] in seen:
+            raise ManifestError(f"two nodes of the Croissant card would have the id {node['@id']!r} (a split, field "
+                                "or shard name collides with another); rename the split or field")
+        seen.add(node["@id"])
+        stack += node.get("field", []) + node.get("subField", [])
 
 
 def _approval(approved: ApprovedDataset, record: ApprovalRecordRef) -> dict[str, Any]:

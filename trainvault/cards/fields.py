@@ -4,8 +4,10 @@ trainvault records are schemaless mappings, so a card's fields come from the rec
 themselves: every record of the split is read (each block verified) and every top-level
 key's values are classified. A key whose values all have one Croissant type (integers and
 floats together count as floats) gets that type; arrays get ``isArray`` and their element
-type; a key holding JSON objects, nested arrays or values of several types has no type
-Croissant can state, so its field carries no source and says why.
+type; a key whose values are all mappings gets a sub-field per key of theirs (one level:
+what mlcroissant nests correctly). Values of several types, nested arrays, or mappings
+below the first level have no type Croissant can state: their field carries no source
+and says why.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _DTYPE_TYPES = {
 
 
 def _kind(value: Any) -> str:
-    """The kind of one value: null, boolean, integer, float, text, bytes, array or object."""
+    """The kind of one value: null, boolean, integer, float, text, bytes, array, mapping or object."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -41,6 +43,8 @@ def _kind(value: Any) -> str:
         return "bytes"
     if isinstance(value, (list, tuple)) or hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
         return "array"
+    if isinstance(value, Mapping):
+        return "mapping"
     if hasattr(value, "dtype"):  # a NumPy scalar
         return {"b": "boolean", "i": "integer", "u": "integer", "f": "float"}.get(value.dtype.kind, "object")
     return "object"
@@ -66,11 +70,19 @@ class FieldSurvey:
     element_kinds: set[str] = field(default_factory=set)
     dtypes: set[str] = field(default_factory=set)
     shapes: set[tuple[int, ...]] = field(default_factory=set)
+    #: Key -> survey of the values under it, for values that are mappings.
+    children: dict[str, FieldSurvey] = field(default_factory=dict)
 
     def observe(self, value: Any) -> None:
         self.present += 1
         kind = _kind(value)
         self.kinds.add(kind)
+        if kind == "mapping":
+            for key, sub in value.items():
+                child = self.children.get(key)
+                if child is None:
+                    child = self.children[key] = FieldSurvey(str(key))
+                child.observe(sub)
         if kind != "array":
             return
         if hasattr(value, "dtype"):
@@ -79,6 +91,11 @@ class FieldSurvey:
         else:
             self.element_kinds.update(_kind(v) for v in value)
             self.shapes.add((len(value),))
+
+    @property
+    def is_record(self) -> bool:
+        """Every value present is a mapping: the field is declared by sub-fields."""
+        return self.kinds - {"null"} == {"mapping"}
 
     def data_type(self) -> tuple[str | None, bool]:
         """(Croissant data type or None, is an array)."""
@@ -99,11 +116,14 @@ class FieldSurvey:
         dims = [{s[i] for s in self.shapes} for i in range(next(iter(ranks)))]
         return ",".join(str(next(iter(d))) if len(d) == 1 else "-1" for d in dims) or "-1"
 
-    def note(self, records: int) -> str:
-        """What a reader should know beyond the type (mixed kinds, absent values, raw bytes)."""
+    def note(self, records: int, nested: bool = False) -> str:
+        """What a reader should know beyond the type (mixed kinds, absent values, raw bytes);
+        `nested`: a mapping here sits too deep for sub-fields."""
         parts = []
         data_type, _ = self.data_type()
-        if data_type is None:
+        if self.is_record and not nested:
+            parts.append("an object; its keys are sub-fields")
+        elif data_type is None:
             shown = sorted(self.kinds | {f"{k} elements" for k in self.element_kinds} | {f"{d} arrays" for d in self.dtypes})
             parts.append(f"holds {', '.join(shown)}; Croissant has no type for this, so the field has no source: "
                          "read it with trainvault")
