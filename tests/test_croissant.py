@@ -176,7 +176,7 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
     def records(shard: int) -> list[dict[str, Any]]:
         rng = np.random.default_rng(shard)
         return [{"id": f"s{shard}-{i}", "text": "words", "tokens": rng.integers(0, 50_000, 16, dtype=np.int32),
-                 "meta": {"source": "x", "deep": {"a": 1}}, "blob": bytes([i]), "mixed": i if i % 2 else str(i)}
+                 "meta": {"source": "x", "deep": {"a": 1}, 'say "hi"': 1}, "blob": bytes([i]), "mixed": i if i % 2 else str(i)}
                 for i in range(5)]
 
     chain, approved = opened_chain(tmp_path, "msgpack.zst", shard_records=records, profile=False)
@@ -190,6 +190,7 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
     assert "source" in fields["tokens"] and "raw bytes" in fields["blob"]["description"]
     meta = {f["name"]: f for f in fields["meta"]["subField"]}
     assert meta["source"]["source"]["transform"] == {"jsonPath": '"source"'}
+    assert "source" not in meta['say "hi"'] and "JSONPath cannot name" in meta['say "hi"']["description"]
     for field in (meta["deep"], fields["mixed"]):  # no Croissant type: no source, and the description says why
         assert "source" not in field and "no type for this" in field["description"]
 

@@ -51,7 +51,7 @@ CONTEXT: dict[str, Any] = {
     "separator": "cr:separator", "source": "cr:source", "subField": "cr:subField", "transform": "cr:transform",
     "tv": TV,
     "tv:approval": {"@type": "@json"}, "tv:curricula": {"@type": "@json"}, "tv:profile": {"@type": "@json"},
-    "tv:recordCount": {"@type": "sc:Integer"}, "tv:stages": {"@type": "@json"},
+    "tv:stages": {"@type": "@json"},
 }
 
 #: Per data format: the encoding formats a file object declares, and what a reader must know.
@@ -122,7 +122,9 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
     if is_array:
         out["isArray"] = True
         out["arrayShape"] = survey.array_shape()
-    if data_type is not None and (parent is None or '"' not in survey.name and "\\" not in survey.name):
+    if parent is not None and ('"' in survey.name or "\\" in survey.name):
+        out["description"] = "; ".join(filter(None, [note, "JSONPath cannot name this key: no source"]))
+    elif data_type is not None:
         source: dict[str, Any] = {"fileSet": {"@id": f"files/{split}/shards"}}
         source["extract"] = {"column": (parent or survey).name}
         if parent is not None:
