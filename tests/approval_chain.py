@@ -100,10 +100,11 @@ def build_chain(
     block_bytes: int = 1024,
     seed_offset: int = 0,
     shard_records: Any = None,
+    data_format: str = "msgpack.zst",
 ) -> Chain:
     """`shard_records(i)`: the records of train shard i (default: text records from `make_records`)."""
     manifest_uri = f"{root}/ds/data-manifest-v1.json"
-    saver = vault.dataset_saver(manifest_uri, block_bytes=block_bytes)
+    saver = vault.dataset_saver(manifest_uri, data_format=data_format, block_bytes=block_bytes)
     records: dict[str, list[dict[str, Any]]] = {}
     for i in range(shards):
         stage = "easy" if i < max(1, shards - 1) else "hard"

@@ -1,4 +1,5 @@
-"""The ``trainvault`` command: inspect a manifest, generate keys, approve, verify an approval.
+"""The ``trainvault`` command: inspect a manifest, generate keys, approve, verify an approval,
+write its Croissant card.
 
 S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
 ``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
@@ -166,17 +167,35 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
+    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, the gate again."""
     from trainvault.approval.record import open_approved
 
-    vault = _vault()
     with _gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
-        approved = open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
-                                 threshold=args.threshold, progress=bar)
+        return open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
+                             threshold=args.threshold, progress=bar)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    approved = _open_verified(_vault(), args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
     print(f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
           f"{s.records:,} records, {_mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}")
+    return 0
+
+
+def cmd_croissant(args: argparse.Namespace) -> int:
+    from trainvault.cards.croissant import write_croissant
+
+    vault = _vault()
+    approved = _open_verified(vault, args)
+    about = {"name": args.name, "description": args.description, "license": args.license,
+             "cite_as": args.cite_as, "version": args.dataset_version, "date_published": args.date_published}
+    with _waiting(f"reading the {approved.summary.records:,} approved records to declare the card's fields"):
+        card = write_croissant(vault, approved, args.out, **about)
+    print(f"croissant {card.uri}")
+    print(f"sha256    {card.sha256}")
     return 0
 
 
@@ -203,14 +222,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_approve)
 
     p = sub.add_parser("verify", help="verify an approval record and re-run the gate")
-    p.add_argument("approval", help="approval record URI or path")
-    p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
-    p.add_argument("--key", action="append", required=True, help="trusted public key file (repeatable)")
-    p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_approval_arguments(p)
     p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
+    _add_approval_arguments(p)
+    p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
+    for flag, text in [("--name", "dataset name (default: the card's folder name)"),
+                       ("--description", "dataset description (default: what the approval binds)"),
+                       ("--license", "license URL or name"), ("--cite-as", "citation text (e.g. BibTeX)"),
+                       ("--dataset-version", "dataset version"), ("--date-published", "ISO 8601 date")]:
+        p.add_argument(flag, help=text)
+    p.set_defaults(run=cmd_croissant)
     add_archive_commands(sub)
     return parser
+
+
+def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
+    """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
+    p.add_argument("approval", help="approval record URI or path")
+    p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
+    p.add_argument("--key", "--keys", dest="key", action="append", required=True,
+                   help="trusted public key file (repeatable)")
+    p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_archive_commands(sub: Any) -> None:
