@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
-from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
 from trainvault.approval.keys import SigningKey, load_signing_key
 from trainvault.approval.progress import HashProgressCallback
@@ -27,7 +27,6 @@ from trainvault.errors import (
 from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageSource, normalize_uri, storage_of
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
 APPROVAL_NAME = "approval-v1.dsse.json"
 
@@ -49,7 +48,8 @@ def approval_statement(approved: ApprovedDataset, provenance: Mapping[str, Any] 
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "request": request.model_dump(mode="json"),
-            "verification": approved.summary.model_dump(mode="json"),
+            # Summary fields a v1 chain does not use are left out, so its records keep their bytes.
+            "verification": approved.summary.model_dump(mode="json", exclude_none=True),
             "provenance": dict(provenance or {}),
         },
     }
