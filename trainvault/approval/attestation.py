@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, unverified_payload, verify_envelope
-from trainvault.approval.keys import SigningKey, load_signing_key
+from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.scan_manifest import TrainingScanManifest
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.contamination.report import ContaminationReport
@@ -75,9 +75,7 @@ def write_attestation(
     """Sign `document` (a report or scan manifest) with the scanner's keys and publish the
     envelope create-only at `uri`. `signing_keys`: keys, PEM data or paths; None reads
     ``$TRAINVAULT_SIGNING_KEY``. The digest is of the envelope's bytes (what a request binds)."""
-    if signing_keys is None or isinstance(signing_keys, (SigningKey, str, bytes)):
-        signing_keys = [signing_keys]  # type: ignore[list-item]
-    keys = [k if isinstance(k, SigningKey) else load_signing_key(k) for k in signing_keys]
+    keys = load_signing_keys(signing_keys)
     data = sign_envelope(canonical_json(attestation_statement(document)), keys).to_json_bytes()  # type: ignore[arg-type]
     uri = normalize_uri(uri)
     storage_of(vault).put_create(uri, data)

@@ -93,7 +93,7 @@ class VerificationSummary(StrictModel):
     contaminated_items: int
     verdict_recomputed: bool
     trainvault_version: str
-    #: With trusted scanner keys or a signed report: who signed, and what the gate re-scanned.
+    #: With trusted scanner keys: who signed the report and scan manifest, and what the gate re-scanned.
     attestation: AttestationSummary | None = None
     #: With bound exclusions: how many records they leave out, per benchmark.
     exclusions: ExclusionSummary | None = None
@@ -301,8 +301,9 @@ def _summary(refs: Mapping[str, ArtifactRef], chain: _Chain, rescan: RescanSumma
              files_hashed: int, bytes_hashed: int) -> VerificationSummary:
     report = chain.report
     attestation = None
-    # An unsigned chain judged without scanner keys keeps the v1 summary (re-scanned in full).
-    if policy.scanner_keys is not None or chain.signers["report"] or chain.signers["scan"]:
+    # Without scanner keys every shard was re-scanned and the summary keeps its v1 fields, so
+    # the records of such chains keep their bytes.
+    if policy.scanner_keys is not None:
         attestation = AttestationSummary(report_signers=list(chain.signers["report"]),
                                          scan_manifest_signers=list(chain.signers["scan"]), rescan=rescan)
     excluded = None

@@ -15,7 +15,7 @@ from typing import Any
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
-from trainvault.approval.keys import SigningKey, load_signing_key
+from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.progress import HashProgressCallback
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
@@ -71,9 +71,7 @@ def write_approval(
     """
     if not isinstance(approved, ApprovedDataset):
         raise ApprovalError(f"write_approval signs an ApprovedDataset from the gate, not a {type(approved).__name__}")
-    if signing_keys is None or isinstance(signing_keys, (SigningKey, str, bytes)):
-        signing_keys = [signing_keys]  # type: ignore[list-item]
-    keys = [k if isinstance(k, SigningKey) else load_signing_key(k) for k in signing_keys]
+    keys = load_signing_keys(signing_keys)
     try:
         payload = canonical_json(approval_statement(approved, provenance))
     except (TypeError, ValueError) as exc:
