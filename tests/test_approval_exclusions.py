@@ -21,7 +21,7 @@ from trainvault.loading import SplitDataLoader
 
 ALLOW = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
 #: E's loader skips excluded records (`exclude=`); until it lands the approved loader refuses to load.
-LOADER_EXCLUDES = "exclude" in inspect.signature(SplitDataLoader.load).parameters
+LOADER_EXCLUDES = "exclude" in inspect.signature(SplitDataLoader.__init__).parameters
 
 
 @pytest.fixture

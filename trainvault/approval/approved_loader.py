@@ -81,6 +81,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                                  dataloader_args=dataloader_args, shuffle=False, seed=0, view=materializer)
         self.materializer = materializer
         self.exclusions = exclusions
+        self._given_args = dict(dataloader_args or {})
         object.__setattr__(self, "_sealed", True)
         return self
 
@@ -124,12 +125,18 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                 f"split {split!r} has excluded records and a component materializer: excluded records are not "
                 "skipped under a materializer; approve the split without exclusions to materialise its ranges"
             )
-        if "exclude" not in inspect.signature(SplitDataLoader.load).parameters:
+        return self._excluding(split, exclude).load(split, curriculum_stage, curriculum_stages, False)
+
+    def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
+        """A loader over the same custody that never deals `exclude`. One per split: a shard key
+        names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""
+        if "exclude" not in inspect.signature(SplitDataLoader.__init__).parameters:
             raise CustodyError(
                 f"the approval excludes records of split {split!r}, and this trainvault's loader cannot skip them: "
                 "upgrade trainvault; nothing is loaded rather than excluded records"
             )
-        return super().load(split, curriculum_stage, curriculum_stages, False, exclude=exclude)  # type: ignore[call-arg]
+        return SplitDataLoader(self.storage, self.publication, collate_fn=self.collate_fn,  # type: ignore[call-arg]
+                               dataloader_args=self._given_args, shuffle=False, seed=0, exclude=dict(exclude))
 
 
 def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
