@@ -80,7 +80,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         SplitDataLoader.__init__(self, storage, publication, collate_fn=collate_fn,  # type: ignore[arg-type]
                                  dataloader_args=dataloader_args, shuffle=False, seed=0, view=materializer)
         self.materializer = materializer
-        self.exclusions = exclusions
+        self._approved_exclusions = exclusions
         self._given_args = dict(dataloader_args or {})
         object.__setattr__(self, "_sealed", True)
         return self
@@ -117,7 +117,8 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             raise SelectionError(
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
-        exclude = None if self.exclusions is None else self.exclusions.by_shard(split)
+        ex = self._approved_exclusions
+        exclude = None if ex is None else ex.by_shard(split)
         if not exclude:
             return super().load(split, curriculum_stage, curriculum_stages, False)
         if self.materializer is not None:
