@@ -21,11 +21,14 @@ from trainvault.approval import (
     SigningKey,
     TrainingScanManifest,
     approve_dataset,
+    attestation_statement,
     open_approved,
     read_attested,
+    sign_envelope,
     write_approval,
 )
 from trainvault.approval.rescan import sample_shards
+from trainvault.canonical import canonical_json
 from trainvault.contamination import ContaminationReport, exclusions_from_report
 from trainvault.publication.pinned import Publication
 
@@ -202,3 +205,19 @@ def test_read_attested_reads_plain_documents_only_without_trusted_keys(signed: A
 def test_bad_policies_are_refused(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ApprovalError, match=match):
         ApprovalPolicy(**options)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda st: st.update(_type="https://example.invalid/other"), "not an in-toto statement"),
+    (lambda st: st.update(subject=[{"name": "x", "digest": "0" * 64}]), "its subject"),
+    (lambda st: st.update(subject=[{"name": "x", "digest": {"sha256": "0" * 64}}]), "its subject"),
+    (lambda st: st["predicate"].update(version=2), "version 2 is not supported"),
+    (lambda st: st.update(predicate=[]), "expected a JSON object"),
+])
+def test_malformed_signed_statements_are_refused(signed: Any, edit: Any, match: str) -> None:
+    statement = attestation_statement(signed.extra["report"])
+    edit(statement)
+    data = sign_envelope(canonical_json(statement), [SCANNER]).to_json_bytes()
+    bad = signed.put_raw("bad.dsse.json", data)
+    with pytest.raises(ApprovalError, match=f"contamination_report is not a readable .*{match}"):
+        approve_dataset(signed.vault, signed.request(contamination_report=bad), policy=trusting())

@@ -82,10 +82,12 @@ def write_attestation(
     return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 
-def _is_envelope(data: bytes) -> bool:
+def _is_envelope(data: bytes, source: str) -> bool:
     try:
-        obj = loads_strict(data, source="document")
-    except ValueError:
+        obj = loads_strict(data, source=source)
+    except ManifestError:
+        raise
+    except ValueError:  # not JSON: parsing it as the document says so
         return False
     return isinstance(obj, dict) and "payloadType" in obj and "format" not in obj
 
@@ -106,7 +108,7 @@ def read_attested(
     """The document in `data`: a signed envelope (checked against `trusted_keys`) or, only
     when `trusted_keys` is None, a plain unsigned document. `UntrustedSignerError` when the
     trusted keys did not sign; `ManifestError` for a malformed document."""
-    if not _is_envelope(data):
+    if not _is_envelope(data, source):
         if trusted_keys is not None:
             raise UntrustedSignerError(
                 f"{source} is not signed: the policy trusts only {cls.KIND} attestations signed by its scanner keys; "
@@ -144,7 +146,8 @@ def _statement_document(payload: bytes, cls: type[D], source: str) -> D:
                             f"{_predicate_type(cls)!r}: it attests another kind of document")
     document = cls.from_obj(statement.get("predicate"), source=where)
     subjects = statement.get("subject")
-    digests = [s.get("digest", {}).get("sha256") if isinstance(s, dict) else None for s in subjects or []]
+    digests = [s["digest"].get("sha256") if isinstance(s, dict) and isinstance(s.get("digest"), dict) else None
+               for s in (subjects if isinstance(subjects, list) else [])]
     if digests != [_subject(document)]:
         raise ManifestError(f"{where}: its subject {digests} is not the data manifest the document names")
     return document
