@@ -159,6 +159,10 @@ def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.Captur
     report = chain.refs["contamination_report"].uri
     code, _, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "x.json"), "--request", str(request))
     assert code == 1 and "--request and --request-out go together" in err
+    other = str(chain.rescan("other-report.json", pins_sha256="0" * 64)[1].uri)
+    code, _, err = run(capsys, "exclusions", other, "--out", str(tmp_path / "x.json"), "--request", str(request),
+                       "--request-out", bound)
+    assert code == 1 and "pass the report the request binds" in err and not (tmp_path / "x.json").exists()
     code, out, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "excl.json"),
                          "--request", str(request), "--request-out", bound)
     assert code == 0, err

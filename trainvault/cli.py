@@ -214,6 +214,12 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
         raise TrainVaultError("--request and --request-out go together: the request to extend and where to write it")
     vault = _vault()
     raw = vault.storage.get_document(args.report)
+    request = None
+    if args.request:
+        request = ApprovalRequest.from_json_bytes(vault.storage.get_document(args.request), source=args.request)
+        if request.contamination_report.sha256 != sha256_hex(raw):
+            raise TrainVaultError(f"{args.request} binds report {request.contamination_report.sha256}, not "
+                                  f"{args.report}; pass the report the request binds")
     # Only which records to leave out is taken from it: the gate checks the report itself.
     report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
     written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
@@ -221,11 +227,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     print(f"excluded {len(written.document.records)} records" + "".join(f"; {b}: {n}" for b, n in per.items()))
     print(f"exclusions {written.uri}")
     print(f"sha256     {written.sha256}")
-    if args.request:
-        request = ApprovalRequest.from_json_bytes(vault.storage.get_document(args.request), source=args.request)
-        if request.contamination_report.sha256 != written.document.contamination_report_sha256:
-            raise TrainVaultError(f"{args.request} binds report {request.contamination_report.sha256}, not "
-                                  f"{args.report}; pass the report the request binds")
+    if request is not None:
         sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ArtifactRef(uri=written.uri, sha256=written.sha256)}
         bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
         print(f"request    {bound.uri} (binds the exclusions)")
