@@ -1,5 +1,5 @@
-"""The ``trainvault`` command: inspect a manifest, generate keys, approve, verify an approval,
-write its Croissant card.
+"""The ``trainvault`` command: inspect a manifest, generate keys, exclude contaminated records,
+approve, verify an approval, write its Croissant card.
 
 S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
 ``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
@@ -158,12 +158,79 @@ def cmd_approve(args: argparse.Namespace) -> int:
         provenance[name] = value
     gate = f"running the approval gate on {args.request}: hashing every file it binds"
     with _gate_progress(args.quiet, gate) as bar:
-        approved = approve_dataset(vault, raw, progress=bar)
+        approved = approve_dataset(vault, raw, policy=_policy(args), progress=bar)
     written = write_approval(vault, args.out, approved, signing_keys=keys, provenance=provenance)
     s = approved.summary
     print(f"approved {approved.manifest_uri}: {s.shards} shards, {s.records:,} records, {_mb(s.shard_bytes)}")
     print(f"approval {written.uri}")
     print(f"sha256   {written.sha256}")
+    return 0
+
+
+def _fraction(text: str) -> tuple[int, int]:
+    n, sep, d = text.partition("/")
+    try:
+        return int(n), int(d) if sep else 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N/D, got {text!r}") from None
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    """The `ApprovalPolicy` the scanner and exclusion options ask for."""
+    from trainvault.approval.policy import ApprovalPolicy
+
+    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": args.rescan_seed}
+    if args.scanner_key:
+        options.update(scanner_keys=args.scanner_key, scanner_threshold=args.scanner_threshold)
+    if args.max_excluded is not None:
+        options["max_excluded_fraction"] = args.max_excluded
+    if args.rescan is not None:
+        options.update(rescan_min_shards=args.rescan[0], rescan_fraction=(args.rescan[1], 100))
+    return ApprovalPolicy(**options)
+
+
+def _add_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scanner-key", action="append", help="public key trusted to sign reports and scan manifests "
+                   "(repeatable); without one the gate re-scans every shard")
+    p.add_argument("--scanner-threshold", type=int, default=1, help="signatures required from distinct scanner keys")
+    p.add_argument("--rescan", type=int, nargs=2, metavar=("MIN_SHARDS", "PERCENT"),
+                   help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)")
+    p.add_argument("--rescan-seed", type=int, help="seed of the re-scan sample (default: random, recorded)")
+    p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
+    p.add_argument("--max-excluded", type=_fraction, metavar="N/D", help="largest fraction of records excluded "
+                   "(default 1/100)")
+
+
+def cmd_exclusions(args: argparse.Namespace) -> int:
+    from trainvault.approval.attestation import read_attested
+    from trainvault.approval.request import ApprovalRequest
+    from trainvault.canonical import sha256_hex
+    from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, exclusions_from_report
+    from trainvault.contamination.report import ContaminationReport
+    from trainvault.publication.bound import publish_document
+    from trainvault.refs import ArtifactRef
+
+    if bool(args.request) != bool(args.request_out):
+        raise TrainVaultError("--request and --request-out go together: the request to extend and where to write it")
+    vault = _vault()
+    raw = vault.storage.get_document(args.report)
+    request = None
+    if args.request:
+        request = ApprovalRequest.from_json_bytes(vault.storage.get_document(args.request), source=args.request)
+        if request.contamination_report.sha256 != sha256_hex(raw):
+            raise TrainVaultError(f"{args.request} binds report {request.contamination_report.sha256}, not "
+                                  f"{args.report}; pass the report the request binds")
+    # Only which records to leave out is taken from it: the gate checks the report itself.
+    report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
+    written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
+    per = written.document.per_benchmark()
+    print(f"excluded {len(written.document.records)} records" + "".join(f"; {b}: {n}" for b, n in per.items()))
+    print(f"exclusions {written.uri}")
+    print(f"sha256     {written.sha256}")
+    if request is not None:
+        sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ArtifactRef(uri=written.uri, sha256=written.sha256)}
+        bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
+        print(f"request    {bound.uri} (binds the exclusions)")
     return 0
 
 
@@ -173,7 +240,7 @@ def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
 
     with _gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
         return open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
-                             threshold=args.threshold, progress=bar)
+                             threshold=args.threshold, policy=_policy(args), progress=bar)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -219,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", action="append", help="signing key file (repeatable); default $TRAINVAULT_SIGNING_KEY")
     p.add_argument("--provenance", action="append", metavar="NAME=VALUE", help="recorded in the approval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_policy_options(p)
     p.set_defaults(run=cmd_approve)
 
     p = sub.add_parser("verify", help="verify an approval record and re-run the gate")
@@ -234,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
                        ("--dataset-version", "dataset version"), ("--date-published", "ISO 8601 date")]:
         p.add_argument(flag, help=text)
     p.set_defaults(run=cmd_croissant)
+
+    p = sub.add_parser("exclusions", help="list the records a contamination report names as exclusions-v1; with "
+                       "--request, write a request that binds them")
+    p.add_argument("report", help="contamination report (signed envelope or plain) URI or path")
+    p.add_argument("--out", required=True, help="URI or path of the exclusions document to write")
+    p.add_argument("--request", help="an approval request binding this report")
+    p.add_argument("--request-out", help="where to write that request with the exclusions bound")
+    p.set_defaults(run=cmd_exclusions)
     add_archive_commands(sub)
     return parser
 
@@ -246,6 +322,7 @@ def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
                    help="trusted public key file (repeatable)")
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_policy_options(p)
 
 
 def add_archive_commands(sub: Any) -> None:
