@@ -1,6 +1,8 @@
-"""tvnorm-v1: the text normalisation both sides of a contamination scan share.
+"""tvnorm-v1 and tvnorm-v2: the text normalisation both sides of a contamination scan share.
 
-A token is a maximal run of characters that are neither whitespace (`str.isspace`) nor
+tvnorm-v2 first decodes text as scrapers store it (`trainvault.contamination.escapes`:
+format characters dropped, HTML references and backslash escapes decoded), then applies
+tvnorm-v1 to the result. In tvnorm-v1, a token is a maximal run of characters that are neither whitespace (`str.isspace`) nor
 in a Unicode category ``P*`` or ``S*``, taken after NFKC and ``casefold()``. Digits and
 diacritics are kept unless the spec switches on ``map_digits`` (every decimal digit
 becomes ``0``) or ``strip_diacritics`` (NFD, drop ``Mn``, NFKC again).
@@ -18,10 +20,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map
 from trainvault.contamination.token_batch import TokenBatch, splice
 from trainvault.documents import StrictModel
 
-NORMALIZATION_ID = "tvnorm-v1"
+NORMALIZATION_ID = "tvnorm-v2"
+NORMALIZATION_V1 = "tvnorm-v1"
 
 # Whitespace that `bytes.split()` does not split on but `str.isspace` does: the ASCII
 # information separators. The byte table turns them into spaces so both agree.
@@ -29,9 +33,9 @@ _ASCII_SEPARATORS = bytes(b for b in range(128) if chr(b).isspace() or unicodeda
 
 
 class NormalizationSpec(StrictModel):
-    """The recorded parameters of tvnorm-v1 (they go into the contract and the report)."""
+    """The recorded parameters of the normalisation (they go into the contract and the report)."""
 
-    id: Literal["tvnorm-v1"] = NORMALIZATION_ID
+    id: Literal["tvnorm-v1", "tvnorm-v2"] = NORMALIZATION_ID
     nfkc: Literal[True] = True
     casefold: Literal[True] = True
     strip_categories: list[Literal["P", "S"]] = Field(default_factory=lambda: ["P", "S"])
@@ -42,7 +46,7 @@ class NormalizationSpec(StrictModel):
     @classmethod
     def _categories(cls, value: list[str]) -> list[str]:
         if value != ["P", "S"]:
-            raise ValueError('tvnorm-v1 strips exactly the categories ["P", "S"]')
+            raise ValueError('tvnorm strips exactly the categories ["P", "S"]')
         return value
 
 
@@ -113,6 +117,8 @@ class Normalizer:
 
     def __init__(self, spec: NormalizationSpec | None = None):
         self.spec = spec or NormalizationSpec()
+        #: tvnorm-v2 decodes scraped text first; tvnorm-v1 takes it as it is.
+        self.decodes = self.spec.id != NORMALIZATION_V1
         table = bytearray(range(256))
         for b in _ASCII_SEPARATORS:
             table[b] = 0x20
@@ -147,8 +153,16 @@ class Normalizer:
             s = unicodedata.normalize("NFKC", s)
         return s
 
+    def decode(self, text: str) -> str:
+        """`text` as tvnorm-v2 decodes it (`escapes.decode`); itself under tvnorm-v1."""
+        return decode(text) if self.decodes else text
+
     def reference_tokens(self, text: str) -> list[bytes]:
         """The tokens of `text` by the definition, one whole-text pass (slow; the oracle)."""
+        return self._decoded_reference_tokens(self.decode(text))
+
+    def _decoded_reference_tokens(self, text: str) -> list[bytes]:
+        """`reference_tokens` of text already decoded."""
         s = self.normalize_text(text).translate(self._unicode_table())
         # UTF-8 multi-byte sequences never contain ASCII bytes, so the byte table only
         # touches ASCII separators (and the already casefolded letters, idempotently).
@@ -169,6 +183,8 @@ class Normalizer:
         the space, so a caller may join results with a marker (say ``b" A "``) that no
         token can equal.
         """
+        if self.decodes:
+            raw = decode_utf8(raw)
         if raw.isascii():
             # ASCII is NFKC-stable and casefolds to lower case: the byte table does it all.
             return raw.translate(self._table)
@@ -192,7 +208,7 @@ class Normalizer:
             if norm is None:
                 if len(cache) >= _WORD_CACHE_LIMIT:
                     cache.clear()
-                norm = cache[word] = tuple(self.reference_tokens(word.decode("utf-8")))
+                norm = cache[word] = tuple(self._decoded_reference_tokens(word.decode("utf-8")))
             parts.append(b" ".join(norm))
             pos = end
             i = mapped.find(b"\x80", end)
@@ -212,6 +228,8 @@ class Normalizer:
         from trainvault.extras import require
 
         np = require("numpy", "contamination")
+        if self.decodes:
+            texts = [decode_utf8(t) for t in texts]
         raw = b" " + b" \xff ".join(texts) + b" "
         mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
@@ -246,7 +264,7 @@ class Normalizer:
                 cache.clear()
             for i, key in enumerate(keys):
                 if norms[i] is None:
-                    norms[i] = cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
+                    norms[i] = cache[key] = tuple(self._decoded_reference_tokens(key.decode("utf-8")))
         return norms  # type: ignore[return-value]
 
     def _slow_positions(self, np: Any, arr: Any, hi: Any) -> Any:
@@ -297,9 +315,18 @@ class Normalizer:
         Slow: used only for records that hold a match. Spans are exact when each
         whitespace-delimited chunk normalises character by character (all ASCII text and
         nearly all other text); a chunk that normalises only as a whole (NFKC composing
-        across characters) maps each of its tokens to the whole chunk's span.
+        across characters) maps each of its tokens to the whole chunk's span. Under
+        tvnorm-v2 a token that holds a decoded escape spans the whole escape.
         """
-        tokens = self.tokens(text)
+        if not self.decodes:
+            return self._decoded_spans(text)
+        decoded, starts, ends = decode_with_map(text)
+        tokens, spans = self._decoded_spans(decoded)
+        return tokens, [(starts[a], ends[b - 1]) for a, b in spans]
+
+    def _decoded_spans(self, text: str) -> tuple[list[bytes], list[tuple[int, int]]]:
+        """`tokens_with_spans` of text already decoded, spans in `text`."""
+        tokens = self._decoded_reference_tokens(text)
         # norm_map[j] = (start, end) in `text` of the source of normalised character j.
         norm_parts: list[str] = []
         norm_map: list[tuple[int, int]] = []
