@@ -23,8 +23,9 @@ import sys
 import unicodedata
 from functools import lru_cache
 
-#: `html.unescape`'s own pattern for a character reference.
-_HTML = r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)"
+#: `html.unescape`'s own pattern for a character reference, except that a name holds no
+#: format character (those are dropped first: ``&l<ZWSP>t;`` is ``&lt;``).
+_HTML = r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;{cf}]{{1,32}};?)"
 _BACKSLASH = (
     r"\\+(?:u[dD][89abAB][0-9a-fA-F]{2}\\+u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[ntr\"'/])"
     r"|\\{2,}"
@@ -41,7 +42,7 @@ def format_characters() -> str:
 @lru_cache(maxsize=None)
 def _pattern() -> re.Pattern[str]:
     cf = "".join(f"\\U{ord(c):08x}" for c in format_characters())
-    return re.compile(f"[{cf}]|{_HTML}|{_BACKSLASH}")
+    return re.compile(f"[{cf}]|{_HTML.format(cf=cf)}|{_BACKSLASH}")
 
 
 @lru_cache(maxsize=1 << 14)
