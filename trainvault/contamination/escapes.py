@@ -23,12 +23,13 @@ import sys
 import unicodedata
 from functools import lru_cache
 
-#: `html.unescape`'s own pattern for a character reference, except that a name holds no
-#: format character (those are dropped first: ``&l<ZWSP>t;`` is ``&lt;``).
-_HTML = r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;{cf}]{{1,32}};?)"
+#: `html.unescape`'s own pattern for a character reference, on UTF-8 bytes, except that a
+#: name is ASCII (every HTML5 name is, so the result is the same, and a format character
+#: inside ``&l<ZWSP>t;`` is dropped first like everywhere else).
+_HTML = rb"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;\x80-\xff]{1,32};?)"
 _BACKSLASH = (
-    r"\\+(?:u[dD][89abAB][0-9a-fA-F]{2}\\+u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[ntr\"'/])"
-    r"|\\{2,}"
+    rb"\\+(?:u[dD][89abAB][0-9a-fA-F]{2}\\+u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[ntr\"'/])"
+    rb"|\\{2,}"
 )
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "/": "/"}
 
@@ -40,62 +41,82 @@ def format_characters() -> str:
 
 
 @lru_cache(maxsize=None)
-def _pattern() -> re.Pattern[str]:
-    cf = "".join(f"\\U{ord(c):08x}" for c in format_characters())
-    return re.compile(f"[{cf}]|{_HTML.format(cf=cf)}|{_BACKSLASH}")
+def _patterns() -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """(where a replacement may start, the replacement at such a place), over UTF-8.
+
+    The first is literal alternatives only, which `re` scans for quickly; the second is
+    tried at each place the first finds (in order, like one `re.sub` of the second).
+    """
+    cf = b"|".join(re.escape(c.encode("utf-8")) for c in format_characters())
+    return re.compile(rb"&|\\|" + cf), re.compile(cf + b"|" + _HTML + b"|" + _BACKSLASH)
 
 
 @lru_cache(maxsize=1 << 14)
-def _replacement(token: str) -> str:
-    """What one match of the pass becomes."""
-    first = token[0]
-    if first == "&":
-        return html.unescape(token)
-    if first != "\\":
-        return ""  # a format character
-    body = token.lstrip("\\")
+def _replacement(token: bytes) -> bytes:
+    """What one replaced escape (or format character) becomes."""
+    first = token[:1]
+    if first == b"&":
+        return html.unescape(token.decode("ascii")).encode("utf-8")
+    if first != b"\\":
+        return b""  # a format character
+    body = token.lstrip(b"\\").decode("ascii")
     if not body:
-        return "\\"
+        return b"\\"
     if body[0] != "u":
-        return _SIMPLE[body]
+        return _SIMPLE[body].encode("ascii")
     high = int(body[1:5], 16)
     if len(body) > 5:  # a surrogate pair
         low = int(body[-4:], 16)
-        return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
-    return "\ufffd" if 0xD800 <= high < 0xE000 else chr(high)
+        return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode("utf-8")
+    return ("\ufffd" if 0xD800 <= high < 0xE000 else chr(high)).encode("utf-8")
 
 
-def _pass(text: str) -> tuple[str, bool]:
-    """One left-to-right pass, and whether it changed the text."""
-    changed = False
+def _pass(raw: bytes) -> list[tuple[int, int, bytes]]:
+    """One left-to-right pass: the replacements ``(start, end, new bytes)`` that change `raw`."""
+    find, match = _patterns()
+    out = []
+    done = 0
+    for m in find.finditer(raw):
+        a = m.start()
+        if a < done:
+            continue
+        mm = match.match(raw, a)
+        if mm is None:
+            continue
+        done = mm.end()
+        rep = _replacement(mm.group())
+        if rep != mm.group():
+            out.append((a, done, rep))
+    return out
 
-    def repl(m: re.Match[str]) -> str:
-        nonlocal changed
-        out = _replacement(m.group())
-        if out != m.group():
-            changed = True
-        return out
 
-    out = _pattern().sub(repl, text)
-    return out, changed
-
-
-def decode(text: str) -> str:
-    """`text` with format characters dropped and escapes decoded, repeatedly, until stable."""
-    changed = True
-    while changed:
-        text, changed = _pass(text)
-    return text
+def _apply(raw: bytes, reps: list[tuple[int, int, bytes]]) -> bytes:
+    parts = []
+    pos = 0
+    for a, b, rep in reps:
+        parts.append(raw[pos:a])
+        parts.append(rep)
+        pos = b
+    parts.append(raw[pos:])
+    return b"".join(parts)
 
 
 def decode_utf8(raw: bytes) -> bytes:
     """`decode` of UTF-8 text given as bytes (returns `raw` itself when nothing changes)."""
-    # Format characters are never ASCII: ASCII text needs a look only when it holds '&' or '\'.
     if raw.isascii() and b"&" not in raw and b"\\" not in raw:
-        return raw
-    text = raw.decode("utf-8")
-    out = decode(text)
-    return raw if out == text else out.encode("utf-8")
+        return raw  # format characters are never ASCII
+    reps = _pass(raw)
+    while reps:
+        raw = _apply(raw, reps)
+        reps = _pass(raw)
+    return raw
+
+
+def decode(text: str) -> str:
+    """`text` with format characters dropped and escapes decoded, repeatedly, until stable."""
+    raw = text.encode("utf-8")
+    out = decode_utf8(raw)
+    return text if out is raw else out.decode("utf-8")
 
 
 def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
@@ -103,30 +124,35 @@ def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
 
     A replaced character maps to the whole escape it came from.
     """
-    starts = list(range(len(text)))
-    ends = list(range(1, len(text) + 1))
-    while True:
-        out: list[str] = []
+    raw = text.encode("utf-8")
+    # Per byte of the current text: the original byte span it came from.
+    starts = list(range(len(raw)))
+    ends = list(range(1, len(raw) + 1))
+    reps = _pass(raw)
+    while reps:
         new_starts: list[int] = []
         new_ends: list[int] = []
         pos = 0
-        changed = False
-        for m in _pattern().finditer(text):
-            a, b = m.span()
-            rep = _replacement(m.group())
-            if rep == m.group():
-                continue
-            changed = True
-            out.append(text[pos:a])
-            new_starts.extend(starts[pos:a])
-            new_ends.extend(ends[pos:a])
-            out.append(rep)
-            new_starts.extend([starts[a]] * len(rep))
-            new_ends.extend([ends[b - 1]] * len(rep))
+        for a, b, rep in reps:
+            new_starts += starts[pos:a] + [starts[a]] * len(rep)
+            new_ends += ends[pos:a] + [ends[b - 1]] * len(rep)
             pos = b
-        if not changed:
-            return text, starts, ends
-        out.append(text[pos:])
-        new_starts.extend(starts[pos:])
-        new_ends.extend(ends[pos:])
-        text, starts, ends = "".join(out), new_starts, new_ends
+        starts, ends = new_starts + starts[pos:], new_ends + ends[pos:]
+        raw = _apply(raw, reps)
+        reps = _pass(raw)
+    # Byte offsets to character offsets, in the original and in the decoded text.
+    char_at = [0] * (len(text.encode("utf-8")) + 1)
+    i = 0
+    for k, c in enumerate(text):
+        n = len(c.encode("utf-8"))
+        char_at[i : i + n] = [k] * n
+        i += n
+    char_at[i] = len(text)
+    decoded = raw.decode("utf-8")
+    firsts = [j for j, byte in enumerate(raw) if byte & 0xC0 != 0x80]  # first byte of each character
+    lasts = [j - 1 for j in firsts[1:]] + ([len(raw) - 1] if raw else [])
+    return (
+        decoded,
+        [char_at[starts[j]] for j in firsts],
+        [char_at[ends[j] - 1] + 1 for j in lasts],
+    )

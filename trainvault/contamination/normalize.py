@@ -74,13 +74,14 @@ def unicode_table(map_digits: bool) -> dict[int, str]:
 
 
 @lru_cache(maxsize=None)
-def simple_chars(map_digits: bool, strip_diacritics: bool) -> Any:
+def simple_chars(map_digits: bool, strip_diacritics: bool, drop_format: bool = False) -> Any:
     """Bool array over code points below `SEPARATOR_LIMIT`: characters tvnorm-v1 leaves alone.
 
     A simple character is not whitespace nor in P*, S*, Z*; has combining class 0; is its
     own NFKC and its own casefold (and NFD, and not ``Mn``, with `strip_diacritics`; not a
     decimal digit with `map_digits`); and is never the second character of a canonical
-    composition (nor a Hangul vowel or trailing jamo). A word made of ASCII token bytes
+    composition (nor a Hangul vowel or trailing jamo); with `drop_format` (tvnorm-v2), not
+    in category ``Cf``. A word made of ASCII token bytes
     and simple characters normalises to itself with its ASCII lower-cased: nothing in it
     composes, reorders, folds or separates. Built once per process.
     """
@@ -100,7 +101,7 @@ def simple_chars(map_digits: bool, strip_diacritics: bool) -> Any:
             continue
         ch = chr(cp)
         cat = unicodedata.category(ch)
-        if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch):
+        if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch) or (drop_format and cat == "Cf"):
             continue
         if unicodedata.normalize("NFKC", ch) != ch or ch.casefold() != ch:
             continue
@@ -208,7 +209,7 @@ class Normalizer:
             if norm is None:
                 if len(cache) >= _WORD_CACHE_LIMIT:
                     cache.clear()
-                norm = cache[word] = tuple(self._decoded_reference_tokens(word.decode("utf-8")))
+                norm = cache[word] = tuple(self.reference_tokens(word.decode("utf-8")))
             parts.append(b" ".join(norm))
             pos = end
             i = mapped.find(b"\x80", end)
@@ -228,9 +229,12 @@ class Normalizer:
         from trainvault.extras import require
 
         np = require("numpy", "contamination")
-        if self.decodes:
-            texts = [decode_utf8(t) for t in texts]
         raw = b" " + b" \xff ".join(texts) + b" "
+        if self.decodes and (b"&" in raw or b"\\" in raw):
+            # An escape may span words: decode the whole batch (0xFF is in no escape).
+            # Otherwise only format characters can change; they are not simple characters
+            # under tvnorm-v2, so the words holding them are normalised one by one.
+            raw = decode_utf8(raw)
         mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
         word = arr != 0x20
@@ -264,7 +268,7 @@ class Normalizer:
                 cache.clear()
             for i, key in enumerate(keys):
                 if norms[i] is None:
-                    norms[i] = cache[key] = tuple(self._decoded_reference_tokens(key.decode("utf-8")))
+                    norms[i] = cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
         return norms  # type: ignore[return-value]
 
     def _slow_positions(self, np: Any, arr: Any, hi: Any) -> Any:
@@ -303,7 +307,7 @@ class Normalizer:
         width = np.where(two, 1, np.where(three, 2, 3))
         if not ok.all() or int(width.sum()) != len(hi) - len(pos):
             return hi
-        simple = simple_chars(self.spec.map_digits, self.spec.strip_diacritics)
+        simple = simple_chars(self.spec.map_digits, self.spec.strip_diacritics, self.decodes)
         inside = cp < len(simple)
         good = inside.copy()
         good[inside] = simple[cp[inside]]
