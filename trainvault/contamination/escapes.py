@@ -124,11 +124,13 @@ def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
 
     A replaced character maps to the whole escape it came from.
     """
-    raw = text.encode("utf-8")
+    raw = original = text.encode("utf-8")
+    reps = _pass(raw)
+    if not reps:
+        return text, list(range(len(text))), list(range(1, len(text) + 1))
     # Per byte of the current text: the original byte span it came from.
     starts = list(range(len(raw)))
     ends = list(range(1, len(raw) + 1))
-    reps = _pass(raw)
     while reps:
         new_starts: list[int] = []
         new_ends: list[int] = []
@@ -141,18 +143,20 @@ def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
         raw = _apply(raw, reps)
         reps = _pass(raw)
     # Byte offsets to character offsets, in the original and in the decoded text.
-    char_at = [0] * (len(text.encode("utf-8")) + 1)
-    i = 0
-    for k, c in enumerate(text):
-        n = len(c.encode("utf-8"))
-        char_at[i : i + n] = [k] * n
-        i += n
-    char_at[i] = len(text)
+    char_at = _char_of_byte(text, original)
     decoded = raw.decode("utf-8")
+    if decoded.isascii():
+        return decoded, [char_at[a] for a in starts], [char_at[b - 1] + 1 for b in ends]
     firsts = [j for j, byte in enumerate(raw) if byte & 0xC0 != 0x80]  # first byte of each character
     lasts = [j - 1 for j in firsts[1:]] + ([len(raw) - 1] if raw else [])
-    return (
-        decoded,
-        [char_at[starts[j]] for j in firsts],
-        [char_at[ends[j] - 1] + 1 for j in lasts],
-    )
+    return decoded, [char_at[starts[j]] for j in firsts], [char_at[ends[j] - 1] + 1 for j in lasts]
+
+
+def _char_of_byte(text: str, raw: bytes) -> list[int]:
+    """For each byte of `raw` (`text` in UTF-8), the index in `text` of the character it belongs to."""
+    if len(raw) == len(text):
+        return list(range(len(text)))
+    out: list[int] = []
+    for k, c in enumerate(text):
+        out.extend([k] * len(c.encode("utf-8")))
+    return out

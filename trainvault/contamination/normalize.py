@@ -336,6 +336,11 @@ class Normalizer:
         norm_map: list[tuple[int, int]] = []
         for m in re.finditer(r"\s+|\S+", text):
             chunk, base = m.group(), m.start()
+            if chunk.isascii():
+                # ASCII is its own NFKC (and NFD); casefold is lower(): one character each.
+                norm_map.extend((base + i, base + i + 1) for i in range(len(chunk)))
+                norm_parts.append(chunk.lower())
+                continue
             pieces = [self.normalize_text(c) for c in chunk]
             whole = self.normalize_text(chunk)
             if "".join(pieces) == whole:
