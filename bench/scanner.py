@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("scanner and naive reference disagree, or v2 missed a planted item: see the table")
 
 
-def _end_to_end(vault: TrainVault, data_format: str, shards: Any, index: Any, text_bytes: int) -> Callable[[], set[str]]:
+def _end_to_end(
+    vault: TrainVault, data_format: str, shards: Any, index: Any, text_bytes: int
+) -> Callable[[], set[str]]:
     def run() -> set[str]:
         results = [scan_shard(vault.storage, data_format, e, index) for e in shards]
         assert sum(r.text_bytes for r in results) == text_bytes

@@ -39,11 +39,15 @@ V1 = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 
 def test_decode_examples() -> None:
     assert decode("zero\u200bwidth wo\u2060rd soft\u00adhyphen \ufeffbom") == "zerowidth word softhyphen bom"
-    assert decode("&lt;pre&gt; &quot;a&quot; &#39;b&#x27; &amp; &eacute;t&eacute; &ltfoo") == '<pre> "a" \'b\' & été <foo'
-    assert decode(r"line\nnext\ttab\r \" \' \/ \\ caf\u00e9 \ud83d\ude00 \ud800") == 'line\nnext\ttab\r " \' / \\ café 😀 \ufffd'
+    assert decode("&lt;pre&gt; &quot;a&quot; &#39;b&#x27; &amp; &eacute;t&eacute; &ltfoo") == (
+        '<pre> "a" \'b\' & été <foo')
+    assert decode(r"line\nnext\ttab\r \" \' \/ \\ caf\u00e9 \ud83d\ude00 \ud800") == (
+        'line\nnext\ttab\r " \' / \\ café 😀 \ufffd')
     # Escaped twice decodes like escaped once; text without escapes is left alone.
     assert decode("&amp;lt; &amp;#39; \\\\n \\\\u00e9") == "< ' \n é"
     assert decode("a&b && c; C:\\dir x\\y") == "a&b && c; C:\\dir x\\y"
+    # An '&' that starts no reference does not hide what follows it.
+    assert decode("a&&b\\n &x\u200by&lt;") == "a&&b\n &xy<"
     assert decode_utf8(b"plain ascii") == b"plain ascii"
     assert decode_utf8("caf\u00e9\u200b".encode()) == "café".encode()
     assert all(unicodedata.category(c) == "Cf" for c in format_characters()) and "\u00ad" in format_characters()
@@ -138,7 +142,8 @@ def test_v2_scan_finds_scraped_copies_at_their_original_spans() -> None:
     vault, root = TrainVault(), f"memory://{uuid.uuid4().hex}"
     bench = jsonl_benchmark("tiny", json.dumps({"id": "i0", "text": item}).encode() + b"\n")
     release = publish_release(vault.storage, f"{root}/release", "r", [bench])
-    forms = [json.dumps(item), html.escape(item), item.replace("ing", "in\u00adg"), json.dumps(item).replace("\\n", "\\\\n")]
+    forms = [json.dumps(item), html.escape(item), item.replace("ing", "in\u00adg"),
+             json.dumps(item).replace("\\n", "\\\\n")]
     records = [{"id": str(k), "text": f"lead in {text} trail"} for k, text in enumerate(forms)]
     found = {}
     for contract in (V1_CONTRACT, DEFAULT_CONTRACT):

@@ -24,9 +24,10 @@ import unicodedata
 from functools import lru_cache
 
 #: `html.unescape`'s own pattern for a character reference, on UTF-8 bytes, except that a
-#: name is ASCII (every HTML5 name is, so the result is the same, and a format character
-#: inside ``&l<ZWSP>t;`` is dropped first like everywhere else).
-_HTML = rb"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;\x80-\xff]{1,32};?)"
+#: name holds neither non-ASCII bytes nor a backslash. No HTML5 name does, so references
+#: decode the same; but ``&x\n`` is not taken whole and left alone, its ``\n`` decodes,
+#: and ``&l<ZWSP>t;`` loses its format character first, like everywhere else.
+_HTML = rb"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;\\\x80-\xff]{1,32};?)"
 _BACKSLASH = (
     rb"\\+(?:u[dD][89abAB][0-9a-fA-F]{2}\\+u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[ntr\"'/])"
     rb"|\\{2,}"

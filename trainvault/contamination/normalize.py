@@ -2,10 +2,11 @@
 
 tvnorm-v2 first decodes text as scrapers store it (`trainvault.contamination.escapes`:
 format characters dropped, HTML references and backslash escapes decoded), then applies
-tvnorm-v1 to the result. In tvnorm-v1, a token is a maximal run of characters that are neither whitespace (`str.isspace`) nor
-in a Unicode category ``P*`` or ``S*``, taken after NFKC and ``casefold()``. Digits and
-diacritics are kept unless the spec switches on ``map_digits`` (every decimal digit
-becomes ``0``) or ``strip_diacritics`` (NFD, drop ``Mn``, NFKC again).
+tvnorm-v1 to the result. In tvnorm-v1, a token is a maximal run of characters that are
+neither whitespace (`str.isspace`) nor in a Unicode category ``P*`` or ``S*``, taken
+after NFKC and ``casefold()``. Digits and diacritics are kept unless the spec switches on
+``map_digits`` (every decimal digit becomes ``0``) or ``strip_diacritics`` (NFD, drop
+``Mn``, NFKC again).
 
 Tokens are returned as UTF-8 `bytes`: the hot path works on bytes, and the n-gram
 fingerprints hash bytes, so no side ever decodes them back.
@@ -75,15 +76,15 @@ def unicode_table(map_digits: bool) -> dict[int, str]:
 
 @lru_cache(maxsize=None)
 def simple_chars(map_digits: bool, strip_diacritics: bool, drop_format: bool = False) -> Any:
-    """Bool array over code points below `SEPARATOR_LIMIT`: characters tvnorm-v1 leaves alone.
+    """Bool array over code points below `SEPARATOR_LIMIT`: characters the normaliser leaves alone.
 
     A simple character is not whitespace nor in P*, S*, Z*; has combining class 0; is its
     own NFKC and its own casefold (and NFD, and not ``Mn``, with `strip_diacritics`; not a
     decimal digit with `map_digits`); and is never the second character of a canonical
     composition (nor a Hangul vowel or trailing jamo); with `drop_format` (tvnorm-v2), not
-    in category ``Cf``. A word made of ASCII token bytes
-    and simple characters normalises to itself with its ASCII lower-cased: nothing in it
-    composes, reorders, folds or separates. Built once per process.
+    in category ``Cf``. A word made of ASCII token bytes and simple characters normalises
+    to itself with its ASCII lower-cased: nothing in it composes, reorders, folds or
+    separates. Built once per process.
     """
     from trainvault.extras import require
 
@@ -101,7 +102,9 @@ def simple_chars(map_digits: bool, strip_diacritics: bool, drop_format: bool = F
             continue
         ch = chr(cp)
         cat = unicodedata.category(ch)
-        if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch) or (drop_format and cat == "Cf"):
+        if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch):
+            continue
+        if drop_format and cat == "Cf":
             continue
         if unicodedata.normalize("NFKC", ch) != ch or ch.casefold() != ch:
             continue
