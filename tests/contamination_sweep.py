@@ -36,15 +36,9 @@ FORMAT_CHARS = ["\u200b", "\u2060", "\u00ad", "\ufeff"]
 
 
 def _curly(t: str, rng: random.Random) -> str:
-    out, dq, sq = [], 0, 0
-    for c in t:
-        if c == '"':
-            out.append("“”"[dq % 2]); dq += 1  # noqa: E702
-        elif c == "'":
-            out.append("‘’"[sq % 2]); sq += 1  # noqa: E702
-        else:
-            out.append(c)
-    return "".join(out)
+    """Straight quotes to curly ones, opening and closing in turn."""
+    t = re.sub(r'"([^"]*)"', "\u201c\\1\u201d", t)
+    return re.sub(r"'([^'\n]*)'", "\u2018\\1\u2019", t)
 
 
 def _rewrap(t: str, rng: random.Random) -> str:
