@@ -4,7 +4,7 @@ Importing this package needs no numpy; building an index does (``trainvault[cont
 """
 
 from trainvault.publication.bound import Bound, publish_document, read_document
-from trainvault.contamination.contract import DEFAULT_CONTRACT, MethodSpec, Policy, VerifierContract
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, MethodSpec, Policy, VerifierContract
 from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
 from trainvault.contamination.exclusions import (
     EXCLUSIONS_NAME,
@@ -48,6 +48,7 @@ __all__ = [
     "Policy",
     "ScanProgress",
     "ShardScanResult",
+    "V1_CONTRACT",
     "VerifierContract",
     "humaneval_benchmark",
     "jsonl_benchmark",
