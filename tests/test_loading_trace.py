@@ -90,7 +90,7 @@ configs = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=14, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cfg=configs)
 def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFactory, cfg: dict[str, Any]) -> None:
@@ -161,3 +161,84 @@ def _resumed_run(loader: Any, infinite: bool, rest: int) -> list[list[int]]:
         assert len(out) == rest
         out += list(iter(loader))
     return out
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, str]]:
+    return save(tmp_path_factory.mktemp("small"), [[23, 17], [30]], 100)
+
+
+CFG = {"shuffle": True, "seed": 1, "window": 2, "drop_last": False, "infinite": False, "stages": None}
+
+
+def test_an_epoch_cut_short_is_a_redealing_point(small: Any) -> None:
+    uri, keys = small
+    ld = make(uri, CFG, 0, 1, 4, 2)
+    head = list(itertools.islice(iter(ld), 5))  # the rest of epoch 0 is never dealt
+    tail = list(iter(ld)) + list(iter(ld))  # epochs 1 and 2
+    got = head + tail
+    assert [ld.trace(s) for s in range(len(got))] == [expected(b, keys) for b in got]
+    state = ld.state_dict()
+    assert [h["step"] for h in state["history"]] == [0, 5] and state["step"] == len(got)
+    fresh = make(uri, CFG, 0, 1, 4, 0)
+    fresh.load_state_dict(state)
+    assert fresh.trace(6) == expected(got[6], keys) and fresh.trace(2) == expected(got[2], keys)
+
+
+def test_a_version_1_state_is_taken_as_an_uninterrupted_run(small: Any) -> None:
+    uri, keys = small
+    ld = make(uri, CFG, 1, 2, 3, 0)
+    per_epoch = len(ld)
+    got = [b for _ in range(2) for b in ld]
+    it = iter(ld)
+    got += [next(it) for _ in range(3)]
+    state = ld.state_dict()
+    old = {k: v for k, v in state.items() if k not in ("step", "history", "manifest_uri")}
+    old["version"] = 1
+    resumed = make(uri, CFG, 1, 2, 3, 0)
+    resumed.load_state_dict(old)
+    assert resumed.state_dict()["step"] == 2 * per_epoch + 3 == state["step"]
+    assert [resumed.trace(s) for s in range(len(got))] == [expected(b, keys) for b in got]
+    nxt = list(resumed)
+    assert resumed.trace(len(got)) == expected(nxt[0], keys)
+
+
+def test_bad_steps_and_ranks(small: Any) -> None:
+    from trainvault import ConfigurationError, SelectionError
+
+    uri, _ = small
+    ld = make(uri, CFG, 0, 2, 4, 0)
+    for step in (-1, "3", True, 1.0):
+        with pytest.raises(ConfigurationError, match="step must be an int"):
+            ld.trace(step)
+    with pytest.raises(ConfigurationError, match="ran on 2 rank"):
+        ld.trace(0, rank=2)
+    # 70 records never fill a round of 40 x 2 with drop_last: no step 0 exists.
+    empty = make(uri, {**CFG, "drop_last": True}, 0, 2, 40, 0)
+    assert list(empty) == []
+    with pytest.raises(SelectionError, match="never happens"):
+        empty.trace(0)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"version": 3}, "version 3 is not supported"),
+    ({"history": []}, "non-empty list"),
+    ({"history": "x"}, "non-empty list"),
+    ({"history": [1]}, "entries are dicts"),
+    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "x"}]},
+     "pad or drop"),
+    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 0, "world_size": 1, "remainder": "pad"}]},
+     "out of range"),
+    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "remainder": "pad"}]}, "lacks field"),
+    ({"step": -0.5}, "must be int"),
+    ({"step": 0, "history": [{"step": 3, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1,
+                              "remainder": "pad"}]}, "out of order"),
+    ({"manifest_uri": None}, "must be str"),
+])
+def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any], match: str) -> None:
+    from trainvault import ResumeStateError
+
+    uri, _ = small
+    ld = make(uri, CFG, 0, 1, 4, 0)
+    with pytest.raises(ResumeStateError, match=match):
+        ld.load_state_dict({**ld.state_dict(), **change})
