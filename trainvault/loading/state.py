@@ -165,7 +165,7 @@ class LoaderState:
         order = f"shuffled (seed {ident.seed}, window {ident.shuffle_window_blocks} blocks)" if ident.shuffle else "manifest order"
         step = "" if self.step is None else f"step {self.step:,}, "
         return (
-            f"{step}epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), "
+            f"epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), {step}"
             f"split {ident.split!r} ({stages}), {order}, batch {self.batch_size} x {self.world_size} rank(s), "
             f"remainder {self.remainder}, manifest sha256 {ident.manifest_sha256}, "
             f"selection sha256 {ident.selection_sha256}"
