@@ -227,11 +227,10 @@ def _trace_loader(args: argparse.Namespace, state: Any) -> Any:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from trainvault.loading.order import Redeal
-    from trainvault.loading.trace import trace_batch
-
     from trainvault.errors import ConfigurationError
+    from trainvault.loading.order import Redeal
     from trainvault.loading.state import LoaderState
+    from trainvault.loading.trace import trace_batch
 
     raw = _read_json(args.state, "a loader state_dict") if args.state else None
     state = None if raw is None else LoaderState.from_dict(raw)

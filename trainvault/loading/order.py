@@ -16,11 +16,16 @@ Dealing
     the same number of batches. Remainder policy ``pad``: only when the tail holds fewer
     records than there are ranks, a rank left without one repeats one tail record (at most
     ``world_size - 1`` repeats an epoch). Policy ``drop`` (``drop_last=True``): the tail is
-    not yielded. A run's history of re-dealing points (`Redeal`) fixes which batch every
-    step of the run was, so a step is located without replaying the steps before it. Within a rank, batches go to workers in chunks of consecutive batches, so
+    not yielded. Within a rank, batches go to workers in chunks of consecutive batches, so
     each worker decodes mostly its own windows; the loader puts them back in order. An
     infinite run deals its chunks on across epoch boundaries, so every worker keeps getting
     batches however few an epoch holds.
+
+Steps
+    A run's history of re-dealing points (`Redeal`: a start, a resume, an epoch cut short)
+    fixes which batch each step was, so `step_batch` locates a step by arithmetic, without
+    replaying the steps before it. Exclusions are removed in `block_plan`, so everything
+    above counts the remaining records.
 """
 
 from __future__ import annotations
