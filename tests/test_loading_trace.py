@@ -99,12 +99,16 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     # A union of the stages in reverse order, or every shard of the split.
     cfg = {**cfg, "stages": names[::-1] if cfg["union"] else None}
     world, batch = cfg["world"], cfg["batch"]
-    loaders = [make(uri, cfg, r, world, batch, cfg["workers"] if r == 0 else 0) for r in range(world)]
-    ds = loaders[0].split_dataset
-    per_epoch = len(ds.schedule(0))
-    if per_epoch == 0:
-        assert loaders[0].split_dataset.drop_last and list(loaders[0]) == []
+    probe = make(uri, {**cfg, "infinite": False}, 0, world, batch, 0)
+    ds = probe.split_dataset
+    if cfg["drop_last"] and ds.total < world * batch:  # not one batch
+        assert list(probe) == []
+        if cfg["infinite"]:
+            with pytest.raises(SelectionError):  # refused up front: it would never yield
+                make(uri, cfg, 0, world, batch, 0)
         return
+    loaders = [make(uri, cfg, r, world, batch, cfg["workers"] if r == 0 else 0) for r in range(world)]
+    per_epoch = len(ds.schedule(0))
     # Traced before any batch is yielded: the steps an uninterrupted run will yield.
     first_step = loaders[0].trace(0)
     got = [run(loader, 2 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
