@@ -1,7 +1,7 @@
 """`loader.trace(step)` against what real DataLoaders yielded, step by step.
 
 Hypothesis draws the configuration (shards, records per shard, block size, batch size,
-shuffle, drop_last, world size, workers, curriculum union, finite or infinite) and an
+shuffle, drop_last, world size, workers, curriculum union, finite or infinite, exclusions) and an
 elastic resume (another world size and batch size). Every record's id encodes its shard
 and index (shard number x 1000 + index), so a traced shard key and record index are
 checked against the record each rank actually received.
@@ -52,10 +52,19 @@ def expected(batch: list[int], keys: dict[int, str]) -> list[TracedRecord]:
     return [TracedRecord("train", keys[i // 1000], i % 1000, i) for i in batch]
 
 
+def excluded(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
+    """None, every third record of every shard, or all of the first shard."""
+    sizes = [n for stage in cfg["stages"] for n in stage]
+    keys = [f"st{i}/s{j}" for i, stage in enumerate(cfg["stages"]) for j in range(len(stage))]
+    if cfg["exclude"] == "every third":
+        return {key: list(range(0, n, 3)) for key, n in zip(keys, sizes)}
+    return {keys[0]: list(range(sizes[0]))} if cfg["exclude"] == "first shard" else None
+
+
 def make(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, workers: int) -> Any:
     sdl = SplitDataLoader(
         TrainVault().storage, uri, collate_fn=ids, shuffle=cfg["shuffle"], seed=cfg["seed"], rank=rank,
-        world_size=world, shuffle_window_blocks=cfg["window"],
+        world_size=world, shuffle_window_blocks=cfg["window"], exclude=cfg.get("exclude_map"),
         dataloader_args={"batch_size": batch, "drop_last": cfg["drop_last"], "num_workers": workers},
     )
     return sdl.load("train", curriculum_stages=cfg["stages"], infinite_iter=cfg["infinite"])
@@ -84,6 +93,7 @@ configs = st.fixed_dictionaries({
     "seed": st.integers(0, 3),
     "workers": st.sampled_from([0, 2]),
     "infinite": st.booleans(),
+    "exclude": st.sampled_from(["none", "every third", "first shard"]),
     "cut": st.floats(0, 1),
     "world2": st.integers(1, 3),
     "batch2": st.integers(1, 5),
@@ -97,11 +107,11 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     uri, keys = save(tmp_path_factory.mktemp("trace"), cfg["stages"], cfg["block_bytes"])
     names = [f"st{i}" for i in range(len(cfg["stages"]))]
     # A union of the stages in reverse order, or every shard of the split.
-    cfg = {**cfg, "stages": names[::-1] if cfg["union"] else None}
+    cfg = {**cfg, "stages": names[::-1] if cfg["union"] else None, "exclude_map": excluded(cfg)}
     world, batch = cfg["world"], cfg["batch"]
     probe = make(uri, {**cfg, "infinite": False}, 0, world, batch, 0)
     ds = probe.split_dataset
-    if cfg["drop_last"] and ds.total < world * batch:  # not one batch
+    if ds.total == 0 or (cfg["drop_last"] and ds.total < world * batch):  # not one batch
         assert list(probe) == []
         if cfg["infinite"]:
             with pytest.raises(SelectionError):  # refused up front: it would never yield
@@ -109,10 +119,12 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
         return
     loaders = [make(uri, cfg, r, world, batch, cfg["workers"] if r == 0 else 0) for r in range(world)]
     per_epoch = len(ds.schedule(0))
+    gone = {n * 1000 + k for key, ks in (cfg["exclude_map"] or {}).items() for n in keys if keys[n] == key for k in ks}
     # Traced before any batch is yielded: the steps an uninterrupted run will yield.
     first_step = loaders[0].trace(0)
     got = [run(loader, 2 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
     assert first_step == expected(got[0][0], keys)
+    assert not gone & {i for batches in got for b in batches for i in b}
     for step in range(2 * per_epoch):
         for r in range(world):
             assert loaders[0].trace(step, rank=r) == expected(got[r][step], keys), (step, r)
