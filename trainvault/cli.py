@@ -235,7 +235,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     raw = _read_json(args.state, "a loader state_dict") if args.state else None
     state = None if raw is None else LoaderState.from_dict(raw)
     if args.batch_size < 1 or args.world_size < 1:
-        raise ConfigurationError(f"--batch-size and --world-size must be >= 1, got {args.batch_size}, {args.world_size}")
+        raise ConfigurationError(
+            f"--batch-size and --world-size must be >= 1, got {args.batch_size}, {args.world_size}"
+        )
     loader = _trace_loader(args, state)
     read = args.records or not args.positions
     rank = args.rank if args.rank is not None else 0
@@ -256,7 +258,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     print(f"step {traced.step} rank {rank} epoch {traced.epoch}: {len(rows)} records")
     for row in rows:
         extra = f"\t{json.dumps(row['record'], default=_jsonable, sort_keys=True)}" if "record" in row else ""
-        print(f"{row['split']}\t{row['shard']}\t{row['record_index']}\t{json.dumps(row['id'], default=_jsonable)}{extra}")
+        ident = json.dumps(row["id"], default=_jsonable)
+        print(f"{row['split']}\t{row['shard']}\t{row['record_index']}\t{ident}{extra}")
     return 0
 
 

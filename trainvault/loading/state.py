@@ -197,7 +197,9 @@ def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
         points.append(point)
     step = _typed(state, "step", int)
     if [p.step for p in points] != sorted(p.step for p in points) or step < points[-1].step:
-        raise ResumeStateError(f"loader state history steps {[p.step for p in points]} and step {step} are out of order")
+        raise ResumeStateError(
+            f"loader state history steps {[p.step for p in points]} and step {step} are out of order"
+        )
     return {"step": step, "history": tuple(points), "manifest_uri": _typed(state, "manifest_uri", str)}
 
 
