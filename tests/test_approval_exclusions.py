@@ -3,7 +3,6 @@ gate (policy, fraction, existence, coverage) and skipped by the approved loader.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ from approval_chain import ITEMS, build_chain, make_records
 from trainvault import (
     ApprovalError,
     ContaminationError,
-    CustodyError,
     ManifestError,
     ResumeStateError,
     TrainVault,
@@ -24,11 +22,9 @@ from trainvault.contamination import (
     VerifierContract,
     exclusions_from_report,
 )
-from trainvault.loading import SplitDataLoader
 
 ALLOW = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
 #: E's loader skips excluded records (`exclude=`); until it lands the approved loader refuses to load.
-LOADER_EXCLUDES = "exclude" in inspect.signature(SplitDataLoader.__init__).parameters
 
 
 @pytest.fixture
@@ -167,18 +163,11 @@ def test_the_approved_loader_never_yields_an_excluded_record(excluded_chain: Any
     chain, approved, excluded = excluded_chain, excluded_chain.extra["approved"], excluded_chain.extra["excluded"]
     assert len(excluded) == 43 and {"s0-0", "s0-17", "s0-39", "s1-0", "s1-39"} <= excluded
     assert _texts(approved, "valid", num_workers=workers) == [r["id"] for r in chain.records["valid"]]
-    if not LOADER_EXCLUDES:
-        # Until the loader can skip records, the approved loader loads nothing rather than them.
-        with pytest.raises(CustodyError, match="cannot skip them"):
-            _texts(approved, "train", num_workers=workers)
-        pytest.skip("the loader has no exclude= yet (branch i21-trace): remove this skip when it lands")
     everything = [r["id"] for k in ("s0", "s1", "s2") for r in chain.records[k]]
     assert _texts(approved, "train", num_workers=workers) == [i for i in everything if i not in excluded]
 
 
 def test_the_approved_loader_resumes_over_the_remaining_records(excluded_chain: Any) -> None:
-    if not LOADER_EXCLUDES:
-        pytest.skip("the loader has no exclude= yet (branch i21-trace): remove this skip when it lands")
     approved, excluded = excluded_chain.extra["approved"], excluded_chain.extra["excluded"]
     args = {"batch_size": 4}
     first = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args=args).load("train")

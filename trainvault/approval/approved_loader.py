@@ -17,7 +17,6 @@ the loader itself (``exclude=``), so positions, epochs and resume count only the
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -131,12 +130,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
         """A loader over the same custody that never deals `exclude`. One per split: a shard key
         names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""
-        if "exclude" not in inspect.signature(SplitDataLoader.__init__).parameters:
-            raise CustodyError(
-                f"the approval excludes records of split {split!r}, and this trainvault's loader cannot skip them: "
-                "upgrade trainvault; nothing is loaded rather than excluded records"
-            )
-        return SplitDataLoader(self.storage, self.publication, collate_fn=self.collate_fn,  # type: ignore[call-arg]
+        return SplitDataLoader(self.storage, self.publication, collate_fn=self.collate_fn,
                                dataloader_args=self._given_args, shuffle=False, seed=0, exclude=dict(exclude))
 
 
