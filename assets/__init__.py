@@ -18,3 +18,5 @@ import warnings as _warnings
 # `backfill_policy` (Beta in Dagster 1.13) is what lets one run, and the CLI, cover a range of shards.
 _warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy`", module=r"dagster\..*")
 _warnings.filterwarnings("ignore", message=r".*backfill_policy.*is currently in beta")
+# `Output(data_version=...)` is Beta too: the hand-off travels as the value, the digest as the data version.
+_warnings.filterwarnings("ignore", message=r"Parameter `data_version`")
