@@ -80,6 +80,10 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
     where = f"dataset catalog {path}: dataset {name!r}" if name else f"dataset catalog {path}: entry {n}"
     if not isinstance(name, str) or not NAME.match(name):
         raise ConfigurationError(f"{where}: field 'name' must be an identifier (letters, digits, _; not starting with a digit)")
+    unknown = sorted(set(entry) - set(DatasetSpec.model_fields))
+    if unknown:
+        raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
+                                 f"{', '.join(DatasetSpec.model_fields)})")
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
     fields["splits"] = [split_fields(s, where) for s in fields.get("splits") or []]
     for field in PATH_FIELDS:
