@@ -74,7 +74,7 @@ class HandoffIOManager(dg.ConfigurableIOManager):
         if upstream is None or upstream.asset_key is None:
             raise ConfigurationError(f"{context.name}: a hand-off input must come from an asset")
         asset = upstream.asset_key.path[-1]
-        run_id = getattr(upstream, "_run_id", None)
+        run_id = upstream_run_id(upstream)
         found = run_handoff(context.instance, run_id, upstream.asset_key) if run_id else None
         if found is None:
             return self.only_handoff(asset)
@@ -97,6 +97,14 @@ class HandoffIOManager(dg.ConfigurableIOManager):
                 f"materialize {asset} in the same run (launch lifecycle_{self.dataset.name})"
             )
         return Handoff.from_json_bytes(storage.get_document(found[0]), source=found[0])
+
+
+def upstream_run_id(upstream: dg.OutputContext) -> str | None:
+    """The run that produced the upstream output; None when the upstream is not part of this run."""
+    try:
+        return upstream.run_id
+    except dg.DagsterInvariantViolationError:
+        return None
 
 
 def run_handoff(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> tuple[str, str] | None:
