@@ -17,7 +17,7 @@ import dagster as dg
 from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, parse_partition_key
-from resources.handoff import Handoff
+from resources.handoff import Handoff, run_materializations
 from resources.storage import ObjectStore
 from trainvault.contamination import (
     ContaminationReport,
@@ -107,8 +107,11 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
         manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
-        results = [read_document(vault.storage, ShardScanResult, pub.shard_scan_uri(release, contract, k)).document
-                   for k in spec.partition_keys()]
+        # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
+        # earlier run: as stored); reduce_report checks each against the manifest's shard.
+        recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
+        results = [read_document(vault.storage, ShardScanResult, pub.shard_scan_uri(release, contract, k),
+                                 sha256=recorded.get(k, {}).get("sha256")).document for k in spec.partition_keys()]
         report = reduce_report(index, manifest, results, data_manifest_sha256=data_manifest.ref.sha256,
                                scan_manifest_sha256=training_scan.ref.sha256,
                                producer_pins_sha256=producer_pins.ref.sha256)

@@ -107,11 +107,18 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
         return None
 
 
+def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
+    """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned)."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    out: dict[str | None, dict] = {}
+    for record in records:
+        mat = record.event_log_entry.asset_materialization
+        if mat is not None and mat.asset_key == key:
+            out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
+
+
 def run_handoff(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> tuple[str, str] | None:
     """(uri, sha256) of the hand-off `key`'s materialization in run `run_id` recorded, if any."""
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
-    for record in reversed(records):
-        mat = record.event_log_entry.asset_materialization
-        if mat is not None and mat.asset_key == key and HANDOFF_URI in mat.metadata:
-            return mat.metadata[HANDOFF_URI].value, mat.metadata[HANDOFF_SHA256].value
-    return None
+    meta = run_materializations(instance, run_id, key).get(None, {})
+    return (meta[HANDOFF_URI], meta[HANDOFF_SHA256]) if HANDOFF_URI in meta else None

@@ -151,3 +151,23 @@ def test_the_io_manager_stores_only_hand_offs(notes) -> None:
     # A hand-off is a strict document: a damaged one is refused when read.
     with pytest.raises(Exception, match=r"dagster-handoff"):
         Handoff.from_json_bytes(b'{"format": "something-else", "version": 1}', source="x")
+
+
+def test_an_altered_shard_scan_result_fails_the_rerun_and_no_approval_follows(notes) -> None:
+    """A shard's published scan result is create-only: altered bytes stop the next run at the scan."""
+    instance = dg.DagsterInstance.ephemeral()
+    job = build_definitions([notes], ObjectStore()).resolve_job_def("lifecycle_notes")
+    assert job.execute_in_process(instance=instance, tags=whole_build_tags(notes)).success
+    base = Path(notes.publication().base.removeprefix("file://"))
+    (result,) = base.glob("contamination/*/shards/train._.0.json")
+    doc = json.loads(result.read_bytes())
+    doc["items"] = []
+    result.write_bytes(json.dumps(doc).encode())
+    approvals = sorted((base / "approvals").iterdir())
+    again = job.execute_in_process(instance=instance, tags=whole_build_tags(notes), raise_on_error=False)
+    assert not again.success
+    failed = [e.step_key for e in again.all_events if e.is_step_failure]
+    assert failed == ["notes__contamination_scan"]
+    assert "already exists with different content" in str(
+        next(e for e in again.all_events if e.is_step_failure).event_specific_data.error)
+    assert sorted((base / "approvals").iterdir()) == approvals
