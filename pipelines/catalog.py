@@ -34,6 +34,7 @@ NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 CRON = re.compile(r"^(@(hourly|daily|weekly|monthly|yearly)|\S+( \S+){4})$")
+CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path")
 
@@ -85,7 +86,9 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
         raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
                                  f"{', '.join(DatasetSpec.model_fields)})")
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
-    fields["splits"] = [split_fields(s, where) for s in fields.get("splits") or []]
+    if not isinstance(fields.get("splits"), list):
+        raise ConfigurationError(f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})")
+    fields["splits"] = [split_fields(s, where) for s in fields["splits"]]
     for field in PATH_FIELDS:
         value = fields.get(field)
         if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():
@@ -94,8 +97,6 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
         spec = DatasetSpec(**fields)
     except ValidationError as exc:
         raise ConfigurationError(f"{where}: {describe_validation_error(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - Dagster's config errors: name the dataset and keep the message
-        raise ConfigurationError(f"{where}: {exc}") from None
     check_spec(spec, where)
     return spec
 
@@ -113,9 +114,10 @@ def split_fields(split: Any, where: str) -> Any:
 
 def check_spec(spec: DatasetSpec, where: str) -> None:
     """What pydantic's types cannot say: generators, owners, tags, the schedule, shards."""
-    for field in ("generator", "stage_metadata", *(f"evaluation_sources.{i}" for i in range(len(spec.evaluation_sources)))):
-        value = spec.evaluation_sources[int(field.split(".")[1])] if "." in field else getattr(spec, field)
-        if value is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", value):
+    callables = {"generator": spec.generator, "stage_metadata": spec.stage_metadata,
+                 **{f"evaluation_sources.{i}": source for i, source in enumerate(spec.evaluation_sources)}}
+    for field, value in callables.items():
+        if value is not None and not CALLABLE.match(value):
             raise ConfigurationError(f"{where}: field '{field}' is {value!r}, expected 'package.module:function'")
     for owner in spec.owners:
         if not OWNER.match(owner):

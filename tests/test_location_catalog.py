@@ -100,6 +100,8 @@ def test_the_catalog_path_comes_from_the_environment_else_pyproject() -> None:
         ({"root_uri": None}, r"dataset 'tiny': field root_uri"),
         ({"splits": [{"name": "train", "shards": 0}]}, r"dataset 'tiny': field 'splits.train.shards'"),
         ({"splits": []}, r"dataset 'tiny': field 'splits' declares no shard"),
+        ({"splits": 5}, r"dataset 'tiny': field 'splits' must be a list"),
+        ({"splits": [{"name": "train", "shard": 2}]}, r"dataset 'tiny': field splits.0.shard_ids"),
         ({"generator": "not a callable"}, r"dataset 'tiny': field 'generator'"),
         ({"evaluation_sources": ["x"]}, r"dataset 'tiny': field 'evaluation_sources.0'"),
         ({"owners": ["somebody"]}, r"dataset 'tiny': field 'owners' has 'somebody'"),
