@@ -22,6 +22,7 @@ import re
 import sys
 import unicodedata
 from functools import lru_cache
+from itertools import accumulate, compress
 
 #: `html.unescape`'s own pattern for a character reference, on UTF-8 bytes, except that a
 #: name holds neither non-ASCII bytes nor a backslash. No HTML5 name does, so references
@@ -143,21 +144,26 @@ def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
         starts, ends = new_starts + starts[pos:], new_ends + ends[pos:]
         raw = _apply(raw, reps)
         reps = _pass(raw)
-    # Byte offsets to character offsets, in the original and in the decoded text.
-    char_at = _char_of_byte(text, original)
+    # Byte offsets to character offsets, in the original and in the decoded text:
+    # char_at[j] holds original byte j; char_end[j] characters start before byte j.
+    if len(original) == len(text):
+        char_at: list[int] = list(range(len(text)))
+        char_end = list(range(len(text) + 1))
+    else:
+        char_end = list(accumulate(original.translate(_LEAD), initial=0))
+        char_at = [c - 1 for c in char_end[1:]]
     decoded = raw.decode("utf-8")
     if decoded.isascii():
-        return decoded, [char_at[a] for a in starts], [char_at[b - 1] + 1 for b in ends]
-    firsts = [j for j, byte in enumerate(raw) if byte & 0xC0 != 0x80]  # first byte of each character
-    lasts = [j - 1 for j in firsts[1:]] + ([len(raw) - 1] if raw else [])
-    return decoded, [char_at[starts[j]] for j in firsts], [char_at[ends[j] - 1] + 1 for j in lasts]
+        return decoded, list(map(char_at.__getitem__, starts)), list(map(char_end.__getitem__, ends))
+    firsts = list(compress(range(len(raw)), raw.translate(_LEAD)))  # first byte of each character
+    ends_before = [0, *ends]  # ends_before[j] == ends[j - 1]: the last byte before character j
+    lasts = [*map(ends_before.__getitem__, firsts[1:]), *ends[-1:]]
+    return (
+        decoded,
+        list(map(char_at.__getitem__, map(starts.__getitem__, firsts))),
+        list(map(char_end.__getitem__, lasts)),
+    )
 
 
-def _char_of_byte(text: str, raw: bytes) -> list[int]:
-    """For each byte of `raw` (`text` in UTF-8), the index in `text` of the character it belongs to."""
-    if len(raw) == len(text):
-        return list(range(len(text)))
-    out: list[int] = []
-    for k, c in enumerate(text):
-        out.extend([k] * len(c.encode("utf-8")))
-    return out
+# 1 for a byte that starts a UTF-8 character, 0 for a continuation byte.
+_LEAD = bytes(0 if 0x80 <= b < 0xC0 else 1 for b in range(256))
