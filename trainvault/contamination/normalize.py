@@ -241,7 +241,11 @@ class Normalizer:
         mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
         word = arr != 0x20
-        bounds = np.flatnonzero(word[1:] != word[:-1]) + 1
+        # edge[i]: a token starts or ends at byte i (byte 0 is a space: never).
+        edge = np.empty(len(arr), dtype=np.bool_)
+        edge[0] = False
+        np.not_equal(word[1:], word[:-1], out=edge[1:])
+        bounds = np.flatnonzero(edge)
         starts, ends = bounds[0::2], bounds[1::2]
         hi = np.flatnonzero(arr >= 0x80)
         if not len(hi):
