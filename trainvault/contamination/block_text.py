@@ -1,18 +1,19 @@
 """The scanned fields of a `msgpack.zst` block as the UTF-8 bytes stored, without decoding them.
 
 The scanner hashes text as UTF-8, and msgpack stores it as UTF-8: decoding every string
-into a `str` and encoding it back cost about as much as normalising it. Here the block
-is unpacked with strings left as bytes, and then packed again with every byte string as
-a msgpack string: the result equals the block exactly when every string-like value in
-it was a string (not `bin`) and the block is in the encoder's own shortest form. Only
-then are the bytes used; for anything else (a `bin` value anywhere, a record that is not
-a map, a scanned field that is missing or not a string, an id that is not UTF-8, another
-encoder's layout) `block_text` returns None and the caller decodes the block the usual
-way, which reports the same errors as before.
+into a `str` and encoding it back cost about as much as normalising it. A block is
+unpacked at once with strings left as bytes, then packed again with every byte string as
+a msgpack string: equal bytes prove that every string-like value was a string (not
+`bin`), as the usual decoder (`unpack_records`) would have read it. Only then is the
+text used. Otherwise (a `bin` value anywhere, a record that is not a map, a scanned
+field that is missing, not a string or holding the byte 0xFF, an id that is not UTF-8)
+`read` gives None and the caller decodes the block the usual way, which reports the same
+errors as before. Strings of 32-255 bytes never repack equal (the packer writes them in
+the old 16-bit form), so after the first block that does not, a reader leaves the rest
+of its shard to the decoder at once.
 
-What is not checked here: that scanned text is UTF-8 (tokenising raises
-`UnicodeDecodeError` on it), and that values the scan does not read are (strings
-in other fields stay undecoded; the loader decodes and checks them).
+Not checked here: that scanned text is UTF-8 (tokenising raises `UnicodeDecodeError` on
+it), and that values not scanned are (the loader decodes them).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import msgpack
 
+_ERRORS = (msgpack.UnpackException, ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
 @dataclass
@@ -29,7 +31,7 @@ class BlockText:
     """Per scanned field, the UTF-8 bytes of each record's value; and each record's id as stored."""
 
     fields: list[list[bytes]]
-    #: A string id's UTF-8 bytes (checked), or the id value as unpacked.
+    #: A string id's UTF-8 bytes (checked), or the id value as unpacked (not a string).
     raw_ids: list[Any]
 
     def record_id(self, i: int) -> str | None:
@@ -42,31 +44,48 @@ class BlockText:
         return str(value)
 
 
-def block_text(payload: bytes, fields: list[str], id_field: str | None) -> BlockText | None:
-    """The scanned fields and record ids of the msgpack records in `payload`, or None (see the module)."""
-    try:
-        unpacker = msgpack.Unpacker(raw=True, max_buffer_size=max(len(payload), 1 << 20))
-        unpacker.feed(payload)
-        records: list[Any] = list(unpacker)
-        # Pre-sized: packing into a growing buffer costs twice as much.
-        packer = msgpack.Packer(use_bin_type=False, autoreset=False, buf_size=len(payload) + 64)
-        for record in records:
-            packer.pack(record)
-        if packer.bytes() != payload:
+class BlockTextReader:
+    """Reads the scanned fields and record ids of one shard's blocks (see the module)."""
+
+    def __init__(self, fields: list[str], id_field: str | None):
+        self.fields = [name.encode("utf-8") for name in fields]
+        self.id_field = id_field.encode("utf-8") if id_field is not None else None
+        self.repack = True
+
+    def read(self, payload: bytes) -> BlockText | None:
+        """The block's text, or None: decode it the usual way."""
+        if not self.repack:
             return None
-        out = []
-        for name in fields:
-            key = name.encode("utf-8")
-            values = [record[key] for record in records]
-            if values and set(map(type, values)) != {bytes}:
+        try:
+            records = _repacked(payload)
+            if records is None:
+                self.repack = False  # this shard's writer stores strings repacking cannot check
                 return None
+            key = self.id_field
+            ids = [record.get(key) for record in records] if key is not None else [None] * len(records)
+            return self._text(records, ids)
+        except _ERRORS:
+            return None
+
+    def _text(self, records: list[Any], ids: list[Any]) -> BlockText | None:
+        out = []
+        for key in self.fields:
+            values = [record[key] for record in records]
+            if values and (set(map(type, values)) != {bytes} or b"\xff" in b"".join(values)):
+                return None  # 0xFF, never in UTF-8, would split a text in the tokeniser's batch
             out.append(values)
-        ids: list[Any] = [None] * len(records)
-        if id_field is not None:
-            key = id_field.encode("utf-8")
-            ids = [record.get(key) for record in records]
-            # Joined by spaces, the string ids are UTF-8 exactly when each of them is.
-            b" ".join(i for i in ids if type(i) is bytes).decode("utf-8")
-    except (msgpack.UnpackException, ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return BlockText(out, ids)
+        # Joined by spaces, the string ids are UTF-8 exactly when each of them is.
+        b" ".join(i for i in ids if type(i) is bytes).decode("utf-8")
+        return BlockText(out, ids)
+
+
+def _repacked(payload: bytes) -> list[Any] | None:
+    """The block's records with strings as bytes, if packing them again gives the block back."""
+    unpacker = msgpack.Unpacker(raw=True, max_buffer_size=max(len(payload), 1 << 20))
+    unpacker.feed(payload)
+    records: list[Any] = list(unpacker)
+    # Pre-sized: packing into a growing buffer costs twice as much.
+    packer = msgpack.Packer(use_bin_type=False, autoreset=False, buf_size=len(payload) + 64)
+    for record in records:
+        packer.pack(record)
+    return records if packer.bytes() == payload else None

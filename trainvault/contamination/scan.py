@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trainvault.contamination.block_text import BlockText, block_text
+from trainvault.contamination.block_text import BlockText, BlockTextReader
 from trainvault.contamination.index import EvalIndex
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, DecodeError, IntegrityError
@@ -307,26 +307,33 @@ def scan_shard(
     """
     reader = ShardReader(storage, entry, data_format)
     acc = _Accumulator(index)
-    in_place = isinstance(reader.format, MsgpackZstFormat)
+    text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
-        if not in_place:
-            acc.add(reader.decode(k, data), entry.uri)
-            continue
-        payload = reader.inflate(k, data)
-        block = block_text(payload, acc.fields, acc.record_id_field)
-        if block is None:
-            acc.add(reader.records(k, payload), entry.uri)
-            continue
-        try:
-            acc.add_text(block)
-        except UnicodeDecodeError as exc:
-            reader.records(k, payload)  # raises the decoder's own error for malformed UTF-8
-            raise DecodeError(f"{entry.uri}: block {k} holds text that is not UTF-8: {exc}") from None
+        _add_block(acc, reader, text, k, data, entry.uri)
     if acc.records != entry.record_count:
         raise IntegrityError(
             f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
         )
     return acc.result(entry.sha256, entry.size_bytes)
+
+
+def _add_block(
+    acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str
+) -> None:
+    """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`)."""
+    if text is None:
+        acc.add(reader.decode(k, data), uri)
+        return
+    payload = reader.inflate(k, data)
+    block = text.read(payload)
+    if block is None:
+        acc.add(reader.records(k, payload), uri)
+        return
+    try:
+        acc.add_text(block)
+    except UnicodeDecodeError as exc:
+        reader.records(k, payload)  # raises the decoder's own error for a string that is not UTF-8
+        raise DecodeError(f"{uri}: block {k} holds text that is not UTF-8 ({exc}); re-publish the shard") from None
 
 
 def _verified_blocks(
