@@ -355,18 +355,18 @@ class Normalizer:
             starts.extend(range(pos, a))
             ends.extend(range(pos + 1, a + 1))
             pos = b
-            pieces = [self.normalize_text(c).translate(table) for c in text[a:b]]
-            whole = self.normalize_text(text[a:b]).translate(table)  # one character in, one out
+            pieces = [self.normalize_text(c) for c in text[a:b]]
+            whole = self.normalize_text(text[a:b])
             if "".join(pieces) == whole:
                 for i, p in enumerate(pieces):
-                    size = len(p.encode("utf-8"))
+                    size = len(p.translate(table).encode("utf-8"))  # one character in, one out
                     starts.extend([a + i] * size)
                     ends.extend([a + i + 1] * size)
             else:
-                size = len(whole.encode("utf-8"))
+                size = len(whole.translate(table).encode("utf-8"))
                 starts.extend([a] * size)
                 ends.extend([b] * size)
-            parts.append(whole)
+            parts.append(whole.translate(table))
         parts.append(text[pos:].lower())
         starts.extend(range(pos, len(text)))
         ends.extend(range(pos + 1, len(text) + 1))
@@ -380,10 +380,8 @@ class Normalizer:
         return tokens, spans
 
 
-_ASCII_SEP_STR = {b: " " for b in _ASCII_SEPARATORS}
 # Distinct non-ASCII words remembered per Normalizer; cleared when full so memory stays bounded.
 _WORD_CACHE_LIMIT = 1 << 16
-_TOKEN_RE = re.compile(r"[^ ]+")
 _TOKEN_BYTES_RE = re.compile(rb"[^ ]+")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 

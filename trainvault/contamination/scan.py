@@ -95,7 +95,7 @@ def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
 class _Texts:
     """The texts of one batch, field-major as tokenised, built into tuples only on a hit.
 
-    A text is a `str`, or the UTF-8 `bytes` of one (`block_text`), decoded only on a hit.
+    A text is a `str`, or the UTF-8 `bytes` of one (`BlockTextReader`), decoded only on a hit.
     """
 
     def __init__(self, first_record: int, fields: list[tuple[int, list[Any]]], record_id: Callable[[int], str | None]):
@@ -174,7 +174,7 @@ class _Accumulator:
         self.records = first + len(records)
 
     def add_text(self, block: BlockText) -> None:
-        """Scan a block read by `block_text`: its fields' UTF-8 bytes and record ids, as `add` would."""
+        """Scan a block read by `BlockTextReader`: its fields' UTF-8 bytes and record ids, as `add` would."""
         first = self.records
         n = len(block.raw_ids)
         for lo in range(0, n, BATCH_RECORDS):
