@@ -106,6 +106,7 @@ RAW = {"use_bin_type": False}
         msgpack.packb({"id": "a", "title": "t"}),
         msgpack.packb({"id": "a", "text": 5, "title": "t"}),
         msgpack.packb({"id": b"\xc3(", "text": b"x", "title": b"t"}, **RAW),  # an id that is not UTF-8
+        msgpack.packb({"id": b"a", "text": b"x", "title": b"t", b"\xc3(": b"k"}, **RAW),  # nor a key
         msgpack.packb({"id": "a", "text": b"x\xff", "title": b"t"}, **RAW),  # 0xFF splits tokeniser batches
         b"\x82\xa4text\xa1x\xa4text\xa1y",  # a repeated key
         msgpack.packb({"id": "a", "text": "x", "title": "t"})[:-1],  # truncated

@@ -6,14 +6,14 @@ unpacked at once with strings left as bytes, then packed again with every byte s
 a msgpack string: equal bytes prove that every string-like value was a string (not
 `bin`), as the usual decoder (`unpack_records`) would have read it. Only then is the
 text used. Otherwise (a `bin` value anywhere, a record that is not a map, a scanned
-field that is missing, not a string or holding the byte 0xFF, an id that is not UTF-8)
-`read` gives None and the caller decodes the block the usual way, which reports the same
-errors as before. Strings of 32-255 bytes never repack equal (the packer writes them in
-the old 16-bit form), so after the first block that does not, a reader leaves the rest
-of its shard to the decoder at once.
+field that is missing, not a string or holding the byte 0xFF, a key or id that is not
+UTF-8) `read` gives None and the caller decodes the block the usual way, which reports
+the same errors as before. Strings of 32-255 bytes never repack equal (the packer writes
+them in the old 16-bit form), so after the first block that does not, a reader leaves
+the rest of its shard to the decoder at once.
 
 Not checked here: that scanned text is UTF-8 (tokenising raises `UnicodeDecodeError` on
-it), and that values not scanned are (the loader decodes them).
+it), and that string values not scanned are (the loader decodes them).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class BlockTextReader:
             if values and (set(map(type, values)) != {bytes} or b"\xff" in b"".join(values)):
                 return None  # 0xFF, never in UTF-8, would split a text in the tokeniser's batch
             out.append(values)
-        # Joined by spaces, the string ids are UTF-8 exactly when each of them is.
+        # Joined by spaces, the keys and string ids are UTF-8 exactly when each of them is.
+        b" ".join(set().union(*records)).decode("utf-8")
         b" ".join(i for i in ids if type(i) is bytes).decode("utf-8")
         return BlockText(out, ids)
 
