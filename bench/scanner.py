@@ -8,8 +8,8 @@ with zero-width characters). Every measurement is made for both methods, `ngram-
 (tvnorm-v1, before issue 19) and `ngram-exact-v2` (tvnorm-v2, the default), in one run:
 
 - trainvault end to end: `scan_shard` over every shard of a msgpack.zst publication in a
-  local folder (stream, SHA-256 of the whole object and of each block, decode, normalise,
-  match, verify), one process;
+  local folder (stream, SHA-256 of the whole object and of each block, decompress, read the
+  text fields as the UTF-8 stored, normalise, match, verify), one process;
 - trainvault in memory: `scan_records` over the decoded records (no I/O, no decoding);
 - naive reference: a Python set of normalised 13-gram tuples of every item, and for each
   record every normalised 13-gram looked up in it (the same normalisation written the

@@ -21,7 +21,9 @@ import html
 import re
 import sys
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
+from itertools import accumulate, compress
 
 #: `html.unescape`'s own pattern for a character reference, on UTF-8 bytes, except that a
 #: name holds neither non-ASCII bytes nor a backslash. No HTML5 name does, so references
@@ -42,14 +44,23 @@ def format_characters() -> str:
 
 
 @lru_cache(maxsize=None)
-def _patterns() -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """(where a replacement may start, the replacement at such a place), over UTF-8.
+def _patterns() -> tuple[bytes, re.Pattern[bytes], re.Pattern[bytes]]:
+    """(a `bytes.translate` table of where a replacement may start, a pattern of those places,
+    the replacement at such a place), over UTF-8.
 
-    The first is literal alternatives only, which `re` scans for quickly; the second is
-    tried at each place the first finds (in order, like one `re.sub` of the second).
+    The table maps ``&`` and ``\\`` to 1, the first byte of every format character to 2
+    and every other byte to 0. Text without a 2 has its places found by `bytes.find`
+    (memchr), ten times faster than scanning with the pattern, which is literal
+    alternatives only. The replacement is tried at each place in order, like one
+    `re.sub` of it.
     """
-    cf = b"|".join(re.escape(c.encode("utf-8")) for c in format_characters())
-    return re.compile(rb"&|\\|" + cf), re.compile(cf + b"|" + _HTML + b"|" + _BACKSLASH)
+    chars = [c.encode("utf-8") for c in format_characters()]
+    marks = bytearray(256)
+    for c in chars:
+        marks[c[0]] = 2
+    marks[ord("&")] = marks[ord("\\")] = 1
+    cf = b"|".join(re.escape(c) for c in chars)
+    return bytes(marks), re.compile(rb"&|\\|" + cf), re.compile(cf + b"|" + _HTML + b"|" + _BACKSLASH)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -74,14 +85,12 @@ def _replacement(token: bytes) -> bytes:
 
 def _pass(raw: bytes) -> list[tuple[int, int, bytes]]:
     """One left-to-right pass: the replacements ``(start, end, new bytes)`` that change `raw`."""
-    find, match = _patterns()
     out = []
     done = 0
-    for m in find.finditer(raw):
-        a = m.start()
+    for a in _places(raw):
         if a < done:
             continue
-        mm = match.match(raw, a)
+        mm = _patterns()[2].match(raw, a)
         if mm is None:
             continue
         done = mm.end()
@@ -89,6 +98,19 @@ def _pass(raw: bytes) -> list[tuple[int, int, bytes]]:
         if rep != mm.group():
             out.append((a, done, rep))
     return out
+
+
+def _places(raw: bytes) -> Iterator[int]:
+    """In order, every offset of `raw` where ``&``, ``\\`` or a format character starts."""
+    marks, find, _ = _patterns()
+    places = raw.translate(marks)
+    if places.find(2) >= 0:
+        yield from (m.start() for m in find.finditer(raw))
+        return
+    a = places.find(1)
+    while a >= 0:
+        yield a
+        a = places.find(1, a + 1)
 
 
 def _apply(raw: bytes, reps: list[tuple[int, int, bytes]]) -> bytes:
@@ -143,21 +165,26 @@ def decode_with_map(text: str) -> tuple[str, list[int], list[int]]:
         starts, ends = new_starts + starts[pos:], new_ends + ends[pos:]
         raw = _apply(raw, reps)
         reps = _pass(raw)
-    # Byte offsets to character offsets, in the original and in the decoded text.
-    char_at = _char_of_byte(text, original)
+    # Byte offsets to character offsets, in the original and in the decoded text:
+    # char_at[j] holds original byte j; char_end[j] characters start before byte j.
+    if len(original) == len(text):
+        char_at: list[int] = list(range(len(text)))
+        char_end = list(range(len(text) + 1))
+    else:
+        char_end = list(accumulate(original.translate(_LEAD), initial=0))
+        char_at = [c - 1 for c in char_end[1:]]
     decoded = raw.decode("utf-8")
     if decoded.isascii():
-        return decoded, [char_at[a] for a in starts], [char_at[b - 1] + 1 for b in ends]
-    firsts = [j for j, byte in enumerate(raw) if byte & 0xC0 != 0x80]  # first byte of each character
-    lasts = [j - 1 for j in firsts[1:]] + ([len(raw) - 1] if raw else [])
-    return decoded, [char_at[starts[j]] for j in firsts], [char_at[ends[j] - 1] + 1 for j in lasts]
+        return decoded, list(map(char_at.__getitem__, starts)), list(map(char_end.__getitem__, ends))
+    firsts = list(compress(range(len(raw)), raw.translate(_LEAD)))  # first byte of each character
+    ends_before = [0, *ends]  # ends_before[j] == ends[j - 1]: the last byte before character j
+    lasts = [*map(ends_before.__getitem__, firsts[1:]), *ends[-1:]]
+    return (
+        decoded,
+        list(map(char_at.__getitem__, map(starts.__getitem__, firsts))),
+        list(map(char_end.__getitem__, lasts)),
+    )
 
 
-def _char_of_byte(text: str, raw: bytes) -> list[int]:
-    """For each byte of `raw` (`text` in UTF-8), the index in `text` of the character it belongs to."""
-    if len(raw) == len(text):
-        return list(range(len(text)))
-    out: list[int] = []
-    for k, c in enumerate(text):
-        out.extend([k] * len(c.encode("utf-8")))
-    return out
+# 1 for a byte that starts a UTF-8 character, 0 for a continuation byte.
+_LEAD = bytes(0 if 0x80 <= b < 0xC0 else 1 for b in range(256))

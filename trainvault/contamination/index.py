@@ -293,36 +293,26 @@ class EvalIndex:
         found = self._passing_stretches(data, starts, ends)
         if found is None:
             return []
-        cand, brk = found
-        # Gather the maximal runs of consecutive positions that hold such a stretch.
-        k_min = self._min_len
-        get = self.vocab.get
-        positions: list[int] = []
-        picked: list[bytes] = []
-        ids: list[int] = []
-        cand_l = cand.tolist()
-        last_end = -1
-        n_cand = len(cand_l)
-        for i in brk.tolist():
-            p0 = cand_l[i]
-            if p0 < last_end:
-                continue
-            j = i + k_min - 1
-            while j + 1 < n_cand and cand_l[j + 1] == cand_l[j] + 1:
-                j += 1
-            p1 = cand_l[j] + 1
-            last_end = p1
-            a_list = starts[p0:p1].tolist()
-            b_list = ends[p0:p1].tolist()
-            positions.extend(range(p0, p1))
-            toks = [data[a:b] for a, b in zip(a_list, b_list)]
-            picked.extend(toks)
-            picked.append(b"")
-            ids.extend([get(t, 0) for t in toks])
-            # A separator of id 0: no window spans two runs.
-            positions.append(-1)
-            ids.append(0)
-        matches = self.find(picked, np.array(ids, dtype=np.int32))
+        cand, _ = found
+        # The maximal runs of consecutive positions in `cand` that hold such a stretch,
+        # back to back, each followed by a separator (position -1, id 0: no window spans two).
+        cut = np.flatnonzero(cand[1:] - cand[:-1] != 1) + 1
+        lo = np.concatenate(([0], cut))
+        hi = np.concatenate((cut, [len(cand)]))
+        keep = hi - lo >= self._min_len
+        first, size = cand[lo[keep]], (hi - lo)[keep] + 1
+        offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+        pos = np.repeat(first, size) + offset
+        sep = offset == np.repeat(size - 1, size)
+        pos[sep] = -1
+        a = starts[pos]
+        b = ends[pos]
+        a[sep] = 0
+        b[sep] = 0  # data[0:0] == b"", which is in no gram
+        picked = list(map(data.__getitem__, map(slice, a.tolist(), b.tolist())))
+        ids = np.fromiter(map(self.vocab.get, picked, repeat(0)), dtype=np.int32, count=len(picked))
+        positions = pos.tolist()
+        matches = self.find(picked, ids)
         return [(positions[c], g) for c, g in matches]
 
     def _passing_stretches(self, data: bytes, starts: Any, ends: Any) -> tuple[Any, Any] | None:

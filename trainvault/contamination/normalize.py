@@ -241,7 +241,11 @@ class Normalizer:
         mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
         word = arr != 0x20
-        bounds = np.flatnonzero(word[1:] != word[:-1]) + 1
+        # edge[i]: a token starts or ends at byte i (byte 0 is a space: never).
+        edge = np.empty(len(arr), dtype=np.bool_)
+        edge[0] = False
+        np.not_equal(word[1:], word[:-1], out=edge[1:])
+        bounds = np.flatnonzero(edge)
         starts, ends = bounds[0::2], bounds[1::2]
         hi = np.flatnonzero(arr >= 0x80)
         if not len(hi):
@@ -334,30 +338,41 @@ class Normalizer:
     def _decoded_spans(self, text: str) -> tuple[list[bytes], list[tuple[int, int]]]:
         """`tokens_with_spans` of text already decoded, spans in `text`."""
         tokens = self._decoded_reference_tokens(text)
-        # norm_map[j] = (start, end) in `text` of the source of normalised character j.
-        norm_parts: list[str] = []
-        norm_map: list[tuple[int, int]] = []
-        for m in re.finditer(r"\s+|\S+", text):
-            chunk, base = m.group(), m.start()
-            if chunk.isascii():
-                # ASCII is its own NFKC (and NFD); casefold is lower(): one character each.
-                norm_map.extend((base + i, base + i + 1) for i in range(len(chunk)))
-                norm_parts.append(chunk.lower())
-                continue
-            pieces = [self.normalize_text(c) for c in chunk]
-            whole = self.normalize_text(chunk)
+        if text.isascii():
+            # NFKC-stable, casefold is lower(), one character each: a token spans its bytes.
+            return tokens, [m.span() for m in _TOKEN_BYTES_RE.finditer(text.encode("ascii").translate(self._table))]
+        # starts[j], ends[j]: the span in `text` of the source of byte j of the normalised
+        # UTF-8 (separators still in place). Only whitespace-delimited chunks holding
+        # non-ASCII need care; ASCII between them is its own NFKC (and NFD) and casefolds
+        # to lower(), one character (byte) each.
+        table = self._unicode_table()
+        parts: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        pos = 0
+        for a, b in _non_ascii_chunks(text):
+            parts.append(text[pos:a].lower())
+            starts.extend(range(pos, a))
+            ends.extend(range(pos + 1, a + 1))
+            pos = b
+            pieces = [self.normalize_text(c) for c in text[a:b]]
+            whole = self.normalize_text(text[a:b])
             if "".join(pieces) == whole:
                 for i, p in enumerate(pieces):
-                    norm_map.extend([(base + i, base + i + 1)] * len(p))
+                    size = len(p.translate(table).encode("utf-8"))  # one character in, one out
+                    starts.extend([a + i] * size)
+                    ends.extend([a + i + 1] * size)
             else:
-                norm_map.extend([(base, base + len(chunk))] * len(whole))
-            norm_parts.append(whole)
-        norm = "".join(norm_parts).translate(self._unicode_table())
-        spans: list[tuple[int, int]] = []
-        mapped: list[bytes] = []
-        for m in _TOKEN_RE.finditer(norm.translate(_ASCII_SEP_STR)):
-            mapped.append(m.group().encode("utf-8").translate(self._table))
-            spans.append((norm_map[m.start()][0], norm_map[m.end() - 1][1]))
+                size = len(whole.translate(table).encode("utf-8"))
+                starts.extend([a] * size)
+                ends.extend([b] * size)
+            parts.append(whole.translate(table))
+        parts.append(text[pos:].lower())
+        starts.extend(range(pos, len(text)))
+        ends.extend(range(pos + 1, len(text) + 1))
+        norm = "".join(parts).encode("utf-8").translate(self._table)
+        spans = [(starts[m.start()], ends[m.end() - 1]) for m in _TOKEN_BYTES_RE.finditer(norm)]
+        mapped = norm.split()
         if mapped != tokens:
             # Per-chunk normalisation disagreed with whole-text normalisation: fall back to
             # spans covering the whole text rather than report a wrong offset.
@@ -365,9 +380,28 @@ class Normalizer:
         return tokens, spans
 
 
-_ASCII_SEP_STR = {b: " " for b in _ASCII_SEPARATORS}
 # Distinct non-ASCII words remembered per Normalizer; cleared when full so memory stays bounded.
 _WORD_CACHE_LIMIT = 1 << 16
-_TOKEN_RE = re.compile(r"[^ ]+")
+_TOKEN_BYTES_RE = re.compile(rb"[^ ]+")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _non_ascii_chunks(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each maximal run of whitespace, or of non-whitespace, holding non-ASCII."""
+    out: list[tuple[int, int]] = []
+    n = len(text)
+    m = _NON_ASCII.search(text)
+    while m is not None:
+        i = m.start()
+        space = text[i].isspace()
+        a = i
+        while a > 0 and text[a - 1].isspace() == space:
+            a -= 1
+        b = i + 1
+        while b < n and text[b].isspace() == space:
+            b += 1
+        out.append((a, b))
+        m = _NON_ASCII.search(text, b)
+    return out
 
 DEFAULT_NORMALIZATION = NormalizationSpec()

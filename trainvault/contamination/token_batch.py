@@ -52,7 +52,7 @@ def splice(
         return TokenBatch(mapped, starts[keep], ends[keep], n_texts)
     lengths = np.fromiter(map(len, aux), dtype=np.int64, count=len(aux))
     aux_starts = len(mapped) + np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
-    mapped = mapped + b" ".join(aux) + b" "
+    mapped = b"".join((mapped, b" ".join(aux), b" "))  # one copy of the batch, not two
     if counts.count(1) == len(counts):
         # Common case: each such word is one token; replace its bytes in place.
         # starts/ends are views of the caller's fresh bounds array: write in place.
