@@ -57,7 +57,8 @@ def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_
     )
 
 
-def trainer_snippet(uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None) -> str:
+def trainer_snippet(uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None,
+                    exclusions: bool = False) -> str:
     """The lines a trainer pastes to open this approval (credentials from its own environment)."""
     key = repr(spec.trusted_keys_path or "approver.pub")
     vault = "TrainVault()"
@@ -70,29 +71,30 @@ def trainer_snippet(uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore
         imports
         + "from trainvault.approval import ApprovalPolicy, load_verifying_key\n"
         + f"approved = {vault}.open_approved(\n    {uri!r},\n    {sha256!r},\n"
-        + f"    trusted_keys=[load_verifying_key({key})],\n    policy={policy_snippet(spec)},\n)\n"
+        + f"    trusted_keys=[load_verifying_key({key})],\n    policy={policy_snippet(spec, exclusions)},\n)\n"
         + "loader = approved.split_data_loader(collate_fn=list, dataloader_args={'batch_size': 8}).load('train')"
     )
 
 
-def policy_snippet(spec: DatasetSpec) -> str:
-    """The `ApprovalPolicy` a trainer passes for this dataset, as Python source."""
+def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
+    """The `ApprovalPolicy` a trainer passes for this dataset (`exclusions`: the approval binds some), as Python source."""
     from resources.policy import parse_fraction
 
     paths = spec.scanner_key_paths()
     args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
-    if spec.policy.allow_exclusions:
+    if exclusions:
         fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
         args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
     return f"ApprovalPolicy({', '.join(args)})"
 
 
-def trace_command(uri: str, sha256: str, spec: DatasetSpec, *, batch_size: int, stages: list[str] | None) -> str:
+def trace_command(uri: str, sha256: str, spec: DatasetSpec, *, exclusions: bool, batch_size: int,
+                  stages: list[str] | None) -> str:
     """The ``trainvault trace`` command for step 0 of a run over the approval's train split."""
     paths = spec.scanner_key_paths()
     words = ["trainvault", "trace", uri, "--sha256", sha256, "--key", spec.trusted_keys_path or "approver.pub"]
     words += [w for p in paths for w in ("--scanner-key", p)]
-    if spec.policy.allow_exclusions:
+    if exclusions:
         words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
     words += ["--batch-size", str(batch_size), *[w for s in stages or [] for w in ("--stage", s)], "--step", "0",
               "--records"]
@@ -157,6 +159,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         vault = store.vault()
         manifest, release = handoffs["data_manifest"], handoffs["evaluation_release"]
         pub = spec.publication_at(manifest.publication_version)
+        if EXCLUSIONS in handoffs and not excluded_records(vault, handoffs[EXCLUSIONS]):
+            del handoffs[EXCLUSIONS]  # nothing to exclude: the approval binds none, any trainer's policy opens it
         request = approval_request(**handoffs)
         policy = spec.approval_policy(release.ref.sha256, release.also["contract"].sha256)
         try:
@@ -184,7 +188,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "croissant": link(card.uri),
                 "croissant written": card_written,
                 "open it (trainer)": dg.MetadataValue.md(
-                    "```python\n" + trainer_snippet(record.uri, record.sha256, spec, store) + "\n```"
+                    "```python\n" + trainer_snippet(record.uri, record.sha256, spec, store, EXCLUSIONS in handoffs)
+                    + "\n```"
                 ),
                 "request": dg.MetadataValue.json(request.model_dump(mode="json")),
             },
@@ -192,6 +197,13 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         )
 
     return approved_dataset
+
+
+def excluded_records(vault, exclusions: Handoff) -> int:
+    """How many records the exclusions a hand-off names leave out (read by digest)."""
+    from trainvault.contamination import Exclusions, read_document
+
+    return len(read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records)
 
 
 def gate_metadata(summary) -> dict[str, object]:
