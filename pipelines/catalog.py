@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from resources.dataset import DatasetSpec
+from resources.dataset import DatasetSpec, ScheduleSpec
+from resources.policy import PolicySpec
 from trainvault.documents import describe_validation_error
 from trainvault.errors import ConfigurationError
 
@@ -38,6 +39,8 @@ TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 CRON = re.compile(r"^(@(hourly|daily|weekly|monthly|yearly)|\S+( \S+){4})$")
 CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+#: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
+NESTED = {"policy": PolicySpec, "schedule": ScheduleSpec}
 PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path")
 
 
@@ -87,6 +90,12 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
     if unknown:
         raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
                                  f"{', '.join(DatasetSpec.model_fields)})")
+    for field, model in NESTED.items():
+        value = entry.get(field)
+        extra = sorted(set(value) - set(model.model_fields)) if isinstance(value, dict) else []
+        if extra:
+            raise ConfigurationError(f"{where}: field {field}.{extra[0]} is not a {field} field (known: "
+                                     f"{', '.join(model.model_fields)})")
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
     if not isinstance(fields.get("splits"), list):
         raise ConfigurationError(f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})")
