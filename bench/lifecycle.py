@@ -167,7 +167,7 @@ def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, boo
 
 
 def measure(total: int, records: int) -> dict[str, float]:
-    from pipelines.examples.spec import example_spec
+    from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
     per_stage, eval_shards = split_shards(total)
@@ -178,7 +178,7 @@ def measure(total: int, records: int) -> dict[str, float]:
 
         def spec_for(root: str):
             return example_spec(root, shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
-                                plant=False, signing_key_path=f"{keys}.key", trusted_keys_path=f"{keys}.pub")
+                                plant=False, **key_fields(keys))
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
         for executor in ("multiprocess", "in_process"):
@@ -188,7 +188,8 @@ def measure(total: int, records: int) -> dict[str, float]:
             env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "TRAINVAULT_DEMO_ROOT": root,
                    "TRAINVAULT_DEMO_SHARDS": str(per_stage), "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
                    "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY_PATH": f"{keys}.key",
-                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub"}
+                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub", "TRAINVAULT_SCANNER_KEY_PATH": f"{keys}.key",
+                   "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{keys}.pub"}
             for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS"):
                 env.pop(name, None)
             wall, inside, ok = cli_run(spec_for(root), env, executor)
@@ -209,7 +210,8 @@ def demo_time() -> float:
     with tempfile.TemporaryDirectory(prefix="tv-demo-") as tmp:
         write_keypair(Path(tmp) / "approver")
         env = {**os.environ, "DAGSTER_HOME": f"{tmp}/home", "TRAINVAULT_DEMO_ROOT": f"{tmp}/store",
-               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub"}
+               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub",
+               "TRAINVAULT_SCANNER_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{tmp}/approver.pub"}
         for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS", "TRAINVAULT_EXECUTOR",
                      "TRAINVAULT_DEMO_SHARDS", "TRAINVAULT_DEMO_RECORDS", "TRAINVAULT_DEMO_EVAL_SHARDS"):
             env.pop(name, None)
