@@ -134,7 +134,8 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
                                scan_manifest_sha256=training_scan.ref.sha256,
                                producer_pins_sha256=producer_pins.ref.sha256)
         scanner = spec.scanner_signing_key()
-        bound = write_attestation(vault, pub.report_uri(release, contract), report, signing_keys=scanner)
+        bound = write_attestation(vault, pub.report_uri(release, contract, scanner.keyid), report,
+                                  signing_keys=scanner)
         return dg.Output(
             Handoff.of(pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]),
             metadata={**object_metadata(bound.uri, bound.sha256, pub.version), **report_metadata(report),
@@ -195,7 +196,8 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
         pub = spec.publication_at(contamination_report.publication_version)
         report = attested_report(vault, contamination_report.ref)
         doc = exclusions_from_report(report, report_sha256=contamination_report.ref.sha256)
-        uri = pub.exclusions_uri(report.eval_release.sha256, report.verifier_contract.sha256)
+        uri = pub.exclusions_uri(report.eval_release.sha256, report.verifier_contract.sha256,
+                                 spec.scanner_signing_key().keyid)
         bound = publish_document(vault.storage, uri, doc)
         per = doc.per_benchmark()
         rows = [{"benchmark": b.name, "excluded records": per.get(b.name, 0), "contaminated items": b.n_contaminated}

@@ -26,7 +26,7 @@ def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         pub = spec.publication_at(data_manifest.publication_version)
         scan = build_training_scan_manifest(vault, data_manifest.ref.uri, manifest_sha256=data_manifest.ref.sha256)
         key = spec.scanner_signing_key()
-        bound = write_attestation(vault, pub.scan_manifest_uri, scan, signing_keys=key)
+        bound = write_attestation(vault, pub.scan_manifest_uri(key.keyid), scan, signing_keys=key)
         totals = scan.totals.model_dump()
         return dg.Output(
             Handoff.of(pub, "training_scan", bound.uri, bound.sha256),

@@ -93,7 +93,7 @@ def library_only(spec, keys: Path) -> float:
     msha = sha256_hex(vault.storage.get(pub.manifest_uri))
     profile = profile_publication(vault.storage, pub.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
     sidecars = approval_sidecars(write_metrics_sidecars(vault.storage, profile))
-    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri,
+    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri("unsigned"),
                                         build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha))
     benchmarks = [load_callable(s)() for s in spec.evaluation_sources]
     digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
@@ -112,7 +112,7 @@ def library_only(spec, keys: Path) -> float:
         results.append(result)
     report = reduce_report(index, manifest, results, data_manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
                            producer_pins_sha256=bpins.sha256)
-    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256), report)
+    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
     request = ApprovalRequest(
         data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
         training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),

@@ -219,20 +219,21 @@ class Publication:
     def producer_pins_uri(self) -> str:
         return join_uri(self.base, "producer-pins-v1.json")
 
-    @property
-    def scan_manifest_uri(self) -> str:
-        """The training scan manifest, signed by the scanner (an in-toto statement in a DSSE envelope)."""
-        return join_uri(self.base, SCAN_ATTESTATION_NAME)
+    def scan_manifest_uri(self, scanner: str) -> str:
+        """The training scan manifest signed by key id `scanner` (an in-toto statement in a DSSE
+        envelope), in a folder per scanner key so a new key never collides with an older signature."""
+        return join_uri(self.base, f"scans/{scanner[:16]}/{SCAN_ATTESTATION_NAME}")
 
     def contamination_dir(self, release_sha256: str, contract_sha256: str) -> str:
         return join_uri(self.base, f"contamination/{release_sha256[:12]}-{contract_sha256[:12]}")
 
-    def report_uri(self, release_sha256: str, contract_sha256: str) -> str:
-        """The contamination report, signed by the scanner (an in-toto statement in a DSSE envelope)."""
-        return join_uri(self.contamination_dir(release_sha256, contract_sha256), REPORT_ATTESTATION_NAME)
+    def report_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
+        """The contamination report signed by key id `scanner` (an in-toto statement in a DSSE envelope)."""
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{REPORT_ATTESTATION_NAME}")
 
-    def exclusions_uri(self, release_sha256: str, contract_sha256: str) -> str:
-        return join_uri(self.contamination_dir(release_sha256, contract_sha256), EXCLUSIONS_NAME)
+    def exclusions_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
+        """The exclusions taken from the report key id `scanner` signed, beside it."""
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{EXCLUSIONS_NAME}")
 
     def shard_scan_uri(self, release_sha256: str, contract_sha256: str, key: str) -> str:
         """One shard's scan result: ``shards/<split>.<stage or _>.<shard_id>.json`` beside the report."""

@@ -198,18 +198,25 @@ def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_nev
                                    policy=BLOCKING.approval_policy(spec.scanner_public_keys()))
 
 
-def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_the_key(tmp_path, keys) -> None:
+def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_the_key(clean, tmp_path, keys,
+                                                                                      store_root) -> None:
+    """The clean build's version rebuilt with another scanner key: its signatures go beside the
+    first ones (a folder per key id), and the gate refuses them."""
+    approvals = TrainVault().storage.list(clean[0].publication().base + "/approvals")
     write_keypair(tmp_path / "rogue")
-    spec = small_spec(tmp_path / "store", keys, scanner_key_path=str(tmp_path / "rogue.key"))
+    spec = small_spec(store_root, keys, scanner_key_path=str(tmp_path / "rogue.key"))
+    assert spec.publication().version == clean[0].publication().version
     result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
     assert not result.success
     rogue = load_verifying_key(tmp_path / "rogue.pub").keyid
     assert made(result, "contamination_report")["signed by (scanner key id)"] == rogue
+    assert f"/{rogue[:16]}/" in made(result, "contamination_report")["uri"]
+    assert made(result, "training_scan")["uri"] == spec.publication().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     assert failure.step_key.endswith("approved_dataset")
     message = failure.event_specific_data.error.message
     assert rogue in message and "not by 1 of the trusted scanner keys" in message
-    assert TrainVault().storage.list(spec.publication().base + "/approvals") == []
+    assert TrainVault().storage.list(spec.publication().base + "/approvals") == approvals
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
