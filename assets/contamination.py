@@ -165,11 +165,7 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
                 f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract
-                else "within contract: no benchmark over its limits" if not contaminated
-                else f"within contract after exclusions: {len(contaminated)} contaminated item(s) to exclude: "
-                     f"{', '.join(contaminated[:10])}" if passed
-                else f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
+                if not same_contract else verdict(passed, contaminated, failing)
             ),
             metadata={"report sha256": report.ref.sha256, "contaminated": len(contaminated),
                       "contaminated item ids": dg.MetadataValue.json(contaminated),
@@ -177,6 +173,15 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
         )
 
     return within_contract
+
+
+def verdict(passed: bool, contaminated: list[str], failing: list[str]) -> str:
+    """The check's one-line verdict for people."""
+    items = f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
+    if passed:
+        return f"within contract after exclusions: {items}, every hit excluded" if contaminated else \
+            "within contract: no benchmark over its limits"
+    return items if contaminated else f"benchmarks over their limits: {', '.join(failing)}"
 
 
 def excludable(report: ContaminationReport, contract: VerifierContract) -> bool:
