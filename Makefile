@@ -31,7 +31,8 @@ $(DAGSTER_HOME_DIR)/dagster.yaml:
 
 # Every dataset of pipelines/datasets.yaml through its lifecycle job with the Dagster CLI, then a
 # trainer opens each approval. TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted into
-# demo_curriculum, its check fails, no approval for it.
+# demo_curriculum, approved with them excluded (the trainer never sees them); with
+# TRAINVAULT_DEMO_EXCLUSIONS=0 too, its check fails and it gets no approval.
 demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(PY) -m pipelines.examples.demo
 

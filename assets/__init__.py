@@ -7,7 +7,8 @@ hands the next stage a typed reference (`resources.handoff.Handoff`) through an 
               -> training_scan, dataset_profile (check: task_data_valid)
     evaluate: evaluation_release -> contamination_scan (one partition per shard)
               -> contamination_report (blocking check: within_contract)
-    approve:  approved_dataset (check: approval_opens)
+              -> contamination_exclusions (only where the dataset's policy allows exclusions)
+    approve:  approved_dataset, with its Croissant card (check: approval_opens)
 
 Keys are prefixed by the dataset's name (`<dataset>/data_manifest`); pipelines/definitions.py
 builds every dataset of the catalog.

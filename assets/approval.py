@@ -1,39 +1,51 @@
-"""approved_dataset: the gate, run through the library itself, and the signed approval record.
+"""approved_dataset: the gate, run through the library itself, the signed approval record
+and its Croissant card.
 
 A blocking check gates only its own run, so this asset never trusts one: it builds the
-approval request from the hand-offs of its own run's stages (manifest, scan, release and
-contract, report, pins, and the profile's metrics sidecars), and `approve_dataset`
-re-reads and re-hashes every bound file and every file the scan manifest declares,
-recomputes the verdict and refuses anything that does not hold. Only then is the
-DSSE-signed approval record written, create-only and named by the request's digest: the
-same inputs approved again reuse the record already there (after opening it with the
-trusted keys) instead of adding another.
+approval request from the hand-offs of its own run's stages (manifest, signed scan,
+release and contract, signed report, pins, the profile's metrics sidecars and, where the
+policy allows them, the exclusions), and `approve_dataset` under the dataset's policy
+(trusted scanner keys, re-scan sample, exclusions) re-reads and re-hashes every bound
+file and every file the scan manifest declares, checks the scanner's signatures,
+re-scans a sample of shards, recomputes the verdict and refuses anything that does not
+hold. Only then is the DSSE-signed approval record written, create-only and named by the
+request's digest: the same inputs approved again reuse the record already there. The
+record is then opened as a trainer opens it (trusted keys, the same policy) and the
+Croissant card written from what opened.
 """
 
+import shlex
 
 import dagster as dg
 
-from assets._common import APPROVE, asset_args, ins, object_metadata
+from assets._common import APPROVE, asset_args, ins, link, object_metadata
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.refs import ObjectRef
 
 DESCRIPTION = ("The signed (DSSE, Ed25519) approval record: the library's gate re-hashes every bound document "
                "and shard and recomputes the verdict first; what a trainer opens by URI and SHA-256.")
 INPUTS = ("data_manifest", "training_scan", "evaluation_release", "contamination_report", "producer_pins",
           "dataset_profile")
+EXCLUSIONS = "contamination_exclusions"
 
 
 def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_release: Handoff,
-                     contamination_report: Handoff, producer_pins: Handoff, dataset_profile: Handoff):
-    """The approval request: the six artifacts and the profile's sidecars, as this run's stages handed them off."""
+                     contamination_report: Handoff, producer_pins: Handoff, dataset_profile: Handoff,
+                     contamination_exclusions: Handoff | None = None):
+    """The approval request: the six artifacts, the profile's sidecars and the exclusions (if any), as
+    this run's stages handed them off."""
     from trainvault.approval import ApprovalRequest, ArtifactRef
+    from trainvault.contamination import EXCLUSIONS_SIDECAR
 
     def ref(h) -> ArtifactRef:
         return ArtifactRef(uri=h.uri, sha256=h.sha256)
 
-    sidecars = dataset_profile.also if dataset_profile.ref == data_manifest.ref else {}
+    sidecars = dict(dataset_profile.also) if dataset_profile.ref == data_manifest.ref else {}
+    if contamination_exclusions is not None:
+        sidecars[EXCLUSIONS_SIDECAR] = contamination_exclusions.ref
     return ApprovalRequest(
         sidecars={name: ref(r) for name, r in sidecars.items()},
         data_manifest=ref(data_manifest.ref),
@@ -45,9 +57,10 @@ def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_
     )
 
 
-def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None, store: ObjectStore | None = None) -> str:
+def trainer_snippet(uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None,
+                    exclusions: bool = False) -> str:
     """The lines a trainer pastes to open this approval (credentials from its own environment)."""
-    key = repr(trusted_keys_path or "approver.pub")
+    key = repr(spec.trusted_keys_path or "approver.pub")
     vault = "TrainVault()"
     imports = "from trainvault import TrainVault\n"
     if store is not None and store.s3_base_url:
@@ -56,11 +69,36 @@ def trainer_snippet(uri: str, sha256: str, trusted_keys_path: str | None, store:
                  "access_key_id=os.environ['TRAINVAULT_S3_KEY_ID'], secret_access_key=os.environ['TRAINVAULT_S3_SECRET'])")
     return (
         imports
-        + "from trainvault.approval import load_verifying_key\n"
+        + "from trainvault.approval import ApprovalPolicy, load_verifying_key\n"
         + f"approved = {vault}.open_approved(\n    {uri!r},\n    {sha256!r},\n"
-        + f"    trusted_keys=[load_verifying_key({key})],\n)\n"
+        + f"    trusted_keys=[load_verifying_key({key})],\n    policy={policy_snippet(spec, exclusions)},\n)\n"
         + "loader = approved.split_data_loader(collate_fn=list, dataloader_args={'batch_size': 8}).load('train')"
     )
+
+
+def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
+    """The `ApprovalPolicy` a trainer passes for this dataset (`exclusions`: the approval binds some), as Python source."""
+    from resources.policy import parse_fraction
+
+    paths = spec.scanner_key_paths()
+    args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
+    if exclusions:
+        fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
+        args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
+    return f"ApprovalPolicy({', '.join(args)})"
+
+
+def trace_command(uri: str, sha256: str, spec: DatasetSpec, *, exclusions: bool, batch_size: int,
+                  stages: list[str] | None) -> str:
+    """The ``trainvault trace`` command for step 0 of a run over the approval's train split."""
+    paths = spec.scanner_key_paths()
+    words = ["trainvault", "trace", uri, "--sha256", sha256, "--key", spec.trusted_keys_path or "approver.pub"]
+    words += [w for p in paths for w in ("--scanner-key", p)]
+    if exclusions:
+        words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
+    words += ["--batch-size", str(batch_size), *[w for s in stages or [] for w in ("--stage", s)], "--step", "0",
+              "--records"]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def trusted_keys(spec: DatasetSpec) -> list:
@@ -69,19 +107,14 @@ def trusted_keys(spec: DatasetSpec) -> list:
     return [load_verifying_key(spec.trusted_keys_path)] if spec.trusted_keys_path else []
 
 
-def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved):
-    """The approval record at `uri`: the one already there when it opens for the same manifest, else
-    signed now (with the Dagster run and asset as provenance) and written create-only."""
+def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tuple[ObjectRef, bool]:
+    """The approval record at `uri` (named by the request's digest: the one already there is
+    reused, and opened after), else signed now (with the Dagster run and asset as provenance)
+    and written create-only."""
     from trainvault.approval import load_signing_key, write_approval
-    from trainvault.refs import ObjectRef
 
     if vault.storage.exists(uri):
-        sha256 = sha256_hex(vault.storage.get(uri))
-        existing = vault.open_approved(uri, sha256, trusted_keys=trusted_keys(spec))
-        if existing.manifest_sha256 != approved.summary.data_manifest_sha256:
-            raise dg.Failure(f"{uri} approves manifest {existing.manifest_sha256}, not "
-                             f"{approved.summary.data_manifest_sha256}: the record is not this request's")
-        return ObjectRef(uri=uri, sha256=sha256), False
+        return ObjectRef(uri=uri, sha256=sha256_hex(vault.storage.get(uri))), False
     key = load_signing_key(spec.signing_key_path, env=spec.signing_key_env)
     provenance = {
         "orchestrator": "dagster",
@@ -94,20 +127,42 @@ def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved):
     return ObjectRef(uri=record.uri, sha256=record.sha256), True
 
 
+def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, policy, manifest_sha256: str):
+    """The approval record opened as a trainer opens it (trusted keys, the dataset's policy); it
+    must approve `manifest_sha256`."""
+    opened = vault.open_approved(record.uri, record.sha256, trusted_keys=trusted_keys(spec), policy=policy)
+    if opened.manifest_sha256 != manifest_sha256:
+        raise dg.Failure(f"{record.uri} approves manifest {opened.manifest_sha256}, not {manifest_sha256}: "
+                         "the record is not this request's")
+    return opened
+
+
+def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
+    """The approval's Croissant card: the one already there (named by the request's digest), else written."""
+    from trainvault.cards import write_croissant
+
+    uri = pub.croissant_uri(request_sha256)
+    if vault.storage.exists(uri):
+        return ObjectRef(uri=uri, sha256=sha256_hex(vault.storage.get(uri))), False
+    card = write_croissant(vault, opened, uri, name=spec.name, description=spec.description or None,
+                           version=pub.version)
+    return ObjectRef(uri=card.uri, sha256=card.sha256), True
+
+
 def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"), ins=ins(spec, *INPUTS))
-    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff,
-                         training_scan: Handoff, evaluation_release: Handoff, contamination_report: Handoff,
-                         producer_pins: Handoff, dataset_profile: Handoff) -> dg.Output[Handoff]:
-        from trainvault.approval import ApprovalPolicy
+    inputs = (*INPUTS, EXCLUSIONS) if spec.policy.allow_exclusions else INPUTS
+
+    @dg.asset(**asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"), ins=ins(spec, *inputs))
+    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff) -> dg.Output[Handoff]:
         from trainvault.errors import ApprovalError
 
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
-        request = approval_request(data_manifest, training_scan, evaluation_release, contamination_report,
-                                   producer_pins, dataset_profile)
-        policy = ApprovalPolicy(evaluation_release_sha256=evaluation_release.ref.sha256,
-                                verifier_contract_sha256=evaluation_release.also["contract"].sha256)
+        manifest, release = handoffs["data_manifest"], handoffs["evaluation_release"]
+        pub = spec.publication_at(manifest.publication_version)
+        if EXCLUSIONS in handoffs and not excluded_records(vault, handoffs[EXCLUSIONS]):
+            del handoffs[EXCLUSIONS]  # nothing to exclude: the approval binds none, any trainer's policy opens it
+        request = approval_request(**handoffs)
+        policy = spec.approval_policy(release.ref.sha256, release.also["contract"].sha256)
         try:
             approved = vault.approve_dataset(request, policy=policy)
         except ApprovalError as exc:
@@ -115,8 +170,11 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
         record, written = signed_approval(context, vault, spec, pub.approval_uri(request_sha256), approved)
+        opened = opened_as_trainer(vault, spec, record, policy, summary.data_manifest_sha256)
+        card, card_written = croissant_card(vault, spec, pub, opened, request_sha256)
         return dg.Output(
-            Handoff.of(pub, "approved_dataset", record.uri, record.sha256, data_manifest=data_manifest.ref),
+            Handoff.of(pub, "approved_dataset", record.uri, record.sha256, data_manifest=manifest.ref,
+                       evaluation_release=release.ref, contract=release.also["contract"]),
             metadata={
                 **object_metadata(record.uri, record.sha256, pub.version),
                 "written": written,
@@ -124,8 +182,14 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "shards": summary.shards,
                 "dagster/row_count": summary.records,
                 "bytes hashed": summary.bytes_hashed,
+                **gate_metadata(summary),
+                "croissant uri": card.uri,
+                "croissant sha256": card.sha256,
+                "croissant": link(card.uri),
+                "croissant written": card_written,
                 "open it (trainer)": dg.MetadataValue.md(
-                    "```python\n" + trainer_snippet(record.uri, record.sha256, spec.trusted_keys_path, store) + "\n```"
+                    "```python\n" + trainer_snippet(record.uri, record.sha256, spec, store, EXCLUSIONS in handoffs)
+                    + "\n```"
                 ),
                 "request": dg.MetadataValue.json(request.model_dump(mode="json")),
             },
@@ -135,11 +199,32 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
     return approved_dataset
 
 
+def excluded_records(vault, exclusions: Handoff) -> int:
+    """How many records the exclusions a hand-off names leave out (read by digest)."""
+    from trainvault.contamination import Exclusions, read_document
+
+    return len(read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records)
+
+
+def gate_metadata(summary) -> dict[str, object]:
+    """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions."""
+    out: dict[str, object] = {}
+    if summary.attestation is not None:
+        out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
+        out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))
+    if summary.exclusions is not None:
+        out["excluded records"] = summary.exclusions.records
+        out["excluded per benchmark"] = dg.MetadataValue.json(dict(summary.exclusions.per_benchmark))
+    return out
+
+
 def build_approval_opens(spec: DatasetSpec, approval_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=approval_asset, blocking=True, name="approval_opens",
-                    description="a trainer can open the approval record with the trusted keys")
+                    description="a trainer can open the approval record with the trusted keys and the dataset's policy")
     def approval_opens(context: dg.AssetCheckExecutionContext, store: ObjectStore, approval: Handoff) -> dg.AssetCheckResult:
-        approved = store.vault().open_approved(approval.ref.uri, approval.ref.sha256, trusted_keys=trusted_keys(spec))
+        policy = spec.approval_policy(approval.also["evaluation_release"].sha256, approval.also["contract"].sha256)
+        approved = store.vault().open_approved(approval.ref.uri, approval.ref.sha256, trusted_keys=trusted_keys(spec),
+                                               policy=policy)
         return dg.AssetCheckResult(
             passed=approved.manifest_sha256 == approval.also["data_manifest"].sha256,
             metadata={"data_manifest_sha256": approved.manifest_sha256},

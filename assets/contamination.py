@@ -1,14 +1,18 @@
-"""contamination_scan (one partition per shard), contamination_report and its check `within_contract`.
+"""contamination_scan (one partition per shard), contamination_report and its check
+`within_contract`, and contamination_exclusions (only where the dataset's policy allows them).
 
 The scan fans out: each shard partition is scanned on its own against the evaluation
 release under the verifier contract, and its result published create-only beside the
 report (``contamination/<release>-<contract>/shards/``), so a multiprocess, Celery or k8s
 executor spreads it. The report asset reduces every shard's result with
 `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
-the report is byte-identical to a serial scan; it binds the data manifest, scan manifest,
-release, contract and producer pins by SHA-256. The check re-reads the report by digest
-and recomputes the verdict under the contract's policy; when it fails, nothing
-downstream in the run executes, and `approved_dataset` refuses on its own too.
+the report is the one a serial scan makes; it binds the data manifest, scan manifest,
+release, contract and producer pins by SHA-256 and is published signed by the scanner's
+key (an in-toto statement in a DSSE envelope). The check re-reads the report by digest
+and recomputes the verdict under the contract's policy (after exclusions, where the
+policy allows them: every hit is then left out of the approval); when it fails, nothing
+downstream in the run executes, and `approved_dataset` refuses on its own too. Whether
+the signer is trusted is the gate's to judge, in `approved_dataset`.
 """
 
 
@@ -19,24 +23,38 @@ from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff, run_materializations
 from resources.storage import ObjectStore
+from trainvault.approval import read_attested, write_attestation
+from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
     ContaminationReport,
     ShardScanResult,
     VerifierContract,
+    exclusions_from_report,
     load_index,
     publish_document,
     read_document,
-    read_report,
     reduce_report,
     scan_shard,
-    write_report,
 )
+from trainvault.contamination.exclusions import truncated_items
+from trainvault.errors import IntegrityError
 from trainvault.publication.pinned import Publication as PinnedManifest
 
 SCAN_DESCRIPTION = ("One shard scanned for evaluation items (n-gram overlap under the verifier contract); "
                     "one partition per shard, reduced into the contamination report.")
 REPORT_DESCRIPTION = ("The contamination report: every shard's scan reduced against the evaluation release, "
-                      "binding manifest, scan manifest, release, contract and pins by digest. Blocking check: within_contract.")
+                      "binding manifest, scan manifest, release, contract and pins by digest, signed by the scanner's key. "
+                      "Blocking check: within_contract.")
+EXCLUSIONS_DESCRIPTION = ("The training records the approval leaves out: every record a hit of the contamination report "
+                          "names, with the benchmark items found there (exclusions-v1); the approved loader skips them.")
+
+
+def attested_report(vault, ref) -> ContaminationReport:
+    """The report a hand-off names, read by digest (signed or not: the gate judges the signer)."""
+    data = vault.storage.get_document(ref.uri)
+    if sha256_hex(data) != ref.sha256:
+        raise IntegrityError(f"{ref.uri}: the contamination report changed since it was handed off; rerun the lifecycle")
+    return read_attested(data, ContaminationReport, trusted_keys=None, source=ref.uri).document
 
 
 def index_of(vault, release: Handoff):
@@ -115,10 +133,13 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
         report = reduce_report(index, manifest, results, data_manifest_sha256=data_manifest.ref.sha256,
                                scan_manifest_sha256=training_scan.ref.sha256,
                                producer_pins_sha256=producer_pins.ref.sha256)
-        bound = write_report(vault, pub.report_uri(release, contract), report)
+        scanner = spec.scanner_signing_key()
+        bound = write_attestation(vault, pub.report_uri(release, contract, scanner.keyid), report,
+                                  signing_keys=scanner)
         return dg.Output(
             Handoff.of(pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]),
-            metadata={**object_metadata(bound.uri, bound.sha256, pub.version), **report_metadata(report)},
+            metadata={**object_metadata(bound.uri, bound.sha256, pub.version), **report_metadata(report),
+                      "signed by (scanner key id)": scanner.keyid},
             data_version=dg.DataVersion(bound.sha256),
         )
 
@@ -131,10 +152,11 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
     def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff) -> dg.AssetCheckResult:
         vault = store.vault()
         contract_ref = report.also["contract"]
-        doc = read_report(vault, report.ref.uri, sha256=report.ref.sha256).document
+        doc = attested_report(vault, report.ref)
         contract = read_document(vault.storage, VerifierContract, contract_ref.uri, sha256=contract_ref.sha256).document
         same_contract = doc.verifier_contract.sha256 == contract_ref.sha256
-        passed = same_contract and doc.recompute_pass(contract.policy)
+        excluded = spec.policy.allow_exclusions and excludable(doc, contract)
+        passed = same_contract and (doc.recompute_pass(contract.policy) or excluded)
         contaminated = [f"{it.benchmark}:{it.item_id}" for it in doc.contaminated_items]
         failing = [b.name for b in doc.benchmarks
                    if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)]
@@ -142,14 +164,61 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
-                "within contract: no benchmark over its limits" if passed
-                else f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract
-                else f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
+                f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
+                if not same_contract else verdict(passed, contaminated, failing)
             ),
             metadata={"report sha256": report.ref.sha256, "contaminated": len(contaminated),
                       "contaminated item ids": dg.MetadataValue.json(contaminated),
-                      "benchmarks failing": dg.MetadataValue.json(failing)},
+                      "benchmarks failing": dg.MetadataValue.json(failing), "passes after exclusions": excluded},
         )
 
     return within_contract
+
+
+def verdict(passed: bool, contaminated: list[str], failing: list[str]) -> str:
+    """The check's one-line verdict for people."""
+    items = f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
+    if passed:
+        return f"within contract after exclusions: {items}, every hit excluded" if contaminated else \
+            "within contract: no benchmark over its limits"
+    return items if contaminated else f"benchmarks over their limits: {', '.join(failing)}"
+
+
+def excludable(report: ContaminationReport, contract: VerifierContract) -> bool:
+    """Whether leaving out every record a hit names makes `report` pass: no benchmark over its
+    uncheckable limit, an exhaustive method, and every hit listed (none capped)."""
+    clean = all(contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, 0)
+                for b in report.benchmarks)
+    return clean and report.method.exhaustive and not truncated_items(report)
+
+
+def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
+    @dg.asset(**asset_args(spec, "contamination_exclusions", EVALUATE, EXCLUSIONS_DESCRIPTION, "python"),
+              ins=ins(spec, "contamination_report"))
+    def contamination_exclusions(context: dg.AssetExecutionContext, store: ObjectStore,
+                                 contamination_report: Handoff) -> dg.Output[Handoff]:
+        vault = store.vault()
+        pub = spec.publication_at(contamination_report.publication_version)
+        report = attested_report(vault, contamination_report.ref)
+        doc = exclusions_from_report(report, report_sha256=contamination_report.ref.sha256)
+        uri = pub.exclusions_uri(report.eval_release.sha256, report.verifier_contract.sha256,
+                                 spec.scanner_signing_key().keyid)
+        bound = publish_document(vault.storage, uri, doc)
+        per = doc.per_benchmark()
+        rows = [{"benchmark": b.name, "excluded records": per.get(b.name, 0), "contaminated items": b.n_contaminated}
+                for b in report.benchmarks]
+        records = [f"{r.split}/{r.shard} record {r.record_index}: "
+                   + ", ".join(f"{x.benchmark}:{x.item_id}" for x in r.reasons) for r in doc.records]
+        return dg.Output(
+            Handoff.of(pub, "contamination_exclusions", bound.uri, bound.sha256),
+            metadata={
+                **object_metadata(bound.uri, bound.sha256, pub.version),
+                "excluded records": len(doc.records),
+                "excluded per benchmark": table(rows, [("benchmark", "string"), ("excluded records", "int"),
+                                                       ("contaminated items", "int")]),
+                "records": dg.MetadataValue.md("\n".join(f"- `{r}`" for r in records[:200]) or "none"),
+            },
+            data_version=dg.DataVersion(bound.sha256),
+        )
+
+    return contamination_exclusions

@@ -1,7 +1,9 @@
 """training_scan: every file the data manifest declares, re-hashed from storage, with totals.
 
-The contamination report and the approval bind this scan manifest by digest; the gate
-checks its file set equals the manifest's, so no shard goes unscanned.
+The scan manifest is published as an attestation (an in-toto statement in a DSSE
+envelope signed with the scanner's key); the contamination report and the approval bind
+the envelope by digest; the gate checks the signer against the policy's trusted scanner
+keys and that its file set equals the manifest's, so no shard goes unscanned.
 """
 
 
@@ -11,9 +13,10 @@ from assets._common import BUILD, asset_args, ins, object_metadata
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault.approval import build_training_scan_manifest, write_training_scan_manifest
+from trainvault.approval import build_training_scan_manifest, write_attestation
 
-DESCRIPTION = "Every file the data manifest declares, re-hashed from storage, with totals (the training scan manifest)."
+DESCRIPTION = ("Every file the data manifest declares, re-hashed from storage, with totals (the training scan manifest, "
+               "signed by the scanner's key).")
 
 
 def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
@@ -22,13 +25,15 @@ def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         scan = build_training_scan_manifest(vault, data_manifest.ref.uri, manifest_sha256=data_manifest.ref.sha256)
-        bound = write_training_scan_manifest(vault, pub.scan_manifest_uri, scan)
+        key = spec.scanner_signing_key()
+        bound = write_attestation(vault, pub.scan_manifest_uri(key.keyid), scan, signing_keys=key)
         totals = scan.totals.model_dump()
         return dg.Output(
             Handoff.of(pub, "training_scan", bound.uri, bound.sha256),
             metadata={
                 **object_metadata(bound.uri, bound.sha256, pub.version),
                 "data_manifest_sha256": scan.data_manifest_sha256,
+                "signed by (scanner key id)": key.keyid,
                 "files": totals.pop("files"),
                 "bytes hashed": totals.pop("file_bytes"),
                 "totals": dg.MetadataValue.json(totals),

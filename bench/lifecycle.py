@@ -93,7 +93,7 @@ def library_only(spec, keys: Path) -> float:
     msha = sha256_hex(vault.storage.get(pub.manifest_uri))
     profile = profile_publication(vault.storage, pub.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
     sidecars = approval_sidecars(write_metrics_sidecars(vault.storage, profile))
-    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri,
+    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri("unsigned"),
                                         build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha))
     benchmarks = [load_callable(s)() for s in spec.evaluation_sources]
     digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
@@ -112,7 +112,7 @@ def library_only(spec, keys: Path) -> float:
         results.append(result)
     report = reduce_report(index, manifest, results, data_manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
                            producer_pins_sha256=bpins.sha256)
-    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256), report)
+    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
     request = ApprovalRequest(
         data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
         training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),
@@ -167,7 +167,7 @@ def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, boo
 
 
 def measure(total: int, records: int) -> dict[str, float]:
-    from pipelines.examples.spec import example_spec
+    from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
     per_stage, eval_shards = split_shards(total)
@@ -178,7 +178,7 @@ def measure(total: int, records: int) -> dict[str, float]:
 
         def spec_for(root: str):
             return example_spec(root, shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
-                                plant=False, signing_key_path=f"{keys}.key", trusted_keys_path=f"{keys}.pub")
+                                plant=False, **key_fields(keys))
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
         for executor in ("multiprocess", "in_process"):
@@ -188,7 +188,8 @@ def measure(total: int, records: int) -> dict[str, float]:
             env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "TRAINVAULT_DEMO_ROOT": root,
                    "TRAINVAULT_DEMO_SHARDS": str(per_stage), "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
                    "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY_PATH": f"{keys}.key",
-                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub"}
+                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub", "TRAINVAULT_SCANNER_KEY_PATH": f"{keys}.key",
+                   "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{keys}.pub"}
             for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS"):
                 env.pop(name, None)
             wall, inside, ok = cli_run(spec_for(root), env, executor)
@@ -209,7 +210,8 @@ def demo_time() -> float:
     with tempfile.TemporaryDirectory(prefix="tv-demo-") as tmp:
         write_keypair(Path(tmp) / "approver")
         env = {**os.environ, "DAGSTER_HOME": f"{tmp}/home", "TRAINVAULT_DEMO_ROOT": f"{tmp}/store",
-               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub"}
+               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub",
+               "TRAINVAULT_SCANNER_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{tmp}/approver.pub"}
         for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS", "TRAINVAULT_EXECUTOR",
                      "TRAINVAULT_DEMO_SHARDS", "TRAINVAULT_DEMO_RECORDS", "TRAINVAULT_DEMO_EVAL_SHARDS"):
             env.pop(name, None)

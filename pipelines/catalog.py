@@ -6,9 +6,11 @@ relative to the repository root. Each entry under ``datasets:`` is a
 `resources.dataset.DatasetSpec`; a split may give ``shards: N`` (ids ``0..N-1``) instead
 of ``shard_ids``. String values may name environment variables: ``${VAR}`` (must be set)
 or ``${VAR:-default}`` (the default when unset or empty). A relative local path in
-``root_uri``, ``signing_key_path`` or ``trusted_keys_path`` is relative to the YAML
-file's folder. Anything malformed raises `ConfigurationError` naming the file, the
-dataset and the field, so the location fails to load instead of serving half a catalog.
+``root_uri``, ``signing_key_path``, ``trusted_keys_path``, ``scanner_key_path`` or
+``trusted_scanner_keys`` is relative to the YAML file's folder. The ``policy:`` block is a
+`resources.policy.PolicySpec` (re-scan sample, exclusions). Anything malformed raises
+`ConfigurationError` naming the file, the dataset and the field, so the location fails to
+load instead of serving half a catalog.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from resources.dataset import DatasetSpec
+from resources.dataset import DatasetSpec, ScheduleSpec
+from resources.policy import PolicySpec
 from trainvault.documents import describe_validation_error
 from trainvault.errors import ConfigurationError
 
@@ -36,7 +39,9 @@ TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 CRON = re.compile(r"^(@(hourly|daily|weekly|monthly|yearly)|\S+( \S+){4})$")
 CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
-PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path")
+#: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
+NESTED = {"policy": PolicySpec, "schedule": ScheduleSpec}
+PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path")
 
 
 def datasets_path(environ: dict[str, str] | None = None) -> Path:
@@ -85,20 +90,34 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
     if unknown:
         raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
                                  f"{', '.join(DatasetSpec.model_fields)})")
+    for field, model in NESTED.items():
+        value = entry.get(field)
+        extra = sorted(set(value) - set(model.model_fields)) if isinstance(value, dict) else []
+        if extra:
+            raise ConfigurationError(f"{where}: field {field}.{extra[0]} is not a {field} field (known: "
+                                     f"{', '.join(model.model_fields)})")
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
     if not isinstance(fields.get("splits"), list):
         raise ConfigurationError(f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})")
     fields["splits"] = [split_fields(s, where) for s in fields["splits"]]
     for field in PATH_FIELDS:
-        value = fields.get(field)
-        if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():
-            fields[field] = str((path.parent / value).resolve())
+        if field in fields:
+            fields[field] = relative_to(path, fields[field])
+    if isinstance(fields.get("trusted_scanner_keys"), list):
+        fields["trusted_scanner_keys"] = [relative_to(path, v) for v in fields["trusted_scanner_keys"]]
     try:
         spec = DatasetSpec(**fields)
     except ValidationError as exc:
         raise ConfigurationError(f"{where}: {describe_validation_error(exc)}") from None
     check_spec(spec, where)
     return spec
+
+
+def relative_to(path: Path, value: Any) -> Any:
+    """A relative local path as an absolute one, relative to the catalog's folder; anything else as it is."""
+    if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():
+        return str((path.parent / value).resolve())
+    return value
 
 
 def split_fields(split: Any, where: str) -> Any:
@@ -132,6 +151,10 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
         raise ConfigurationError(f"{where}: field 'splits' declares no shard")
     if spec.records_per_shard < 1:
         raise ConfigurationError(f"{where}: field 'records_per_shard' must be at least 1")
+    try:
+        spec.policy.check()
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 def interpolate(value: Any, where: str, field: str) -> Any:

@@ -19,7 +19,12 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
 from assets.approval import build_approval_opens, build_approved_dataset  # noqa: E402
-from assets.contamination import build_contamination_report, build_contamination_scan, build_within_contract  # noqa: E402
+from assets.contamination import (  # noqa: E402
+    build_contamination_exclusions,
+    build_contamination_report,
+    build_contamination_scan,
+    build_within_contract,
+)
 from assets.evaluation import build_evaluation_release  # noqa: E402
 from assets.manifest import build_data_manifest  # noqa: E402
 from assets.pins import build_producer_pins  # noqa: E402
@@ -72,11 +77,14 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
     profile = build_dataset_profile(spec)
     assets = [build_producer_pins(spec), build_dataset_shards(spec), build_data_manifest(spec), build_training_scan(spec),
               profile, build_evaluation_release(spec), build_contamination_scan(spec), report, approval]
+    if spec.policy.allow_exclusions:
+        assets.append(build_contamination_exclusions(spec))
     lifecycle = dg.define_asset_job(
         f"lifecycle_{spec.name}",
         selection=dg.AssetSelection.key_prefixes([spec.name]),
         description=(f"{spec.name}: every stage (pins, shards, manifest, profile, scan, evaluation release, contamination "
-                     "scan and report, approval). Launched without a partition selection it builds every shard."),
+                     "scan and report, exclusions where the policy allows them, approval and Croissant card). Launched "
+                     "without a partition selection it builds every shard."),
         tags={"trainvault/dataset": spec.name},
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,10 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from resources.policy import PolicySpec
+from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.contamination import EXCLUSIONS_NAME
 from trainvault.errors import ConfigurationError
 from trainvault.storage import join_uri, normalize_uri
 
@@ -84,6 +88,17 @@ class DatasetSpec(dg.ConfigurableResource):
     )
     signing_key_path: str | None = Field(default=None, description="or a file holding it (PEM, owner-only)")
     trusted_keys_path: str | None = Field(default=None, description="the public key a trainer trusts (PEM file)")
+    scanner_key_env: str = Field(
+        default="TRAINVAULT_SCANNER_KEY",
+        description="environment variable holding the scanner's Ed25519 private key, which signs the scan manifest "
+                    "and the contamination report (unset, and no scanner_key_path: the signing key)",
+    )
+    scanner_key_path: str | None = Field(default=None, description="or a file holding it (PEM, owner-only)")
+    trusted_scanner_keys: list[str] = Field(
+        default_factory=list,
+        description="public keys (PEM files) the gate trusts to sign scans and reports (empty: trusted_keys_path)",
+    )
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="re-scan sample and exclusions")
     owners: list[str] = Field(default_factory=list, description="Dagster owners: emails or team:<name>")
     tags: dict[str, str] = Field(default_factory=dict, description="Dagster tags on every asset of the dataset")
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the nightly rebuild")
@@ -109,6 +124,34 @@ class DatasetSpec(dg.ConfigurableResource):
         if stage is None or self.stage_metadata is None:
             return None
         return load_callable(self.stage_metadata)(split, stage)
+
+    # -- keys and policy ----------------------------------------------------
+
+    def scanner_signing_key(self):  # -> trainvault.approval.SigningKey
+        """The scanner's key: scanner_key_path, else $scanner_key_env, else the dataset's signing key."""
+        from trainvault.approval import load_signing_key
+
+        if self.scanner_key_path:
+            return load_signing_key(self.scanner_key_path)
+        if os.environ.get(self.scanner_key_env):
+            return load_signing_key(None, env=self.scanner_key_env)
+        return load_signing_key(self.signing_key_path, env=self.signing_key_env)
+
+    def scanner_key_paths(self) -> list[str]:
+        """The public key files trusted to sign scans and reports: trusted_scanner_keys, else trusted_keys_path."""
+        return self.trusted_scanner_keys or ([self.trusted_keys_path] if self.trusted_keys_path else [])
+
+    def scanner_public_keys(self) -> list:
+        """The public keys trusted to sign scans and reports (none: every shard is re-scanned at the gate)."""
+        from trainvault.approval import load_verifying_key
+
+        return [load_verifying_key(p) for p in self.scanner_key_paths()]
+
+    def approval_policy(self, evaluation_release_sha256: str | None = None, verifier_contract_sha256: str | None = None):
+        """The `ApprovalPolicy` the gate and a trainer apply to this dataset's approvals (None: any release, any
+        contract no looser than the library's)."""
+        return self.policy.approval_policy(self.scanner_public_keys(), evaluation_release_sha256=evaluation_release_sha256,
+                                           verifier_contract_sha256=verifier_contract_sha256)
 
     # -- versions and locations ---------------------------------------------
 
@@ -176,15 +219,21 @@ class Publication:
     def producer_pins_uri(self) -> str:
         return join_uri(self.base, "producer-pins-v1.json")
 
-    @property
-    def scan_manifest_uri(self) -> str:
-        return join_uri(self.base, "training-scan-manifest-v1.json")
+    def scan_manifest_uri(self, scanner: str) -> str:
+        """The training scan manifest signed by key id `scanner` (an in-toto statement in a DSSE
+        envelope), in a folder per scanner key so a new key never collides with an older signature."""
+        return join_uri(self.base, f"scans/{scanner[:16]}/{SCAN_ATTESTATION_NAME}")
 
     def contamination_dir(self, release_sha256: str, contract_sha256: str) -> str:
         return join_uri(self.base, f"contamination/{release_sha256[:12]}-{contract_sha256[:12]}")
 
-    def report_uri(self, release_sha256: str, contract_sha256: str) -> str:
-        return join_uri(self.contamination_dir(release_sha256, contract_sha256), "contamination-report-v1.json")
+    def report_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
+        """The contamination report signed by key id `scanner` (an in-toto statement in a DSSE envelope)."""
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{REPORT_ATTESTATION_NAME}")
+
+    def exclusions_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
+        """The exclusions taken from the report key id `scanner` signed, beside it."""
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{EXCLUSIONS_NAME}")
 
     def shard_scan_uri(self, release_sha256: str, contract_sha256: str, key: str) -> str:
         """One shard's scan result: ``shards/<split>.<stage or _>.<shard_id>.json`` beside the report."""
@@ -194,6 +243,10 @@ class Publication:
     def approval_uri(self, request_sha256: str) -> str:
         """Named by the approval request's digest: the same inputs approved again reuse the record."""
         return join_uri(self.base, f"approvals/approval-{request_sha256[:16]}.dsse.json")
+
+    def croissant_uri(self, request_sha256: str) -> str:
+        """The approval's Croissant card, in the version's root (so shard URLs stay relative and readable)."""
+        return join_uri(self.base, f"croissant-{request_sha256[:16]}.json")
 
     def handoff_uri(self, asset: str, sha256: str) -> str:
         """A hand-off reference between assets, named by its own digest (same content, same object)."""

@@ -55,6 +55,31 @@ def test_the_shipped_catalog_serves_two_demo_datasets() -> None:
     assert not curriculum.schedule.enabled and curriculum.schedule.cron == "0 3 * * *"
 
 
+def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> None:
+    from trainvault.approval import load_verifying_key, write_keypair
+
+    write_keypair(tmp_path / "scanner")
+    (spec,) = load_datasets(catalog(tmp_path, entry(
+        scanner_key_path="scanner.key", trusted_scanner_keys=["scanner.pub"],
+        policy={"rescan_min_shards": 3, "rescan_fraction": "5/100", "rescan_seed": 7, "allow_exclusions": True,
+                "max_excluded_fraction": "2/1000"})))
+    assert spec.scanner_key_path == str(tmp_path / "scanner.key")  # relative to the YAML file's folder
+    assert spec.trusted_scanner_keys == [str(tmp_path / "scanner.pub")]
+    policy = spec.approval_policy("a" * 64, "b" * 64)
+    assert policy.scanner_keys == (load_verifying_key(tmp_path / "scanner.pub"),)
+    assert (policy.rescan_min_shards, policy.rescan_fraction, policy.rescan_seed) == (3, (5, 100), 7)
+    assert (policy.allow_exclusions, policy.max_excluded_fraction) == (True, (2, 1000))
+    assert policy.rescan_count(100) == 5 and policy.rescan_count(10) == 3
+    assert spec.scanner_signing_key().public_key == load_verifying_key(tmp_path / "scanner.pub")
+
+    # No scanner settings: the scanner signs with the dataset's signing key and the gate trusts the approver's key.
+    write_keypair(tmp_path / "approver")
+    (plain,) = load_datasets(catalog(tmp_path, entry(signing_key_path="approver.key", trusted_keys_path="approver.pub")))
+    assert plain.scanner_key_paths() == [str(tmp_path / "approver.pub")]
+    assert plain.scanner_signing_key().public_key == load_verifying_key(tmp_path / "approver.pub")
+    assert not plain.policy.allow_exclusions and plain.approval_policy().rescan_count(100) == 2
+
+
 def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None:
     (spec,) = load_datasets(catalog(tmp_path, entry()))
     assert spec.root_uri == str(tmp_path / "store")  # relative to the YAML file's folder
@@ -109,6 +134,15 @@ def test_the_catalog_path_comes_from_the_environment_else_pyproject() -> None:
         ({"schedule": {"cron": "nightly"}}, r"dataset 'tiny': field 'schedule.cron'"),
         ({"schedule": {"cron": "0 3 * * *", "enabled": "sometimes"}}, r"dataset 'tiny': field schedule.enabled"),
         ({"colour": "blue"}, r"dataset 'tiny': field colour"),
+        ({"policy": {"rescan_fraction": "2%"}}, r"dataset 'tiny': field 'policy.rescan_fraction' is '2%', expected N/D"),
+        ({"policy": {"max_excluded_fraction": "3/2"}}, r"dataset 'tiny': field 'policy.max_excluded_fraction'"),
+        ({"policy": {"max_excluded_fraction": "1/0"}}, r"dataset 'tiny': field 'policy.max_excluded_fraction'"),
+        ({"policy": {"rescan_min_shards": -1}}, r"dataset 'tiny': field 'policy.rescan_min_shards'"),
+        ({"policy": {"scanner_threshold": 0}}, r"dataset 'tiny': field 'policy.scanner_threshold'"),
+        ({"policy": {"allow_exclusions": "perhaps"}}, r"dataset 'tiny': field policy.allow_exclusions"),
+        ({"policy": {"exclude": True}}, r"dataset 'tiny': field policy.exclude is not a policy field"),
+        ({"schedule": {"cron": "0 3 * * *", "on": True}}, r"dataset 'tiny': field schedule.on is not a schedule field"),
+        ({"trusted_scanner_keys": "scanner.pub"}, r"dataset 'tiny': field trusted_scanner_keys"),
     ],
 )
 def test_a_malformed_entry_names_the_dataset_and_the_field(tmp_path, fields, message) -> None:

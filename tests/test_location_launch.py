@@ -12,12 +12,12 @@ import pytest
 dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
-from pipelines.examples.spec import example_spec  # noqa: E402
+from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
-from trainvault.approval import write_keypair  # noqa: E402
+from trainvault.approval import read_attested, write_attestation, write_keypair  # noqa: E402
 from trainvault.canonical import sha256_hex  # noqa: E402
-from trainvault.contamination import load_index, read_report, scan_dataset, write_report  # noqa: E402
+from trainvault.contamination import ContaminationReport, load_index, scan_dataset  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
@@ -26,8 +26,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 def spec(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("launch")
     write_keypair(tmp / "approver")
+    write_keypair(tmp / "scanner")
     return example_spec(str(tmp / "store"), shards_per_stage=1, eval_shards=1, records=20,
-                        signing_key_path=str(tmp / "approver.key"), trusted_keys_path=str(tmp / "approver.pub"))
+                        **key_fields(tmp / "approver", tmp / "scanner"))
+
+
+def same_keys(spec) -> dict[str, object]:
+    return key_fields(spec.signing_key_path.removesuffix(".key"), spec.scanner_key_path.removesuffix(".key"))
 
 
 def job_of(spec):
@@ -77,7 +82,7 @@ def test_each_shard_partition_reports_its_own_shard(spec, unselected) -> None:
 
 def test_one_partition_builds_one_shard(spec, tmp_path) -> None:
     other = example_spec(str(tmp_path / "store"), shards_per_stage=1, eval_shards=1, records=20,
-                         signing_key_path=spec.signing_key_path, trusted_keys_path=spec.trusted_keys_path)
+                         **same_keys(spec))
     job = job_of(other)
     instance = dg.DagsterInstance.ephemeral()
     assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey([other.name, "producer_pins"])]).success
@@ -109,24 +114,27 @@ def test_the_fanned_out_scan_reduces_to_the_serial_scans_report_bytes(spec, unse
                        release_sha256=release["sha256"], contract_sha256=release["contract_sha256"])
     serial = scan_dataset(vault, manifest["uri"], index, manifest_sha256=manifest["sha256"],
                           scan_manifest_sha256=scan["sha256"], producer_pins_sha256=pins["sha256"], progress=False)
-    bound = write_report(vault, str(tmp_path / "serial-report.json"), serial)
+    # Signed with the same scanner key (Ed25519 signatures are deterministic): the same envelope bytes.
+    bound = write_attestation(vault, str(tmp_path / "serial-report.dsse.json"), serial, signing_keys=spec.scanner_key_path)
     assert bound.sha256 == report["sha256"]
-    assert (tmp_path / "serial-report.json").read_bytes() == vault.storage.get(report["uri"])
-    assert read_report(vault, report["uri"], sha256=sha256_hex(vault.storage.get(report["uri"]))).document.passed
+    stored = vault.storage.get(report["uri"])
+    assert (tmp_path / "serial-report.dsse.json").read_bytes() == stored and sha256_hex(stored) == report["sha256"]
+    attested = read_attested(stored, ContaminationReport, trusted_keys=[spec.trusted_scanner_keys[0]], source=report["uri"])
+    assert attested.document.passed and attested.signers
 
 
 def test_a_backfill_in_waves_of_runs_hands_off_through_the_version_folder(spec, tmp_path) -> None:
     """An asset backfill may run unpartitioned and partitioned assets in separate runs: each
     wave reads the one hand-off of its upstream in the version's folder, and the last approves."""
     other = example_spec(str(tmp_path / "store"), shards_per_stage=1, eval_shards=1, records=20,
-                         signing_key_path=spec.signing_key_path, trusted_keys_path=spec.trusted_keys_path)
+                         **same_keys(spec))
     job = job_of(other)
     instance = dg.DagsterInstance.ephemeral()
     waves = [(["producer_pins", "evaluation_release"], {}),
              (["dataset_shards"], whole_build_tags(other)),
              (["data_manifest", "training_scan", "dataset_profile"], {}),
              (["contamination_scan"], whole_build_tags(other)),
-             (["contamination_report", "approved_dataset"], {})]
+             (["contamination_report", "contamination_exclusions", "approved_dataset"], {})]
     for names, tags in waves:
         result = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False,
                                         asset_selection=[dg.AssetKey([other.name, n]) for n in names])

@@ -1,9 +1,12 @@
-"""The Dagster code location on real ephemeral instances, in process: the whole lifecycle,
-planted contamination, a standalone approval after a failed report, rebuilds that write
-nothing, new versions for changed inputs, and definitions that load (locally and at scale)."""
+"""The Dagster code location on real ephemeral instances, in process: the whole lifecycle
+(scanner-signed scan and report, sample re-scan, Croissant card), planted contamination
+that blocks or, where the policy allows, is excluded, a report signed by an untrusted
+scanner, a standalone approval after a failed report, rebuilds that write nothing, new
+versions for changed inputs, and definitions that load (locally and at scale)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,23 +18,32 @@ import pytest
 dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
-from pipelines.examples.spec import example_spec  # noqa: E402
+from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
+from resources.policy import PolicySpec  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
+from trainvault.canonical import sha256_hex  # noqa: E402
+from trainvault.errors import ApprovalError  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`"),
               pytest.mark.filterwarnings("ignore:Parameter `data_version`")]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIFECYCLE = {"producer_pins", "dataset_shards", "data_manifest", "training_scan", "evaluation_release",
-             "contamination_scan", "contamination_report", "dataset_profile", "approved_dataset"}
+             "contamination_scan", "contamination_report", "contamination_exclusions", "dataset_profile",
+             "approved_dataset"}
+PLANTED = {"humaneval:HumanEval/0", "humaneval:HumanEval/7", "humaneval:HumanEval/42",
+           "synthetic-wordprob:wordprob/3", "synthetic-wordprob:wordprob/11"}
+#: Contamination blocks: no exclusions (the demo_curriculum entry allows them by default).
+BLOCKING = PolicySpec(allow_exclusions=False)
 
 
 def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
-    """Five shards of 20 records: train easy/medium/hard, valid, test."""
-    return example_spec(str(root), shards_per_stage=1, eval_shards=1, records=records,
-                        signing_key_path=f"{keys}.key", trusted_keys_path=f"{keys}.pub", **overrides)
+    """Five shards of 20 records: train easy/medium/hard, valid, test; scanned and signed by the
+    scanner key pair beside `keys` (``scanner.key``, ``scanner.pub``)."""
+    fields = {**key_fields(keys, keys.with_name("scanner")), **overrides}
+    return example_spec(str(root), shards_per_stage=1, eval_shards=1, records=records, **fields)
 
 
 def run_lifecycle(spec, instance, *, selection=None):
@@ -66,6 +78,7 @@ def files(root: Path) -> dict[str, tuple[int, int]]:
 def keys(tmp_path_factory) -> Path:
     prefix = tmp_path_factory.mktemp("keys") / "approver"
     write_keypair(prefix)
+    write_keypair(prefix.with_name("scanner"))
     return prefix
 
 
@@ -86,10 +99,19 @@ def clean(store_root, keys):
 @pytest.fixture(scope="module")
 def planted(store_root, keys):
     """The same dataset with evaluation items planted into train/hard/0, on its own instance."""
-    spec = small_spec(store_root, keys, plant=True)
+    spec = small_spec(store_root, keys, plant=True, policy=BLOCKING)
     instance = dg.DagsterInstance.ephemeral()
     result = run_lifecycle(spec, instance)
     return spec, instance, result
+
+
+@pytest.fixture(scope="module")
+def excluded(tmp_path_factory, keys):
+    """The planted dataset under a policy that allows exclusions (5 of 105 records: up to 5/100)."""
+    spec = small_spec(tmp_path_factory.mktemp("excluded"), keys, plant=True,
+                      policy=PolicySpec(allow_exclusions=True, max_excluded_fraction="5/100"))
+    result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
+    return spec, result
 
 
 def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> None:
@@ -110,8 +132,22 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     assert approval["uri"].startswith(pub.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
 
-    # The trainer: library only, pinned by URI and sha256, trusting the public key.
-    approved = TrainVault().open_approved(approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")])
+    assert "policy=ApprovalPolicy(scanner_keys=[load_verifying_key(" in approval["open it (trainer)"]
+    assert "allow_exclusions" not in approval["open it (trainer)"]  # nothing excluded: none bound
+    assert made(result, "contamination_exclusions")["excluded records"] == 0
+
+    # Scan manifest and report are attestations signed by the scanner's key; the gate re-scanned 2 of 5 shards.
+    scanner = load_verifying_key(keys.with_name("scanner.pub")).keyid
+    assert made(result, "training_scan")["signed by (scanner key id)"] == scanner
+    assert report["signed by (scanner key id)"] == scanner and report["uri"].endswith(".dsse.json")
+    assert approval["report signed by"] == [scanner] and len(approval["re-scanned shards"]) == 2
+
+    # The trainer: library only, pinned by URI and sha256, trusting the public keys, under the dataset's policy.
+    approved = TrainVault().open_approved(approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")],
+                                          policy=spec.approval_policy())
+    assert approved.summary.attestation.report_signers == [scanner]
+    assert approved.summary.attestation.scan_manifest_signers == [scanner]
+    assert approved.summary.exclusions is None and "exclusions" not in approved.bindings
     assert approved.manifest_sha256 == manifest["sha256"]
     assert {"data_manifest", "training_scan_manifest", "contamination_report", "producer_pins"} <= set(approved.bindings)
     assert {"train_metrics", "valid_metrics", "test_metrics"} <= set(approved.bindings)  # the profile's sidecars
@@ -121,6 +157,66 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     records = [r for batch in loader for r in batch]
     assert len(records) == 60
     assert records[0]["id"] == "train-easy-0-00000"
+
+
+def test_the_approval_writes_a_croissant_card_mlcroissant_loads(clean) -> None:
+    mlc = pytest.importorskip("mlcroissant")
+    spec, _, result = clean
+    approval = made(result, "approved_dataset")
+    path = Path(approval["croissant uri"].removeprefix("file://"))
+    assert path.parent == Path(spec.publication().base.removeprefix("file://"))
+    assert approval["croissant written"] is True and sha256_hex(path.read_bytes()) == approval["croissant sha256"]
+    card = json.loads(path.read_bytes())
+    assert card["name"] == "demo_curriculum" and card["version"] == spec.publication().version
+    assert card["tv:approval"]["record"] == {**card["tv:approval"]["record"], "uri": approval["uri"],
+                                             "sha256": approval["sha256"]}
+    assert {r["name"] for r in card["recordSet"]} == {"train", "valid", "test"}
+    dataset = mlc.Dataset(jsonld=str(path))
+    assert not dataset.metadata.ctx.issues.errors
+
+
+def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_never_yields_them(excluded, keys) -> None:
+    spec, result = excluded
+    assert result.success, [str(e) for e in result.all_events if e.is_step_failure]
+    assert checks(result) == {**checks(result), "within_contract": True, "approval_opens": True}
+    exclusions = made(result, "contamination_exclusions")
+    per = {row.data["benchmark"]: row.data["excluded records"] for row in exclusions["excluded per benchmark"].records}
+    assert per == {"humaneval": 3, "synthetic-wordprob": 2} and exclusions["excluded records"] == 5
+    approval = made(result, "approved_dataset")
+    assert approval["excluded records"] == 5 and "allow_exclusions=True" in approval["open it (trainer)"]
+
+    approved = TrainVault().open_approved(approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")],
+                                          policy=spec.approval_policy())
+    assert approved.exclusions is not None and len(approved.exclusions.records) == 5
+    assert sha256_hex(TrainVault().storage.get(exclusions["uri"])) == approved.bindings["exclusions"].sha256
+    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
+    ids = [r["id"] for batch in loader for r in batch]
+    assert len(ids) == len(set(ids)) == 60 and not [i for i in ids if i.startswith("planted-")]
+    # The same approval under a trainer policy that allows no exclusions does not open.
+    with pytest.raises(ApprovalError, match="does not allow exclusions"):
+        TrainVault().open_approved(approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")],
+                                   policy=BLOCKING.approval_policy(spec.scanner_public_keys()))
+
+
+def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_the_key(clean, tmp_path, keys,
+                                                                                      store_root) -> None:
+    """The clean build's version rebuilt with another scanner key: its signatures go beside the
+    first ones (a folder per key id), and the gate refuses them."""
+    approvals = TrainVault().storage.list(clean[0].publication().base + "/approvals")
+    write_keypair(tmp_path / "rogue")
+    spec = small_spec(store_root, keys, scanner_key_path=str(tmp_path / "rogue.key"))
+    assert spec.publication().version == clean[0].publication().version
+    result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
+    assert not result.success
+    rogue = load_verifying_key(tmp_path / "rogue.pub").keyid
+    assert made(result, "contamination_report")["signed by (scanner key id)"] == rogue
+    assert f"/{rogue[:16]}/" in made(result, "contamination_report")["uri"]
+    assert made(result, "training_scan")["uri"] == spec.publication().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key.endswith("approved_dataset")
+    message = failure.event_specific_data.error.message
+    assert rogue in message and "not by 1 of the trusted scanner keys" in message
+    assert TrainVault().storage.list(spec.publication().base + "/approvals") == approvals
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
@@ -133,8 +229,7 @@ def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -
     report = made(result, "contamination_report")
     assert report["pass"] is False
     ids = report["contaminated item ids"]
-    assert {"humaneval:HumanEval/0", "humaneval:HumanEval/7", "humaneval:HumanEval/42",
-            "synthetic-wordprob:wordprob/3", "synthetic-wordprob:wordprob/11"} <= set(ids)
+    assert PLANTED <= set(ids)
     pub = spec.publication()
     assert TrainVault().storage.list(pub.base + "/approvals") == []
 

@@ -1,19 +1,25 @@
 """`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
 
 1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry off) and the
-   demo's approver key pair (``.demo/keys/approver.key`` / ``.pub``, made once).
+   demo's approver and scanner key pairs (``.demo/keys/approver.key`` / ``.pub``,
+   ``scanner.key`` / ``.pub``, made once).
 2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
    ``dagster job execute -m pipelines.definitions -j lifecycle_<dataset> --tags <every shard>``:
-   producer pins, every shard partition, the manifest, profile and training scan, the
-   evaluation release, one contamination scan per shard, the report and its blocking
-   check, the approval and its check, in one run (multiprocess executor).
+   producer pins, every shard partition, the manifest, profile and (signed) training
+   scan, the evaluation release, one contamination scan per shard, the signed report and
+   its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
+   card and its check, in one run (multiprocess executor).
 3. The trainer's side, with the library only: open each signed approval by URI and
-   SHA-256 with the trusted public key and iterate a few batches through the approved
-   loader (every block verified before its records are yielded).
+   SHA-256 with the trusted public keys and the dataset's policy, iterate a few batches
+   through the approved loader (every block verified before its records are yielded),
+   and print the Croissant card's path and the ``trainvault trace`` command for step 0.
 
-``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into demo_curriculum's train/hard/0:
-its check fails, its approval never runs and no approval record is written (demo_text
-is still approved). The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
+``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into demo_curriculum's train/hard/0.
+Its policy allows exclusions: it is approved with the planted records excluded, and the
+demo reads the whole train split through the approved loader and checks that none of
+them is yielded. With ``TRAINVAULT_DEMO_EXCLUSIONS=0`` too, contamination blocks: its
+check fails, its approval never runs and no approval record is written. demo_text is
+approved either way. The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
 ``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every
 step in one process (what bench/lifecycle.py compares against).
 """
@@ -31,10 +37,11 @@ from dagster import RunsFilter
 
 from pipelines.catalog import datasets_path, load_datasets
 from pipelines.definitions import whole_build_tags
-from pipelines.examples.spec import DEMO_KEYS, PLANTED_GENERATOR, REPO
+from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 
 STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
-         "contamination_scan", "contamination_report", "approved_dataset"]
+         "contamination_scan", "contamination_report", "contamination_exclusions", "approved_dataset"]
+BATCH_SIZE = 8
 
 
 def prepare_home(home: Path) -> None:
@@ -46,12 +53,15 @@ def prepare_home(home: Path) -> None:
 
 
 def prepare_keys(specs) -> None:
+    """The demo's approver and scanner key pairs, made once where the catalog uses them."""
     from trainvault.approval import write_keypair
 
-    if any(s.signing_key_path == str(DEMO_KEYS) + ".key" for s in specs) and not Path(str(DEMO_KEYS) + ".key").exists():
-        DEMO_KEYS.parent.mkdir(parents=True, exist_ok=True)
-        write_keypair(DEMO_KEYS)
-        print(f"made the demo approver key pair {DEMO_KEYS}.key (private, 0600) and {DEMO_KEYS}.pub")
+    for role, prefix in (("approver", DEMO_KEYS), ("scanner", DEMO_SCANNER_KEYS)):
+        used = {s.signing_key_path for s in specs} | {s.scanner_key_path for s in specs}
+        if f"{prefix}.key" in used and not Path(f"{prefix}.key").exists():
+            prefix.parent.mkdir(parents=True, exist_ok=True)
+            write_keypair(prefix)
+            print(f"made the demo {role} key pair {prefix}.key (private, 0600) and {prefix}.pub")
 
 
 def materialize_all(specs, env: dict[str, str], log_dir: Path) -> dict[str, tuple[int, float]]:
@@ -119,9 +129,10 @@ def print_manifest(vault, uri: str, sha256: str) -> None:
 
 
 def print_report(vault, uri: str, sha256: str) -> None:
-    from trainvault.contamination import read_report
+    from assets.contamination import attested_report
+    from trainvault.refs import ObjectRef
 
-    report = read_report(vault, uri, sha256=sha256).document
+    report = attested_report(vault, ObjectRef(uri=uri, sha256=sha256))
     print(f"\ncontamination report  {uri}\nsha256                {sha256}")
     print(f"method {report.method.id}, n={report.method.n}, release {report.eval_release.id}; "
           f"scanned {report.coverage.shards} shards, {report.coverage.records} records, {report.coverage.tokens} tokens\n")
@@ -134,22 +145,47 @@ def print_report(vault, uri: str, sha256: str) -> None:
               f"({it.matched_ngrams}/{it.total_ngrams} n-grams)")
 
 
-def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2) -> None:
-    """The trainer's side: library only, no Dagster."""
+def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
+    """The trainer's side: library only, no Dagster. Returns the approved loader over train."""
     from trainvault import TrainVault
     from trainvault.approval import load_verifying_key
 
-    approved = TrainVault().open_approved(uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)])
-    stages = [c.stages for c in spec.curricula if c.split == "train"]
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 8}).load(
-        "train", **({"curriculum_stages": stages[0]} if stages else {}))
-    print(f"\nopened as a trainer: {approved.summary.shards} shards, {approved.summary.records} records, "
-          f"{approved.summary.bytes_hashed} bytes re-hashed; approved loader over train"
-          f"{' (' + ', '.join(stages[0]) + ')' if stages else ''}:")
+    approved = TrainVault().open_approved(uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)],
+                                          policy=spec.approval_policy())
+    stages = train_stages(spec)
+    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}).load(
+        "train", **({"curriculum_stages": stages} if stages else {}))
+    s = approved.summary
+    signed = f"; report signed by scanner key {s.attestation.report_signers[0][:16]}..., " \
+             f"{len(s.attestation.rescan.shards)} of {s.attestation.rescan.shards_total} shards re-scanned" \
+        if s.attestation else ""
+    print(f"\nopened as a trainer: {s.shards} shards, {s.records} records, {s.bytes_hashed} bytes re-hashed{signed}; "
+          f"approved loader over train{' (' + ', '.join(stages) + ')' if stages else ''}:")
     for n, batch in enumerate(loader, 1):
         print(f"  batch {n}: {len(batch)} records, {batch[0]['id']}: {batch[0]['text'][:48]!r}")
         if n == batches:
             break
+    return approved, loader
+
+
+def train_stages(spec) -> list[str] | None:
+    """The stages of the train split's curriculum (None: no curriculum)."""
+    stages = [c.stages for c in spec.curricula if c.split == "train"]
+    return list(stages[0]) if stages else None
+
+
+def check_exclusions(approved, loader) -> bool:
+    """Read the whole train split through the approved loader: none of the excluded records may appear."""
+    excluded = [r for r in approved.exclusions.records if r.split == "train"] if approved.exclusions else []
+    print(f"\nexcluded from the approval: {len(excluded)} records")
+    for r in excluded:
+        print(f"  train/{r.shard} record {r.record_index}: " + ", ".join(f"{x.benchmark} {x.item_id}" for x in r.reasons))
+    ids = [record["id"] for batch in loader for record in batch]
+    planted = [i for i in ids if i.startswith("planted-")]
+    ok = bool(excluded) and not planted and len(ids) == len(set(ids))
+    print(f"the trainer's batches: {len(ids)} records of train, {len(planted)} planted "
+          + ("(as expected: no excluded record reaches the trainer)" if ok else "UNEXPECTED: see above"))
+    return ok
 
 
 def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool, dict | None, dict]:
@@ -167,11 +203,15 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
     steps, checks = run_summary(instance, run.run_id)
     made = materializations(instance, run.run_id)
     for step in STEPS:
+        if step == "contamination_exclusions" and not spec.policy.allow_exclusions:
+            continue
         extra = ""
         if step == "dataset_shards":
             shards = [m for (name, part), m in made.items() if name == step and part is not None]
             written = sum(bool(m.get("written")) for m in shards)
             extra = f"  {len(shards)} partitions: {written} written, {len(shards) - written} reused unchanged"
+        elif step == "contamination_exclusions" and (m := made.get((step, None))):
+            extra = f"  {m['excluded records']} records to exclude"
         print(f"  {step:<22} {steps.get(step, 'not executed')}{extra}")
         for check, (owner, passed) in checks.items():
             if owner == step:
@@ -186,6 +226,33 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
         print(f"\nthe lifecycle did not finish; the last lines of {log}:")
         print("\n".join(log.read_text(errors="replace").splitlines()[-25:]))
     return rc == 0, made.get(("approved_dataset", None)), checks
+
+
+def blocked(spec, approval, checks) -> bool:
+    """Planted contamination under a policy without exclusions: the check fails and nothing is approved."""
+    from trainvault import TrainVault
+
+    approvals = TrainVault().storage.list(spec.publication().base + "/approvals")
+    failed = checks.get("within_contract", ("", True))[1] is False
+    print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
+          f"{'was not executed' if approval is None else 'RAN'}; approval records for {spec.name}: {len(approvals)}")
+    expected = failed and approval is None and not approvals
+    print("as expected: contaminated data is never approved" if expected else "UNEXPECTED: see the log above")
+    return expected
+
+
+def show_approval(spec, approval: dict) -> None:
+    """The approval, its Croissant card, the lines a trainer pastes and the trace command for step 0."""
+    from assets.approval import trace_command, trainer_snippet
+
+    excluded = bool(approval.get("excluded records"))
+    print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}")
+    print(f"croissant  {approval['croissant uri']}\nsha256     {approval['croissant sha256']}")
+    print("a trainer opens it with:\n")
+    print("    " + trainer_snippet(approval["uri"], approval["sha256"], spec, exclusions=excluded).replace("\n", "\n    "))
+    print("\nthe records of its first batch (step 0), read and verified:\n")
+    print("    " + trace_command(approval["uri"], approval["sha256"], spec, exclusions=excluded, batch_size=BATCH_SIZE,
+                                 stages=train_stages(spec)))
 
 
 def main() -> int:
@@ -205,9 +272,6 @@ def main() -> int:
 
     import dagster as dg
 
-    from assets.approval import trainer_snippet
-    from trainvault import TrainVault
-
     instance = dg.DagsterInstance.get()  # creates the instance's databases before the runs open them
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -216,22 +280,17 @@ def main() -> int:
     for spec in specs:
         rc, seconds = ran[spec.name]
         finished, approval, checks = lifecycle(spec, instance, rc, seconds, log_dir / f"lifecycle-{spec.name}.log")
-        if planted and spec.generator == PLANTED_GENERATOR:
-            approvals = TrainVault().storage.list(spec.publication().base + "/approvals")
-            failed = checks.get("within_contract", ("", True))[1] is False
-            print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
-                  f"{'was not executed' if approval is None else 'RAN'}; approval records for {spec.name}: {len(approvals)}")
-            expected = failed and approval is None and not approvals
-            print("as expected: contaminated data is never approved" if expected else "UNEXPECTED: see the log above")
-            ok = ok and expected
+        planted_here = planted and spec.generator == PLANTED_GENERATOR
+        if planted_here and not spec.policy.allow_exclusions:
+            ok = blocked(spec, approval, checks) and ok
             continue
         if not finished or approval is None:
             ok = False
             continue
-        print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}\na trainer opens it with:\n")
-        snippet = trainer_snippet(approval["uri"], approval["sha256"], spec.trusted_keys_path)
-        print("    " + snippet.replace("\n", "\n    "))
-        open_as_trainer(spec, approval["uri"], approval["sha256"])
+        show_approval(spec, approval)
+        approved, loader = open_as_trainer(spec, approval["uri"], approval["sha256"])
+        if planted_here:
+            ok = check_exclusions(approved, loader) and ok
     return 0 if ok else 1
 
 

@@ -3,7 +3,8 @@ entry of pipelines/datasets.yaml with its shape and place given as arguments.
 
 The environment settings the YAML reads (``TRAINVAULT_DEMO_ROOT``, ``..._SHARDS``,
 ``..._EVAL_SHARDS``, ``..._RECORDS``, ``TRAINVAULT_SIGNING_KEY_PATH``,
-``TRAINVAULT_TRUSTED_KEY``) apply here too unless an argument overrides them.
+``TRAINVAULT_TRUSTED_KEY``, ``TRAINVAULT_SCANNER_KEY_PATH``, ``TRAINVAULT_TRUSTED_SCANNER_KEY``,
+``TRAINVAULT_DEMO_EXCLUSIONS``) apply here too unless an argument overrides them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,18 @@ REPO = Path(__file__).resolve().parents[2]
 CATALOG = REPO / "pipelines" / "datasets.yaml"
 #: The demo's approver key pair: ``approver.key`` (private, 0600) and ``approver.pub``.
 DEMO_KEYS = REPO / ".demo" / "keys" / "approver"
+#: The demo's scanner key pair (signs scan manifests and contamination reports).
+DEMO_SCANNER_KEYS = REPO / ".demo" / "keys" / "scanner"
 CLEAN_GENERATOR = "pipelines.examples.curriculum:generate_records"
 PLANTED_GENERATOR = "pipelines.examples.plant:planted_records"
+
+
+def key_fields(approver: str | Path, scanner: str | Path | None = None) -> dict[str, object]:
+    """Spec fields for the key pairs at these prefixes (``<prefix>.key``, ``<prefix>.pub``); the
+    scanner signs with the approver's key when `scanner` is None."""
+    scanner = scanner or approver
+    return {"signing_key_path": f"{approver}.key", "trusted_keys_path": f"{approver}.pub",
+            "scanner_key_path": f"{scanner}.key", "trusted_scanner_keys": [f"{scanner}.pub"]}
 
 
 def demo_spec(name: str, **overrides: object) -> DatasetSpec:
