@@ -106,7 +106,7 @@ def add_trace_parser(sub: Any) -> None:
     p = sub.add_parser("trace", help="the records of training step N (shard key, record index, id), per rank")
     p.add_argument("approval", nargs="?", help="approval record URI or path (else --state names the manifest)")
     p.add_argument("--sha256", help="the approval's pinned sha256")
-    p.add_argument("--key", action="append", help="trusted public key file (repeatable)")
+    p.add_argument("--key", "--keys", dest="key", action="append", help="trusted public key file (repeatable)")
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
     p.add_argument("--state", help="a loader state_dict saved as JSON: the run's selection, order and history")
     p.add_argument("--exclude", help="with --state and no APPROVAL: the loader's exclude mapping as JSON")
