@@ -40,12 +40,14 @@ $(DAGSTER_HOME_DIR)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME_DIR)
 	printf 'telemetry:\n  enabled: false\n' > $@
 
-# The whole lifecycle with the Dagster CLI, then a trainer opens the approval.
-# TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted, the check fails, no approval.
+# Every dataset of pipelines/datasets.yaml through its lifecycle job with the Dagster CLI, then a
+# trainer opens each approval. TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted into
+# demo_curriculum, its check fails, no approval for it.
 demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(PY) -m pipelines.examples.demo
 
-# The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo.
+# The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo;
+# TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog.
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 

@@ -1,129 +1,155 @@
-"""contamination_report and its blocking check `within_contract`.
+"""contamination_scan (one partition per shard), contamination_report and its check `within_contract`.
 
-The report scans every shard the data manifest binds against the evaluation release,
-under the verifier contract, and binds all five inputs (data manifest, scan manifest,
-release, contract, producer pins) by SHA-256. The check re-reads the report by digest
-and recomputes the verdict from its counts under the contract's policy; when it fails,
-nothing downstream in the run executes, and `approved_dataset` refuses on its own too.
+The scan fans out: each shard partition is scanned on its own against the evaluation
+release under the verifier contract, and its result published create-only beside the
+report (``contamination/<release>-<contract>/shards/``), so a multiprocess, Celery or k8s
+executor spreads it. The report asset reduces every shard's result with
+`trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
+the report is byte-identical to a serial scan; it binds the data manifest, scan manifest,
+release, contract and producer pins by SHA-256. The check re-reads the report by digest
+and recomputes the verdict under the contract's policy; when it fails, nothing
+downstream in the run executes, and `approved_dataset` refuses on its own too.
 """
 
 
 import dagster as dg
 
-from assets._common import GROUP, link, table, upstream
-from resources.dataset import DatasetSpec
+from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
+from assets.shards import selected_shards
+from resources.dataset import DatasetSpec, parse_partition_key
+from resources.handoff import Handoff, run_materializations
 from resources.storage import ObjectStore
 from trainvault.contamination import (
     ContaminationReport,
+    ShardScanResult,
     VerifierContract,
     load_index,
+    publish_document,
     read_document,
     read_report,
-    scan_dataset,
+    reduce_report,
+    scan_shard,
     write_report,
 )
+from trainvault.publication.pinned import Publication as PinnedManifest
+
+SCAN_DESCRIPTION = ("One shard scanned for evaluation items (n-gram overlap under the verifier contract); "
+                    "one partition per shard, reduced into the contamination report.")
+REPORT_DESCRIPTION = ("The contamination report: every shard's scan reduced against the evaluation release, "
+                      "binding manifest, scan manifest, release, contract and pins by digest. Blocking check: within_contract.")
+
+
+def index_of(vault, release: Handoff):
+    return load_index(vault, release_uri=release.ref.uri, contract_uri=release.also["contract"].uri,
+                      release_sha256=release.ref.sha256, contract_sha256=release.also["contract"].sha256)
+
+
+def shard_entry(manifest, partition: str):
+    """The manifest's entry for a shard partition key."""
+    split, stage, shard_id = parse_partition_key(partition)
+    for entry in manifest.split(split).shards:
+        if entry.curriculum_stage == stage and entry.shard_id == shard_id:
+            return entry
+    raise dg.Failure(f"shard {partition} is not in the data manifest: rebuild the manifest")
 
 
 def report_metadata(report: ContaminationReport) -> dict[str, object]:
     """Per-benchmark results as a table and the contaminated item ids, for the UI."""
-    rows = [
-        {
-            "benchmark": b.name,
-            "items": b.n_items,
-            "checkable": b.n_checkable,
-            "contaminated": b.n_contaminated,
-            "uncheckable": b.n_uncheckable,
-            "pass": b.passed,
-        }
-        for b in report.benchmarks
-    ]
+    rows = [{"benchmark": b.name, "items": b.n_items, "checkable": b.n_checkable, "contaminated": b.n_contaminated,
+             "uncheckable": b.n_uncheckable, "pass": b.passed} for b in report.benchmarks]
     ids = [f"{it.benchmark}: {it.item_id} (shard {it.hits[0].split}/{it.hits[0].shard}, record {it.hits[0].record_index})"
            for it in report.contaminated_items]
     return {
         "pass": report.passed,
-        "per benchmark": table(
-            rows,
-            [("benchmark", "string"), ("items", "int"), ("checkable", "int"), ("contaminated", "int"),
-             ("uncheckable", "int"), ("pass", "bool")],
-        ),
+        "per benchmark": table(rows, [("benchmark", "string"), ("items", "int"), ("checkable", "int"),
+                                      ("contaminated", "int"), ("uncheckable", "int"), ("pass", "bool")]),
         "contaminated items": dg.MetadataValue.md("\n".join(f"- `{i}`" for i in ids) or "none"),
         "contaminated item ids": dg.MetadataValue.json([f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]),
         "coverage": dg.MetadataValue.json(report.coverage.model_dump()),
     }
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"python"},
-    code_version="1",
-    deps=["data_manifest", "training_scan", "evaluation_release", "producer_pins"],
-    backfill_policy=dg.BackfillPolicy.single_run(),
-)
-def contamination_report(context: dg.AssetExecutionContext, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
-    vault = store.vault()
-    pub = dataset.publication()
-    manifest = upstream(context, "data_manifest")
-    scan = upstream(context, "training_scan")
-    release = upstream(context, "evaluation_release")
-    pins = upstream(context, "producer_pins")
-    for name, meta in (("data_manifest", manifest), ("training_scan", scan), ("producer_pins", pins)):
-        if meta.get("version") != pub.version:
-            raise dg.Failure(f"{name} was last materialized for {meta.get('version')}, this spec builds {pub.version}: materialize it first")
-    index = load_index(
-        vault,
-        release_uri=release["uri"],
-        contract_uri=release["contract_uri"],
-        release_sha256=release["sha256"],
-        contract_sha256=release["contract_sha256"],
-    )
-    report = scan_dataset(
-        vault,
-        manifest["uri"],
-        index,
-        manifest_sha256=manifest["sha256"],
-        scan_manifest_sha256=scan["sha256"],
-        producer_pins_sha256=pins["sha256"],
-        progress=False,
-    )
-    bound = write_report(vault, pub.report_uri(release["sha256"], release["contract_sha256"]), report)
-    return dg.MaterializeResult(
-        metadata={
-            "version": pub.version,
-            "uri": bound.uri,
-            "open": link(bound.uri),
-            "sha256": bound.sha256,
-            **report_metadata(report),
-        },
-        data_version=dg.DataVersion(bound.sha256),
-    )
+def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
+    args = asset_args(spec, "contamination_scan", EVALUATE, SCAN_DESCRIPTION, "python")
+    args.pop("io_manager_key")  # each shard's result is published beside the report
+
+    @dg.asset(**args, ins=ins(spec, "data_manifest", "evaluation_release"),
+              partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()))
+    def contamination_scan(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff,
+                           evaluation_release: Handoff) -> None:
+        vault = store.vault()
+        pub = spec.publication_at(data_manifest.publication_version)
+        manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
+        index = index_of(vault, evaluation_release)
+        release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
+        partitioned = context.has_partition_key or context.has_partition_key_range
+        for partition in selected_shards(context, spec):
+            result = scan_shard(vault.storage, manifest.data_format, shard_entry(manifest, partition), index)
+            bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
+            meta = {**object_metadata(bound.uri, bound.sha256, pub.version), "dagster/row_count": result.records,
+                    "tokens": result.tokens, "items hit": len(result.items)}
+            if partitioned:
+                context.add_asset_metadata(meta, partition_key=partition)
+            else:
+                context.log_event(dg.AssetMaterialization(context.asset_key, partition=partition, metadata=meta))
+
+    return contamination_scan
 
 
-@dg.asset_check(asset=contamination_report, blocking=True, description="the report passes the verifier contract's policy")
-def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore) -> dg.AssetCheckResult:
-    vault = store.vault()
-    meta = upstream(context, "contamination_report")
-    release = upstream(context, "evaluation_release")
-    report = read_report(vault, meta["uri"], sha256=meta["sha256"]).document
-    contract = read_document(vault.storage, VerifierContract, release["contract_uri"], sha256=release["contract_sha256"]).document
-    same_contract = report.verifier_contract.sha256 == release["contract_sha256"]
-    passed = same_contract and report.recompute_pass(contract.policy)
-    contaminated = [f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]
-    return dg.AssetCheckResult(
-        passed=passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=(
-            "within contract: no benchmark over its limits"
-            if passed
-            else f"the report was made under contract {report.verifier_contract.sha256}, not {release['contract_sha256']}"
-            if not same_contract
-            else f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
-        ),
-        metadata={
-            "report sha256": meta["sha256"],
-            "contaminated": len(contaminated),
-            "contaminated item ids": dg.MetadataValue.json(contaminated),
-            "benchmarks failing": dg.MetadataValue.json([b.name for b in report.benchmarks
-                                                         if not contract.policy.benchmark_passes(
-                                                             b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)]),
-        },
-    )
+def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
+    @dg.asset(**asset_args(spec, "contamination_report", EVALUATE, REPORT_DESCRIPTION, "python"),
+              ins=ins(spec, "data_manifest", "training_scan", "evaluation_release", "producer_pins"),
+              deps=[key(spec, "contamination_scan")])
+    def contamination_report(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff,
+                             training_scan: Handoff, evaluation_release: Handoff, producer_pins: Handoff) -> dg.Output[Handoff]:
+        vault = store.vault()
+        pub = spec.publication_at(data_manifest.publication_version)
+        manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
+        index = index_of(vault, evaluation_release)
+        release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
+        # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
+        # earlier run: as stored); reduce_report checks each against the manifest's shard.
+        recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
+        results = [read_document(vault.storage, ShardScanResult, pub.shard_scan_uri(release, contract, k),
+                                 sha256=recorded.get(k, {}).get("sha256")).document for k in spec.partition_keys()]
+        report = reduce_report(index, manifest, results, data_manifest_sha256=data_manifest.ref.sha256,
+                               scan_manifest_sha256=training_scan.ref.sha256,
+                               producer_pins_sha256=producer_pins.ref.sha256)
+        bound = write_report(vault, pub.report_uri(release, contract), report)
+        return dg.Output(
+            Handoff.of(pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]),
+            metadata={**object_metadata(bound.uri, bound.sha256, pub.version), **report_metadata(report)},
+            data_version=dg.DataVersion(bound.sha256),
+        )
+
+    return contamination_report
+
+
+def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=report_asset, blocking=True, name="within_contract",
+                    description="the report passes the verifier contract's policy")
+    def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff) -> dg.AssetCheckResult:
+        vault = store.vault()
+        contract_ref = report.also["contract"]
+        doc = read_report(vault, report.ref.uri, sha256=report.ref.sha256).document
+        contract = read_document(vault.storage, VerifierContract, contract_ref.uri, sha256=contract_ref.sha256).document
+        same_contract = doc.verifier_contract.sha256 == contract_ref.sha256
+        passed = same_contract and doc.recompute_pass(contract.policy)
+        contaminated = [f"{it.benchmark}:{it.item_id}" for it in doc.contaminated_items]
+        failing = [b.name for b in doc.benchmarks
+                   if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)]
+        return dg.AssetCheckResult(
+            passed=passed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=(
+                "within contract: no benchmark over its limits" if passed
+                else f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
+                if not same_contract
+                else f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
+            ),
+            metadata={"report sha256": report.ref.sha256, "contaminated": len(contaminated),
+                      "contaminated item ids": dg.MetadataValue.json(contaminated),
+                      "benchmarks failing": dg.MetadataValue.json(failing)},
+        )
+
+    return within_contract

@@ -1,41 +1,25 @@
 """data_manifest: the fan-in. Recover every shard of the spec, register curricula, commit.
 
 The manifest is create-only and a pure function of the shards and registrations, so
-committing an unchanged build again is a no-op.
+committing an unchanged build again is a no-op. The version folder is the one the run's
+producer pins decided.
 """
 
 
 import dagster as dg
 
-from assets._common import GROUP, link, table
+from assets._common import BUILD, asset_args, ins, key, object_metadata, table
 from resources.dataset import DatasetSpec
+from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import sha256_hex
+from trainvault.errors import TrainVaultError
+
+DESCRIPTION = ("The data manifest: every shard of the version recovered from its descriptor, curricula registered, "
+               "committed create-only; what a trainer's loader reads.")
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"python"},
-    code_version="1",
-    deps=["dataset_shards"],
-    backfill_policy=dg.BackfillPolicy.single_run(),
-)
-def data_manifest(context: dg.AssetExecutionContext, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
-    vault = store.vault()
-    pub = dataset.publication()
-    saver = vault.dataset_saver(pub.manifest_uri, data_format=dataset.data_format)
-    entries: dict[tuple[str, str | None], list] = {}
-    for split, stage, shard_id in dataset.shards():
-        try:
-            entry = saver.recover(split, stage, shard_id=shard_id)
-        except Exception as exc:  # noqa: BLE001 - name the missing partition, keep the library's message
-            raise dg.Failure(f"shard {split}/{stage or '_'}/{shard_id} of {pub.version}: {exc}") from exc
-        entries.setdefault((split, stage), []).append(entry)
-    for cur in dataset.curricula:
-        shards = [e for stage in cur.stages for e in entries.get((cur.split, stage), [])]
-        saver.register_curriculum(cur.split, cur.name, shards, curriculum_metadata={"stages": list(cur.stages)})
-    manifest = saver.commit_manifest()
-    sha256 = sha256_hex(vault.storage.get(pub.manifest_uri))
+def summary_tables(manifest) -> dict:
     summary = manifest.summary()
     rows = [
         {"split": split, "stage": stage, "shards": st["shards"], "records": st["records"], "bytes": st["bytes"]}
@@ -47,20 +31,41 @@ def data_manifest(context: dg.AssetExecutionContext, store: ObjectStore, dataset
         for split, info in summary["splits"].items()
         for name, n in info["curricula"].items()
     ]
-    return dg.MaterializeResult(
-        metadata={
-            "version": pub.version,
-            "uri": pub.manifest_uri,
-            "open": link(pub.manifest_uri),
-            "sha256": sha256,
-            "data_format": manifest.data_format,
-            "dagster/row_count": sum(r["records"] for r in rows),
-            "bytes": sum(r["bytes"] for r in rows),
-            "shards": sum(r["shards"] for r in rows),
-            "splits and stages": table(
-                rows, [("split", "string"), ("stage", "string"), ("shards", "int"), ("records", "int"), ("bytes", "int")]
-            ),
-            "curricula": table(curricula, [("split", "string"), ("curriculum", "string"), ("shards", "int")]),
-        },
-        data_version=dg.DataVersion(sha256),
-    )
+    return {
+        "dagster/row_count": sum(r["records"] for r in rows),
+        "bytes": sum(r["bytes"] for r in rows),
+        "shards": sum(r["shards"] for r in rows),
+        "splits and stages": table(
+            rows, [("split", "string"), ("stage", "string"), ("shards", "int"), ("records", "int"), ("bytes", "int")]
+        ),
+        "curricula": table(curricula, [("split", "string"), ("curriculum", "string"), ("shards", "int")]),
+    }
+
+
+def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
+    @dg.asset(**asset_args(spec, "data_manifest", BUILD, DESCRIPTION, "python"),
+              ins=ins(spec, "producer_pins"), deps=[key(spec, "dataset_shards")])
+    def data_manifest(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> dg.Output[Handoff]:
+        vault = store.vault()
+        pub = spec.publication_at(producer_pins.publication_version)
+        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+        entries: dict[tuple[str, str | None], list] = {}
+        for split, stage, shard_id in spec.shards():
+            try:
+                entry = saver.recover(split, stage, shard_id=shard_id)
+            except TrainVaultError as exc:
+                raise dg.Failure(f"shard {split}/{stage or '_'}/{shard_id} of {spec.name} {pub.version}: {exc}") from exc
+            entries.setdefault((split, stage), []).append(entry)
+        for cur in spec.curricula:
+            shards = [e for stage in cur.stages for e in entries.get((cur.split, stage), [])]
+            saver.register_curriculum(cur.split, cur.name, shards, curriculum_metadata={"stages": list(cur.stages)})
+        manifest = saver.commit_manifest()
+        sha256 = sha256_hex(vault.storage.get(pub.manifest_uri))
+        return dg.Output(
+            Handoff.of(pub, "data_manifest", pub.manifest_uri, sha256),
+            metadata={**object_metadata(pub.manifest_uri, sha256, pub.version), "data_format": manifest.data_format,
+                      **summary_tables(manifest)},
+            data_version=dg.DataVersion(sha256),
+        )
+
+    return data_manifest

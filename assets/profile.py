@@ -3,8 +3,8 @@
 One step reads every shard of the committed manifest (blocks verified), computes the
 metrics per shard on a thread pool and merges them per split in manifest order, checks
 rows against the dataset's task-data schema, and writes ``<split>_metrics.json`` beside
-the manifest. The UI shows the metrics as tables; the sidecars' (uri, sha256) pairs are
-recorded as ``sidecars`` so `approved_dataset` can bind them in the approval request.
+the manifest. The UI shows the metrics as tables; the hand-off names the manifest profiled and the
+sidecars by (uri, sha256), so `approved_dataset` binds them in the approval request.
 
 Validation runs in the configured mode; offending rows are recorded in the sidecars
 either way, and in ``error`` mode the blocking check fails, so nothing downstream in the
@@ -17,11 +17,13 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from assets._common import GROUP, link, table, upstream
+from assets._common import BUILD, asset_args, ins, key, link, table
 from resources.dataset import DatasetSpec, load_callable
+from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ConflictError, IntegrityError, ProfileError
+from trainvault.refs import ObjectRef
 from trainvault.profile import (
     DatasetProfile,
     MetricsSidecar,
@@ -121,49 +123,55 @@ def check_result(sidecars: dict[str, MetricsSidecar]) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"python"},
-    code_version="1",
-    deps=["data_manifest"],
-    check_specs=[dg.AssetCheckSpec(CHECK, asset="dataset_profile", blocking=True,
-                                   description="rows match the dataset's task-data schema (blocking in error mode)")],
-    backfill_policy=dg.BackfillPolicy.single_run(),
-)
-def dataset_profile(context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, dataset: DatasetSpec):
-    vault = store.vault()
-    pub = dataset.publication()
-    manifest = upstream(context, "data_manifest")
-    if manifest.get("version") != pub.version:
-        raise dg.Failure(f"data_manifest was last materialized for {manifest.get('version')}, this spec builds {pub.version}: materialize it first")
-    try:
-        profile = profile_publication(
-            vault.storage,
-            manifest["uri"],
-            manifest_sha256=manifest["sha256"],
-            schema=config.task_schema,
-            validation=config.validation,
-            hook=load_callable(config.extra_metrics) if config.extra_metrics else None,
-            workers=config.workers,
-            raise_on_invalid=False,  # the blocking check decides, from the sidecars as written
-        )
-        refs = write_metrics_sidecars(vault.storage, profile, overwrite=config.overwrite)
-    except (ConflictError, ProfileError, IntegrityError) as exc:
-        raise dg.Failure(str(exc)) from exc
-    sidecars = approval_sidecars(refs)
-    digest = profile_digest(sidecars)
-    yield dg.MaterializeResult(
-        metadata={
-            "version": pub.version,
-            "data_manifest_sha256": profile.manifest_sha256,
-            "sha256": digest,
-            "sidecars": dg.MetadataValue.json(sidecars),
-            **{f"{split}_metrics.json": link(ref.uri) for split, ref in refs.items()},
-            "validation": profile.validator.mode,
-            "schema": config.task_schema or "",
-            "dagster/row_count": sum(sp.records for sp in profile.splits.values()),
-            **metrics_metadata(profile),
-        },
-        data_version=dg.DataVersion(digest),
+DESCRIPTION = ("Per-split metrics of every shard and task-data schema validation, written as "
+               "<split>_metrics.json sidecars beside the manifest; the approval binds them. Blocking check: task_data_valid.")
+
+
+def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
+    """The profile asset of `spec`: its hand-off names the manifest profiled, its sidecars beside it."""
+    asset_key = key(spec, "dataset_profile")
+
+    @dg.asset(
+        **asset_args(spec, "dataset_profile", BUILD, DESCRIPTION, "python"),
+        ins=ins(spec, "data_manifest"),
+        check_specs=[dg.AssetCheckSpec(CHECK, asset=asset_key, blocking=True,
+                                       description="rows match the dataset's task-data schema (blocking in error mode)")],
     )
-    yield check_result({split: read_metrics_sidecar(vault.storage, ref.uri, ref.sha256) for split, ref in refs.items()})
+    def dataset_profile(context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, data_manifest: Handoff):
+        vault = store.vault()
+        pub = spec.publication_at(data_manifest.publication_version)
+        try:
+            profile = profile_publication(
+                vault.storage,
+                data_manifest.ref.uri,
+                manifest_sha256=data_manifest.ref.sha256,
+                schema=config.task_schema,
+                validation=config.validation,
+                hook=load_callable(config.extra_metrics) if config.extra_metrics else None,
+                workers=config.workers,
+                raise_on_invalid=False,  # the blocking check decides, from the sidecars as written
+            )
+            refs = write_metrics_sidecars(vault.storage, profile, overwrite=config.overwrite)
+        except (ConflictError, ProfileError, IntegrityError) as exc:
+            raise dg.Failure(str(exc)) from exc
+        sidecars = approval_sidecars(refs)
+        digest = profile_digest(sidecars)
+        yield dg.Output(
+            Handoff.of(pub, "dataset_profile", data_manifest.ref.uri, data_manifest.ref.sha256,
+                       **{name: ObjectRef(**ref) for name, ref in sidecars.items()}),
+            metadata={
+                "version": pub.version,
+                "data_manifest_sha256": profile.manifest_sha256,
+                "sha256": digest,
+                "sidecars": dg.MetadataValue.json(sidecars),
+                **{f"{split}_metrics.json": link(ref.uri) for split, ref in refs.items()},
+                "validation": profile.validator.mode,
+                "schema": config.task_schema or "",
+                "dagster/row_count": sum(sp.records for sp in profile.splits.values()),
+                **metrics_metadata(profile),
+            },
+            data_version=dg.DataVersion(digest),
+        )
+        yield check_result({split: read_metrics_sidecar(vault.storage, ref.uri, ref.sha256) for split, ref in refs.items()})
+
+    return dataset_profile

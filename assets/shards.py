@@ -1,9 +1,11 @@
 """dataset_shards: one partition per shard (`<split>/<stage or _>/<shard_id>`).
 
-Partitions derive, retry and backfill one by one; a run over a range of partitions (the
-CLI's ``--partition-range``, the `lifecycle` job) derives them `shard_threads` at a time.
-Saving is deterministic and create-only: a shard already complete in this version's
-folder is verified and reused, and nothing is written.
+Partitions derive, retry and backfill one by one; a run over a range of partitions (a
+backfill, the CLI's ``--partition-range``) derives them `shard_threads` at a time, and a
+run with no partition selection (the job launched as is) builds every shard. Saving is
+deterministic and create-only: a shard already complete in this version's folder is
+verified and reused, and nothing is written. Each partition's materialization carries
+that shard's own figures.
 """
 
 
@@ -11,92 +13,72 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from assets._common import GROUP, link, table
+from assets._common import BUILD, asset_args, ins, link
 from resources.dataset import DatasetSpec, Publication, parse_partition_key
+from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.manifest import shard_descriptor_uri
 
+DESCRIPTION = ("The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
+               "and create-only into the version's data folder; an unchanged shard is verified and reused.")
 
-#: Runs over at most this many shards also carry the per-shard table.
-TABLE_MAX_SHARDS = 16
 
-
-def save_shard(store: ObjectStore, dataset: DatasetSpec, pub: Publication, key: str) -> dict:
+def save_shard(store: ObjectStore, spec: DatasetSpec, pub: Publication, key: str) -> dict:
     """Save (or verify and reuse) one shard; what a person wants to see about it."""
     vault = store.vault()
     split, stage, shard_id = parse_partition_key(key)
     reused = vault.storage.exists(shard_descriptor_uri(pub.data_root, split, stage, shard_id))
-    saver = vault.dataset_saver(pub.manifest_uri, data_format=dataset.data_format)
+    saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
     entry = saver.save(
         split,
         stage,
-        dataset.records(split, stage, shard_id),
-        curriculum_metadata=dataset.metadata_of_stage(split, stage),
+        spec.records(split, stage, shard_id),
+        curriculum_metadata=spec.metadata_of_stage(split, stage),
         shard_id=shard_id,
     )
-    return {
-        "shard": key,
-        "records": entry.record_count,
-        "bytes": entry.size_bytes,
-        "sha256": entry.sha256,
-        "uri": entry.uri,
-        "written": not reused,
-    }
+    return {"shard": key, "records": entry.record_count, "bytes": entry.size_bytes, "sha256": entry.sha256,
+            "uri": entry.uri, "written": not reused}
 
 
-def build_dataset_shards(partition_keys: list[str]) -> dg.AssetsDefinition:
-    """The shard asset over these partitions (the shards of the dataset spec)."""
-    partitions = dg.StaticPartitionsDefinition(partition_keys)
+def shard_metadata(row: dict, version: str) -> dict:
+    """One shard's figures, as its partition's materialization shows them."""
+    return {"version": version, "dagster/row_count": row["records"], "bytes": row["bytes"], "sha256": row["sha256"],
+            "written": row["written"], "dagster/uri": row["uri"], "open": link(row["uri"])}
+
+
+def selected_shards(context: dg.AssetExecutionContext, spec: DatasetSpec) -> list[str]:
+    """The run's partitions; every shard when the run selected none (the job launched as is)."""
+    if context.has_partition_key or context.has_partition_key_range:
+        return list(context.partition_keys)
+    return spec.partition_keys()
+
+
+def build_dataset_shards(spec: DatasetSpec) -> dg.AssetsDefinition:
+    """The shard asset over the spec's shards."""
+    args = asset_args(spec, "dataset_shards", BUILD, DESCRIPTION, spec.data_format.split(".")[0])
+    args.pop("io_manager_key")  # shards are written by the saver; nothing is handed off per partition
 
     @dg.asset(
-        name="dataset_shards",
-        group_name=GROUP,
-        kinds={"python"},
-        code_version="1",
-        deps=["producer_pins"],
-        partitions_def=partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(),
+        **args,
+        ins=ins(spec, "producer_pins"),
+        partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()),
         retry_policy=dg.RetryPolicy(max_retries=2, delay=1),
         pool="trainvault_object_store",
     )
-    def dataset_shards(context: dg.AssetExecutionContext, store: ObjectStore, dataset: DatasetSpec) -> dg.MaterializeResult:
-        keys = list(context.partition_keys)
-        pub = dataset.publication()
-        with ThreadPoolExecutor(max_workers=max(1, dataset.shard_threads)) as pool:
-            rows = list(pool.map(lambda k: save_shard(store, dataset, pub, k), keys))
+    def dataset_shards(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> None:
+        keys = selected_shards(context, spec)
+        pub = spec.publication_at(producer_pins.publication_version)
+        with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
+            rows = list(pool.map(lambda k: save_shard(store, spec, pub, k), keys))
+        partitioned = context.has_partition_key or context.has_partition_key_range
         for row in rows:
-            # Per-shard figures on each partition (a range run records one materialization per partition).
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=context.asset_key,
-                    partition=row["shard"],
-                    metadata={
-                        "records": row["records"],
-                        "bytes": row["bytes"],
-                        "sha256": row["sha256"],
-                        "written": row["written"],
-                        "open": link(row["uri"]),
-                    },
-                )
-            )
+            if partitioned:
+                context.add_asset_metadata(shard_metadata(row, pub.version), partition_key=row["shard"])
+            else:
+                # A run without partitions: each shard is still recorded against its own partition.
+                context.log_event(dg.AssetMaterialization(context.asset_key, partition=row["shard"],
+                                                          metadata=shard_metadata(row, pub.version)))
         written = sum(r["written"] for r in rows)
-        context.log.info(f"{len(rows)} shard(s): {written} written, {len(rows) - written} reused unchanged")
-        metadata = {
-            "version": pub.version,
-            "shards": len(rows),
-            "written": written,
-            "reused": len(rows) - written,
-            "dagster/row_count": sum(r["records"] for r in rows),
-            "bytes": sum(r["bytes"] for r in rows),
-        }
-        if len(rows) <= TABLE_MAX_SHARDS:
-            # A range run repeats its metadata on every partition: the table only for small runs
-            # (each partition's own figures are on its observation either way).
-            metadata["shard table"] = table(
-                rows, [("shard", "string"), ("records", "int"), ("bytes", "int"), ("sha256", "string"), ("written", "bool")]
-            )
-        if len(rows) == 1:
-            metadata.update(sha256=rows[0]["sha256"], open=link(rows[0]["uri"]))
-        return dg.MaterializeResult(metadata=metadata)
+        context.log.info(f"{len(rows)} shard(s) of {pub.version}: {written} written, {len(rows) - written} reused unchanged")
 
     return dataset_shards

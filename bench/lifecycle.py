@@ -3,10 +3,10 @@
 For 8 and 64 shards (200 records each, the demo's records), on fresh local stores:
 
 - library only: the same calls the assets make (pins, every shard, manifest, profile,
-  training scan, evaluation release + contract, contamination report, gate, signed
-  approval), in one process with no Dagster;
-- Dagster CLI, multiprocess executor: exactly what `make demo` runs
-  (``dagster asset materialize --select '*' --partition-range ...``), a process per step;
+  training scan, evaluation release + contract, one contamination scan per shard reduced
+  into the report, gate, signed approval), in one process with no Dagster;
+- Dagster CLI, multiprocess executor: exactly what `make demo` runs for a dataset
+  (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
 - Dagster CLI, in-process executor: the same run with every step in one process;
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused).
 
@@ -62,8 +62,10 @@ def library_only(spec, keys: Path) -> float:
     )
     from trainvault.canonical import canonical_json, sha256_hex
     from trainvault.contamination import (
-        MethodSpec, VerifierContract, load_index, publish_document, publish_release, scan_dataset, write_report,
+        MethodSpec, VerifierContract, load_index, publish_document, publish_release, reduce_report, scan_shard,
+        write_report,
     )
+    from trainvault.publication.pinned import Publication
     from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
 
     start = time.perf_counter()
@@ -100,8 +102,16 @@ def library_only(spec, keys: Path) -> float:
     bcontract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
     index = load_index(vault, release_uri=release.uri, contract_uri=bcontract.uri,
                        release_sha256=release.sha256, contract_sha256=bcontract.sha256)
-    report = scan_dataset(vault, pub.manifest_uri, index, manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
-                          producer_pins_sha256=bpins.sha256, progress=False)
+    manifest = Publication.load(vault.storage, pub.manifest_uri, sha256=msha).manifest
+    results = []
+    for split, stage, shard_id in spec.shards():  # one contamination_scan partition each, published
+        entry = next(e for e in manifest.split(split).shards if (e.curriculum_stage, e.shard_id) == (stage, shard_id))
+        result = scan_shard(vault.storage, manifest.data_format, entry, index)
+        publish_document(vault.storage, pub.shard_scan_uri(release.sha256, bcontract.sha256,
+                                                           f"{split}/{stage or '_'}/{shard_id}"), result)
+        results.append(result)
+    report = reduce_report(index, manifest, results, data_manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
+                           producer_pins_sha256=bpins.sha256)
     breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256), report)
     request = ApprovalRequest(
         data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
@@ -114,7 +124,8 @@ def library_only(spec, keys: Path) -> float:
     )
     approved = vault.approve_dataset(request, policy=ApprovalPolicy(evaluation_release_sha256=release.sha256,
                                                                     verifier_contract_sha256=bcontract.sha256))
-    record = write_approval(vault, pub.approval_uri("library-only"), approved,
+    request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
+    record = write_approval(vault, pub.approval_uri(request_sha256), approved,
                             signing_keys=load_signing_key(f"{keys}.key"))
     vault.open_approved(record.uri, record.sha256, trusted_keys=[approved_key(keys)])  # the approval_opens check
     return time.perf_counter() - start
@@ -132,7 +143,7 @@ def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, boo
 
     from pipelines.examples.demo import materialize
 
-    run_env = {**env, "TRAINVAULT_DEMO_EXECUTOR": executor}
+    run_env = {**env, "TRAINVAULT_EXECUTOR": executor}
     log = Path(env["DAGSTER_HOME"]) / f"run-{executor}-{time.time_ns()}.log"
     with open(os.devnull, "w") as quiet:
         stdout, sys.stdout = sys.stdout, quiet
@@ -176,9 +187,10 @@ def measure(total: int, records: int) -> dict[str, float]:
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
             env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "TRAINVAULT_DEMO_ROOT": root,
                    "TRAINVAULT_DEMO_SHARDS": str(per_stage), "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
-                   "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY": f"{keys}.key",
+                   "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY_PATH": f"{keys}.key",
                    "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub"}
-            env.pop("TRAINVAULT_DEMO_PLANT", None)
+            for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS"):
+                env.pop(name, None)
             wall, inside, ok = cli_run(spec_for(root), env, executor)
             if not ok:
                 raise SystemExit(f"the {executor} lifecycle run failed; see the logs under {home}")
@@ -188,6 +200,27 @@ def measure(total: int, records: int) -> dict[str, float]:
     return out
 
 
+def demo_time() -> float:
+    """Wall time of `make demo`'s program (every catalog dataset, default sizes) on a fresh store and instance."""
+    import subprocess
+
+    from trainvault.approval import write_keypair
+
+    with tempfile.TemporaryDirectory(prefix="tv-demo-") as tmp:
+        write_keypair(Path(tmp) / "approver")
+        env = {**os.environ, "DAGSTER_HOME": f"{tmp}/home", "TRAINVAULT_DEMO_ROOT": f"{tmp}/store",
+               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub"}
+        for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS", "TRAINVAULT_EXECUTOR",
+                     "TRAINVAULT_DEMO_SHARDS", "TRAINVAULT_DEMO_RECORDS", "TRAINVAULT_DEMO_EVAL_SHARDS"):
+            env.pop(name, None)
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "pipelines.examples.demo"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise SystemExit("the demo failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+        return time.perf_counter() - start
+
+
 def main() -> None:
     reexec_if_needed()
     sys.path.insert(0, str(REPO))
@@ -195,6 +228,7 @@ def main() -> None:
     parser.add_argument("--shards", default="8,64", help="comma-separated shard counts (default 8,64)")
     parser.add_argument("--lifecycle-records", "--records", dest="records", type=int, default=200,
                         help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
+    parser.add_argument("--no-demo", action="store_true", help="skip timing the demo")
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     rows = [measure(int(n), records) for n in args.shards.split(",")]
@@ -208,6 +242,8 @@ def main() -> None:
               f"{mo:>7.1f} ({mo / r['multiprocess']:>4.0%} ) {r['multiprocess_steps']:>8.1f} "
               f"{r['in_process']:>11.1f} {io:>7.1f} ({io / r['in_process']:>4.0%} ) {r['in_process_steps']:>8.1f} "
               f"{r['rebuild']:>7.1f}")
+    if not args.no_demo:
+        print(f"\nmake demo (every catalog dataset, default sizes, fresh store and instance): {demo_time():.1f} s")
 
 
 if __name__ == "__main__":

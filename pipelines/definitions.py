@@ -1,8 +1,11 @@
-"""The code location loaded by workspace.yaml: assets, checks, the lifecycle job, the rebuild schedule.
+"""The code location loaded by workspace.yaml: every dataset of the catalog, its assets,
+checks, job and schedule.
 
-`defs` serves the example dataset spec (pipelines/examples/spec.py, configured through
-the environment); `build_definitions(spec, store)` builds the same code location for any
-other spec, which is what tests and other deployments use.
+`defs` serves the datasets of the YAML catalog (pipelines/catalog.py says where the file
+is); `build_definitions(specs, store)` builds the same code location for any list of
+specs, which is what tests and other deployments use. Each dataset gets asset keys
+prefixed by its name, its own shard partitions, the job ``lifecycle_<name>`` and the
+schedule ``nightly_rebuild_<name>``.
 """
 
 from __future__ import annotations
@@ -15,20 +18,26 @@ import dagster as dg
 # backfill_policy is Beta in 1.13; it is what lets one run (and the CLI) cover a range of shards.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
-from assets.approval import approval_opens, approved_dataset  # noqa: E402
-from assets.contamination import contamination_report, within_contract  # noqa: E402
-from assets.evaluation import evaluation_release  # noqa: E402
-from assets.manifest import data_manifest  # noqa: E402
-from assets.pins import producer_pins  # noqa: E402
-from assets.profile import dataset_profile  # noqa: E402
-from assets.scan import training_scan  # noqa: E402
+from assets.approval import build_approval_opens, build_approved_dataset  # noqa: E402
+from assets.contamination import build_contamination_report, build_contamination_scan, build_within_contract  # noqa: E402
+from assets.evaluation import build_evaluation_release  # noqa: E402
+from assets.manifest import build_data_manifest  # noqa: E402
+from assets.pins import build_producer_pins  # noqa: E402
+from assets.profile import build_dataset_profile  # noqa: E402
+from assets.scan import build_training_scan  # noqa: E402
 from assets.shards import build_dataset_shards  # noqa: E402
-from pipelines.examples.spec import example_spec  # noqa: E402
+from assets._common import handoff_io  # noqa: E402
+from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
 from resources.dataset import DatasetSpec  # noqa: E402
+from resources.handoff import HandoffIOManager  # noqa: E402
 from resources.storage import ObjectStore, object_store_from_env  # noqa: E402
+from trainvault.errors import ConfigurationError  # noqa: E402
+
+__all__ = ["build_definitions", "dataset_definitions", "defs", "load_datasets", "whole_build_tags"]
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
+EXECUTORS = ("multiprocess", "in_process", "k8s", "celery")
 
 
 def whole_build_tags(spec: DatasetSpec) -> dict[str, str]:
@@ -53,42 +62,58 @@ def executor_for(name: str | None) -> dg.ExecutorDefinition | None:
         from dagster_celery import celery_executor
 
         return celery_executor.configured({"broker": {"env": "TRAINVAULT_CELERY_BROKER"}} if os.environ.get("TRAINVAULT_CELERY_BROKER") else {})
-    raise ValueError(f"TRAINVAULT_EXECUTOR={name!r}: expected multiprocess, in_process, k8s or celery")
+    raise ConfigurationError(f"TRAINVAULT_EXECUTOR={name!r}: expected one of {', '.join(EXECUTORS)}")
 
 
-def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None, executor: str | None = None) -> dg.Definitions:
-    dataset_shards = build_dataset_shards(spec.partition_keys())
+def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
+    """One dataset's assets, checks, lifecycle job and rebuild schedule (resources come from the caller)."""
+    report = build_contamination_report(spec)
+    approval = build_approved_dataset(spec)
+    profile = build_dataset_profile(spec)
+    assets = [build_producer_pins(spec), build_dataset_shards(spec), build_data_manifest(spec), build_training_scan(spec),
+              profile, build_evaluation_release(spec), build_contamination_scan(spec), report, approval]
     lifecycle = dg.define_asset_job(
-        "lifecycle",
-        selection=dg.AssetSelection.all(),
-        description="Every stage: pins, shards, manifest, scan, evaluation release, contamination report, approval.",
+        f"lifecycle_{spec.name}",
+        selection=dg.AssetSelection.key_prefixes([spec.name]),
+        description=(f"{spec.name}: every stage (pins, shards, manifest, profile, scan, evaluation release, contamination "
+                     "scan and report, approval). Launched without a partition selection it builds every shard."),
         tags={"trainvault/dataset": spec.name},
     )
 
     @dg.schedule(
+        name=f"nightly_rebuild_{spec.name}",
         job=lifecycle,
-        cron_schedule="0 3 * * *",
-        default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Nightly rebuild of the whole lifecycle; unchanged inputs reuse every shard (switch on in the UI).",
+        cron_schedule=spec.schedule.cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING if spec.schedule.enabled else dg.DefaultScheduleStatus.STOPPED,
+        description=f"Rebuild {spec.name}'s whole lifecycle in one run; unchanged inputs reuse every shard.",
     )
     def nightly_rebuild(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         return dg.RunRequest(run_key=None, tags=whole_build_tags(spec))
 
     return dg.Definitions(
-        assets=[
-            producer_pins,
-            dataset_shards,
-            data_manifest,
-            training_scan,
-            evaluation_release,
-            contamination_report,
-            dataset_profile,
-            approved_dataset,
-        ],
-        asset_checks=[within_contract, approval_opens],
+        assets=assets,
+        asset_checks=[build_within_contract(spec, report), build_approval_opens(spec, approval)],
         jobs=[lifecycle],
         schedules=[nightly_rebuild],
-        resources={"store": store or object_store_from_env(), "dataset": spec},
+    )
+
+
+def build_definitions(specs: list[DatasetSpec], store: ObjectStore | None = None,
+                      executor: str | None = None) -> dg.Definitions:
+    """The code location for these datasets, on one object store."""
+    if isinstance(specs, DatasetSpec):
+        specs = [specs]
+    store = store or object_store_from_env()
+    resources: dict[str, object] = {"store": store}
+    for spec in specs:
+        resources[handoff_io(spec)] = HandoffIOManager(store=store, dataset=spec)
+    merged = dg.Definitions.merge(*(dataset_definitions(spec) for spec in specs))
+    return dg.Definitions(
+        assets=merged.assets,
+        asset_checks=merged.asset_checks,
+        jobs=merged.jobs,
+        schedules=merged.schedules,
+        resources=resources,
         # Default executor: multiprocess (one process per step; shard partitions of one run
         # derive `shard_threads` at a time inside their step; run config can pick in_process).
         # At scale TRAINVAULT_EXECUTOR=k8s or celery (see pipelines/deploy/).
@@ -96,4 +121,4 @@ def build_definitions(spec: DatasetSpec, store: ObjectStore | None = None, execu
     )
 
 
-defs = build_definitions(example_spec(), executor=os.environ.get("TRAINVAULT_EXECUTOR"))
+defs = build_definitions(load_datasets(datasets_path()), executor=os.environ.get("TRAINVAULT_EXECUTOR"))

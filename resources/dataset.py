@@ -19,6 +19,7 @@ import dagster as dg
 from pydantic import Field
 
 from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import ConfigurationError
 from trainvault.storage import join_uri, normalize_uri
 
 NO_STAGE = "_"
@@ -42,10 +43,18 @@ class CurriculumSpec(dg.Config):
     stages: list[str]
 
 
+class ScheduleSpec(dg.Config):
+    """When the dataset's lifecycle rebuilds: a cron expression, on or off when the location loads."""
+
+    cron: str = "0 3 * * *"
+    enabled: bool = False
+
+
 class DatasetSpec(dg.ConfigurableResource):
     """What to build: the dataset, its shards, its generator, its evaluation and signing."""
 
-    name: str = Field(description="dataset name: the folder under root_uri")
+    name: str = Field(description="dataset name: the folder under root_uri and the prefix of its asset keys")
+    description: str = Field(default="", description="what the dataset is, shown in the UI")
     root_uri: str = Field(description="a local folder, file:// or s3:// URI under which publications live")
     data_format: str = "msgpack.zst"
     splits: list[SplitSpec]
@@ -75,6 +84,9 @@ class DatasetSpec(dg.ConfigurableResource):
     )
     signing_key_path: str | None = Field(default=None, description="or a file holding it (PEM, owner-only)")
     trusted_keys_path: str | None = Field(default=None, description="the public key a trainer trusts (PEM file)")
+    owners: list[str] = Field(default_factory=list, description="Dagster owners: emails or team:<name>")
+    tags: dict[str, str] = Field(default_factory=dict, description="Dagster tags on every asset of the dataset")
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the nightly rebuild")
 
     # -- shards ---------------------------------------------------------------
 
@@ -131,7 +143,10 @@ class DatasetSpec(dg.ConfigurableResource):
         if pins_sha256 is None:
             pins_sha256 = self.producer_pins().document_sha256()
         digest = sha256_hex(canonical_json({"spec": self.data_fields(), "producer_pins_sha256": pins_sha256}))
-        version = "v-" + digest[:12]
+        return self.publication_at("v-" + digest[:12])
+
+    def publication_at(self, version: str) -> Publication:
+        """The publication of a version already decided (by the run's producer pins)."""
         return Publication(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
 
     def evaluation_root(self, benchmark_digest: str) -> str:
@@ -165,11 +180,28 @@ class Publication:
     def scan_manifest_uri(self) -> str:
         return join_uri(self.base, "training-scan-manifest-v1.json")
 
-    def report_uri(self, release_sha256: str, contract_sha256: str) -> str:
-        return join_uri(self.base, f"contamination/{release_sha256[:12]}-{contract_sha256[:12]}/contamination-report-v1.json")
+    def contamination_dir(self, release_sha256: str, contract_sha256: str) -> str:
+        return join_uri(self.base, f"contamination/{release_sha256[:12]}-{contract_sha256[:12]}")
 
-    def approval_uri(self, run_id: str) -> str:
-        return join_uri(self.base, f"approvals/approval-{run_id}.dsse.json")
+    def report_uri(self, release_sha256: str, contract_sha256: str) -> str:
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), "contamination-report-v1.json")
+
+    def shard_scan_uri(self, release_sha256: str, contract_sha256: str, key: str) -> str:
+        """One shard's scan result: ``shards/<split>.<stage or _>.<shard_id>.json`` beside the report."""
+        name = key.replace("/", ".")
+        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"shards/{name}.json")
+
+    def approval_uri(self, request_sha256: str) -> str:
+        """Named by the approval request's digest: the same inputs approved again reuse the record."""
+        return join_uri(self.base, f"approvals/approval-{request_sha256[:16]}.dsse.json")
+
+    def handoff_uri(self, asset: str, sha256: str) -> str:
+        """A hand-off reference between assets, named by its own digest (same content, same object)."""
+        return join_uri(self.base, f"handoffs/{asset}-{sha256[:16]}.json")
+
+    @property
+    def handoffs_dir(self) -> str:
+        return join_uri(self.base, "handoffs")
 
 
 def partition_key(split: str, stage: str | None, shard_id: str) -> str:
@@ -186,7 +218,7 @@ def load_callable(path: str) -> Callable[..., Any]:
     """``package.module:function`` -> the function."""
     module, _, attr = path.partition(":")
     if not module or not attr:
-        raise ValueError(f"{path!r}: expected 'package.module:function'")
+        raise ConfigurationError(f"{path!r}: expected 'package.module:function'")
     return getattr(importlib.import_module(module), attr)
 
 

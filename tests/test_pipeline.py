@@ -20,11 +20,12 @@ from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
+pytestmark = [pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`"),
+              pytest.mark.filterwarnings("ignore:Parameter `data_version`")]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIFECYCLE = {"producer_pins", "dataset_shards", "data_manifest", "training_scan", "evaluation_release",
-             "contamination_report", "approved_dataset"}
+             "contamination_scan", "contamination_report", "dataset_profile", "approved_dataset"}
 
 
 def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
@@ -34,25 +35,27 @@ def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
 
 
 def run_lifecycle(spec, instance, *, selection=None):
-    defs = build_definitions(spec, ObjectStore())
-    job = defs.resolve_job_def("lifecycle")
+    defs = build_definitions([spec], ObjectStore())
+    job = defs.resolve_job_def(f"lifecycle_{spec.name}")
     if selection is None:
         return job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
-    return job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(k) for k in selection],
+    return job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey([spec.name, k]) for k in selection],
                                   raise_on_error=False)
 
 
 def materialized(result) -> set[str]:
-    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    """The asset names (without the dataset prefix) the run materialized."""
+    return {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
+
+
+def made(result, name: str) -> dict:
+    """The metadata of the run's (unpartitioned) materialization of asset `name`."""
+    (ev,) = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == name and e.partition is None]
+    return {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
 
 
 def checks(result) -> dict[str, bool]:
     return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-
-
-def latest(instance, key: str) -> dict:
-    ev = instance.get_latest_materialization_event(dg.AssetKey(key))
-    return {k: getattr(v, "value", v) for k, v in ev.asset_materialization.metadata.items()}
 
 
 def files(root: Path) -> dict[str, tuple[int, int]]:
@@ -94,16 +97,16 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     assert result.success
     assert LIFECYCLE <= materialized(result)
     assert {"within_contract": True, "approval_opens": True}.items() <= checks(result).items()
-    shards = [e.partition for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "dataset_shards"]
+    shards = [e.partition for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "dataset_shards"]
     assert sorted(shards) == sorted(spec.partition_keys()) and len(shards) == 5
 
     pub = spec.publication()
-    manifest = latest(instance, "data_manifest")
+    manifest = made(result, "data_manifest")
     assert manifest["uri"] == pub.manifest_uri and manifest["uri"].startswith(pub.base + "/")
-    assert pub.base.endswith(f"/curriculum/{pub.version}")
-    report = latest(instance, "contamination_report")
+    assert pub.base.endswith(f"/demo_curriculum/{pub.version}")
+    report = made(result, "contamination_report")
     assert report["pass"] is True and report["contaminated item ids"] == []
-    approval = latest(instance, "approved_dataset")
+    approval = made(result, "approved_dataset")
     assert approval["uri"].startswith(pub.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
 
@@ -127,7 +130,7 @@ def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -
     assert "approval_opens" not in checks(result)
     assert "approved_dataset" not in materialized(result)
     assert "contamination_report" in materialized(result)
-    report = latest(instance, "contamination_report")
+    report = made(result, "contamination_report")
     assert report["pass"] is False
     ids = report["contaminated item ids"]
     assert {"humaneval:HumanEval/0", "humaneval:HumanEval/7", "humaneval:HumanEval/42",
@@ -146,19 +149,18 @@ def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
     assert TrainVault().storage.list(spec.publication().base + "/approvals") == []
 
 
-def test_rebuild_of_unchanged_inputs_writes_no_data_object(clean, store_root) -> None:
-    spec, instance, _ = clean
-    data = Path(spec.publication().base.removeprefix("file://"))
-    before = files(data)
+def test_rebuild_of_unchanged_inputs_writes_nothing_and_reuses_the_approval(clean, store_root) -> None:
+    spec, instance, first = clean
+    before = files(store_root)
     again = run_lifecycle(spec, instance)
     assert again.success
-    after = files(data)
-    new = sorted(set(after) - set(before))
-    # The only new object is this run's signed approval record; nothing else is written or touched.
-    assert len(new) == 1 and new[0].startswith("approvals/approval-") and again.run_id in new[0]
-    assert {k: v for k, v in after.items() if k in before} == before
-    shards = latest(instance, "dataset_shards")
-    assert (shards["written"], shards["reused"]) == (0, 5)
+    # Every object (shards, documents, hand-offs, scans, the approval record) as it was: nothing written or touched.
+    assert files(store_root) == before
+    shards = [e for e in again.get_asset_materialization_events() if e.asset_key.path[-1] == "dataset_shards"]
+    assert len(shards) == 5 and not any(e.materialization.metadata["written"].value for e in shards)
+    approval = made(again, "approved_dataset")
+    assert approval["written"] is False
+    assert (approval["uri"], approval["sha256"]) == (made(first, "approved_dataset")["uri"], made(first, "approved_dataset")["sha256"])
 
 
 def test_a_changed_input_is_a_new_version_never_an_overwrite(clean, keys, store_root) -> None:
@@ -178,17 +180,15 @@ def test_definitions_load_with_jobs_schedule_and_blocking_checks() -> None:
     from pipelines.definitions import defs
 
     dg.Definitions.validate_loadable(defs)
-    job = defs.resolve_job_def("lifecycle")
+    job = defs.resolve_job_def("lifecycle_demo_curriculum")
     keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
-    assert LIFECYCLE <= keys
-    schedule = defs.resolve_schedule_def("nightly_rebuild")
+    assert {f"demo_curriculum/{name}" for name in LIFECYCLE} == keys
+    schedule = defs.resolve_schedule_def("nightly_rebuild_demo_curriculum")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
-    from assets.approval import approval_opens
-    from assets.contamination import within_contract
-
-    for check in (within_contract, approval_opens):
-        (spec,) = check.check_specs
-        assert spec.blocking
+    checks = {spec.name: spec for c in [*defs.asset_checks, *defs.assets] for spec in c.check_specs
+              if spec.asset_key.path[0] == "demo_curriculum"}
+    assert {"within_contract", "approval_opens", "task_data_valid"} == set(checks)
+    assert all(spec.blocking for spec in checks.values())
     request = schedule.evaluate_tick(dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral())).run_requests[0]
     assert request.tags["dagster/asset_partition_range_start"] == "train/easy/0"
 
@@ -218,9 +218,9 @@ def test_scale_configuration_loads(tmp_path, monkeypatch) -> None:
             result = process_config(cls.config_type(), yaml.safe_load(data.config_yaml) or {})
             assert result.success, (config, data.class_name, result.errors)
     for executor in ("k8s", "celery"):
-        defs = build_definitions(example_spec(str(tmp_path / "s3-root")), executor=executor)
+        defs = build_definitions([example_spec(str(tmp_path / "s3-root"))], executor=executor)
         dg.Definitions.validate_loadable(defs)
-        assert defs.resolve_job_def("lifecycle").executor_def.name == executor
+        assert defs.resolve_job_def("lifecycle_demo_curriculum").executor_def.name == executor
 
 
 def test_the_library_imports_without_dagster() -> None:
@@ -247,11 +247,11 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(s3_server, s3_bucke
     assert isinstance(store.secret_access_key, dg.EnvVar)
     spec = small_spec(f"s3://{s3_bucket}/publications", keys)
     instance = dg.DagsterInstance.ephemeral()
-    result = build_definitions(spec, store).resolve_job_def("lifecycle").execute_in_process(
+    result = build_definitions([spec], store).resolve_job_def("lifecycle_demo_curriculum").execute_in_process(
         instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
     assert result.success
-    approval = latest(instance, "approved_dataset")
-    assert approval["uri"].startswith(f"s3://{s3_bucket}/publications/curriculum/v-")
+    approval = made(result, "approved_dataset")
+    assert approval["uri"].startswith(f"s3://{s3_bucket}/publications/demo_curriculum/v-")
     assert "TRAINVAULT_S3_SECRET" in approval["open it (trainer)"]
     events = "\n".join(str(e) for e in instance.all_logs(result.run_id))
     assert S3_SECRET not in events and S3_KEY not in events

@@ -11,13 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field
 dg = pytest.importorskip("dagster")
 pytest.importorskip("trainvault.approval")
 
-from assets.profile import CHECK, dataset_profile, profile_digest  # noqa: E402
+from assets.manifest import build_data_manifest  # noqa: E402
+from assets.pins import build_producer_pins  # noqa: E402
+from assets.profile import CHECK, build_dataset_profile, profile_digest  # noqa: E402
 from pipelines.examples.spec import example_spec  # noqa: E402
+from resources.handoff import HandoffIOManager  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import Storage  # noqa: E402
-from trainvault.canonical import sha256_hex  # noqa: E402
 from trainvault.profile import read_metrics_sidecar  # noqa: E402
 from trainvault.saver import DatasetSaver  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 
 
 class ExampleTask(BaseModel):
@@ -41,38 +45,40 @@ def text_words(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def published(tmp_path: Path) -> tuple[Any, dg.DagsterInstance]:
-    """The example spec's shards saved and committed, and an instance that knows the manifest."""
+    """The example spec's shards saved (the manifest asset commits them in each run), and an instance."""
     spec = example_spec(root=str(tmp_path / "store"), shards_per_stage=2, eval_shards=1, records=30, plant=False)
     pub = spec.publication()
     saver = DatasetSaver(Storage(), pub.manifest_uri, data_format=spec.data_format)
     for split, stage, shard_id in spec.shards():
         saver.save(split, stage, spec.records(split, stage, shard_id), shard_id=shard_id,
                    curriculum_metadata=spec.metadata_of_stage(split, stage))
-    saver.commit_manifest()
-    instance = dg.DagsterInstance.ephemeral()
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization(
-            "data_manifest",
-            metadata={"uri": pub.manifest_uri, "version": pub.version,
-                      "sha256": sha256_hex(Storage().get(pub.manifest_uri))},
-        )
-    )
-    return spec, instance
+    return spec, dg.DagsterInstance.ephemeral()
 
 
-@dg.asset(deps=["dataset_profile"])
+@dg.asset(key=["demo_curriculum", "after_profile"], deps=[dg.AssetKey(["demo_curriculum", "dataset_profile"])])
 def after_profile() -> None:
     """Stands for `approved_dataset`: it must not run when the blocking check fails."""
 
 
 def run(spec: Any, instance: dg.DagsterInstance, **config: Any) -> dg.ExecuteInProcessResult:
+    """Pins, manifest and profile in one run: the profile takes the manifest's hand-off as its input."""
+    store = ObjectStore()
     return dg.materialize(
-        [dataset_profile, after_profile],
+        [build_producer_pins(spec), build_data_manifest(spec), build_dataset_profile(spec), after_profile],
         instance=instance,
-        resources={"store": ObjectStore(), "dataset": spec},
-        run_config={"ops": {"dataset_profile": {"config": config}}},
+        resources={"store": store, "handoffs_demo_curriculum": HandoffIOManager(store=store, dataset=spec)},
+        run_config={"ops": {"demo_curriculum__dataset_profile": {"config": config}}},
         raise_on_error=False,
     )
+
+
+def profile_metadata(result: dg.ExecuteInProcessResult) -> dict:
+    (ev,) = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "dataset_profile"]
+    return ev.materialization.metadata
+
+
+def ran_after_profile(result: dg.ExecuteInProcessResult) -> bool:
+    return any(e.asset_key.path[-1] == "after_profile" for e in result.get_asset_materialization_events())
 
 
 def test_profile_asset_tables_sidecars_and_passing_check(tmp_path: Path) -> None:
@@ -80,7 +86,7 @@ def test_profile_asset_tables_sidecars_and_passing_check(tmp_path: Path) -> None
     result = run(spec, instance, task_schema=f"{__name__}:ExampleTask", validation="error",
                  extra_metrics=f"{__name__}:text_words")
     assert result.success
-    meta = result.asset_materializations_for_node("dataset_profile")[0].metadata
+    meta = profile_metadata(result)
     sidecars = meta["sidecars"].value
     assert set(sidecars) == {"train_metrics", "valid_metrics", "test_metrics"}
     assert meta["sha256"].value == profile_digest(sidecars)
@@ -95,7 +101,7 @@ def test_profile_asset_tables_sidecars_and_passing_check(tmp_path: Path) -> None
     assert labels[("train", "train")] == 180
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == CHECK and check.passed
-    assert result.asset_materializations_for_node("after_profile")
+    assert ran_after_profile(result)
 
     # The sidecars join an approval request by digest.
     from trainvault.approval import ApprovalRequest
@@ -113,8 +119,8 @@ def test_profile_check_blocks_in_error_mode_and_warns_in_warn_mode(tmp_path: Pat
     [check] = result.get_asset_check_evaluations()
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert check.metadata["offending rows"].value == 120 + 30 + 30  # medium, hard, valid, test
-    assert not result.asset_materializations_for_node("after_profile")  # blocked
-    meta = result.asset_materializations_for_node("dataset_profile")[0].metadata
+    assert not ran_after_profile(result)  # blocked
+    meta = profile_metadata(result)
     assert len(meta["offending rows"].value.records) == 50
 
     # Same data, warn mode: the sidecars change (so overwrite is asked), the check only warns.
@@ -123,4 +129,4 @@ def test_profile_check_blocks_in_error_mode_and_warns_in_warn_mode(tmp_path: Pat
     warned = run(spec, instance, task_schema=f"{__name__}:EasyOnlyTask", validation="warn", overwrite=True)
     [check] = warned.get_asset_check_evaluations()
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
-    assert warned.asset_materializations_for_node("after_profile")
+    assert ran_after_profile(warned)

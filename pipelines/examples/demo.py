@@ -1,19 +1,21 @@
-"""`make demo`: the whole custody lifecycle, materialised by the Dagster CLI, then opened by a trainer.
+"""`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
 
 1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry off) and the
    demo's approver key pair (``.demo/keys/approver.key`` / ``.pub``, made once).
-2. ``dagster asset materialize --select '*' --partition-range <first shard>...<last shard>``:
-   producer pins, every shard partition, the manifest, the training scan, the evaluation
-   release (HumanEval + a synthetic benchmark), the contamination report and its
-   blocking check, the approval and its check, in one run (multiprocess executor).
-3. The trainer's side, with the library only: open the signed approval by URI and
+2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``):
+   ``dagster job execute -m pipelines.definitions -j lifecycle_<dataset> --tags <every shard>``:
+   producer pins, every shard partition, the manifest, profile and training scan, the
+   evaluation release, one contamination scan per shard, the report and its blocking
+   check, the approval and its check, in one run (multiprocess executor).
+3. The trainer's side, with the library only: open each signed approval by URI and
    SHA-256 with the trusted public key and iterate a few batches through the approved
    loader (every block verified before its records are yielded).
 
-``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into train/hard/0: the check fails,
-the approval never runs and no approval record is written. Other settings: see
-pipelines/examples/spec.py. ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every step in
-one process (what bench/lifecycle.py compares against).
+``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into demo_curriculum's train/hard/0:
+its check fails, its approval never runs and no approval record is written (demo_text
+is still approved). The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
+``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every
+step in one process (what bench/lifecycle.py compares against).
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.examples.spec import DEMO_KEYS, REPO, example_spec
+from dagster import RunsFilter
+
+from pipelines.catalog import datasets_path, load_datasets
+from pipelines.definitions import whole_build_tags
+from pipelines.examples.spec import DEMO_KEYS, PLANTED_GENERATOR, REPO
 
 STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
-         "contamination_report", "approved_dataset"]
+         "contamination_scan", "contamination_report", "approved_dataset"]
 
 
 def prepare_home(home: Path) -> None:
@@ -39,23 +45,20 @@ def prepare_home(home: Path) -> None:
         config.write_text("telemetry:\n  enabled: false\n")
 
 
-def prepare_keys(spec) -> None:
+def prepare_keys(specs) -> None:
     from trainvault.approval import write_keypair
 
-    if spec.signing_key_path and not Path(spec.signing_key_path).exists() and str(spec.signing_key_path).startswith(str(DEMO_KEYS)):
+    if any(s.signing_key_path == str(DEMO_KEYS) + ".key" for s in specs) and not Path(str(DEMO_KEYS) + ".key").exists():
         DEMO_KEYS.parent.mkdir(parents=True, exist_ok=True)
         write_keypair(DEMO_KEYS)
         print(f"made the demo approver key pair {DEMO_KEYS}.key (private, 0600) and {DEMO_KEYS}.pub")
 
 
 def materialize(spec, env: dict[str, str], log: Path) -> tuple[int, float]:
-    """The lifecycle, one run, through the Dagster CLI."""
-    keys = spec.partition_keys()
-    cmd = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "pipelines.definitions",
-           "--select", "*", "--partition-range", f"{keys[0]}...{keys[-1]}"]
-    if env.get("TRAINVAULT_DEMO_EXECUTOR") == "in_process":
-        cmd += ["--config-json", json.dumps({"execution": {"config": {"in_process": {}}}})]
-    print("$ " + " ".join(c if c != "*" else "'*'" for c in cmd[1:]))
+    """The dataset's lifecycle job, one run over every shard, through the Dagster CLI."""
+    cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
+           "-j", f"lifecycle_{spec.name}", "--tags", json.dumps(whole_build_tags(spec))]
+    print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'")
     print(f"  (full log: {log})")
     start = time.perf_counter()
     with open(log, "wb") as out:
@@ -72,20 +75,22 @@ def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[
         if ev is None:
             continue
         if ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
-            steps[ev.step_key] = ev.event_type_value.removeprefix("STEP_").lower()
+            steps[ev.step_key.split("__", 1)[-1]] = ev.event_type_value.removeprefix("STEP_").lower()
         elif ev.event_type_value == "ASSET_CHECK_EVALUATION":
             data = ev.event_specific_data
-            checks[data.check_name] = (data.asset_key.to_user_string(), data.passed)
+            checks[data.check_name] = (data.asset_key.path[-1], data.passed)
     return steps, checks
 
 
-def metadata(instance, key: str, run_id: str) -> dict | None:
+def materializations(instance, run_id: str) -> dict[tuple[str, str | None], dict]:
+    """The run's materializations' metadata by (asset name, partition)."""
     import dagster as dg
 
-    ev = instance.get_latest_materialization_event(dg.AssetKey(key))
-    if ev is None or ev.run_id != run_id:
-        return None
-    return {k: getattr(v, "value", v) for k, v in ev.asset_materialization.metadata.items()}
+    out = {}
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+        mat = record.event_log_entry.asset_materialization
+        out[(mat.asset_key.path[-1], mat.partition)] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
 
 
 def print_manifest(vault, uri: str, sha256: str) -> None:
@@ -116,88 +121,105 @@ def print_report(vault, uri: str, sha256: str) -> None:
               f"({it.matched_ngrams}/{it.total_ngrams} n-grams)")
 
 
-def open_as_trainer(uri: str, sha256: str, trusted_key: str, batches: int = 3) -> None:
+def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2) -> None:
     """The trainer's side: library only, no Dagster."""
     from trainvault import TrainVault
     from trainvault.approval import load_verifying_key
 
-    approved = TrainVault().open_approved(uri, sha256, trusted_keys=[load_verifying_key(trusted_key)])
+    approved = TrainVault().open_approved(uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)])
+    stages = [c.stages for c in spec.curricula if c.split == "train"]
     loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 8}).load(
-        "train", curriculum_stages=["easy", "medium", "hard"])
+        "train", **({"curriculum_stages": stages[0]} if stages else {}))
     print(f"\nopened as a trainer: {approved.summary.shards} shards, {approved.summary.records} records, "
-          f"{approved.summary.bytes_hashed} bytes re-hashed; approved loader over train (easy, medium, hard):")
+          f"{approved.summary.bytes_hashed} bytes re-hashed; approved loader over train"
+          f"{' (' + ', '.join(stages[0]) + ')' if stages else ''}:")
     for n, batch in enumerate(loader, 1):
         print(f"  batch {n}: {len(batch)} records, {batch[0]['id']}: {batch[0]['text'][:48]!r}")
         if n == batches:
             break
 
 
-def main() -> int:
-    home = Path(os.environ.get("DAGSTER_HOME") or REPO / ".dagster_home").resolve()
-    prepare_home(home)
-    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
-    os.environ["DAGSTER_HOME"] = str(home)
-    spec = example_spec()
-    prepare_keys(spec)
-    pub = spec.publication()
-    planted = spec.generator.endswith(":planted_records")
-    print(f"trainvault demo: dataset {spec.name} {pub.version}, {len(spec.partition_keys())} shards x "
-          f"{spec.records_per_shard} records{' (evaluation items PLANTED in train/hard/0)' if planted else ''}")
-    print(f"store {spec.root_uri}   DAGSTER_HOME {home}\n")
-
-    log = Path(spec.root_uri if "://" not in spec.root_uri else REPO / ".demo").parent / "lifecycle-run.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    rc, seconds = materialize(spec, env, log)
-
-    import dagster as dg
-
+def lifecycle(spec, instance, env: dict[str, str], log_dir: Path) -> tuple[bool, dict | None, dict]:
+    """Run one dataset's lifecycle and print what it made: (finished, approval metadata, checks)."""
     from trainvault import TrainVault
 
-    instance = dg.DagsterInstance.get()
-    runs = instance.get_runs(limit=1)
+    pub = spec.publication()
+    print(f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
+          f"{spec.data_format}, store {spec.root_uri}")
+    log = log_dir / f"lifecycle-{spec.name}.log"
+    rc, seconds = materialize(spec, env, log)
+    runs = instance.get_runs(filters=RunsFilter(job_name=f"lifecycle_{spec.name}"), limit=1)
     if not runs:
         print(f"no Dagster run was recorded; see {log}")
-        return 1
+        return False, None, {}
     run = runs[0]
     steps, checks = run_summary(instance, run.run_id)
-    print()
+    made = materializations(instance, run.run_id)
     for step in STEPS:
-        status = steps.get(step, "not executed")
         extra = ""
-        if step == "dataset_shards" and (m := metadata(instance, step, run.run_id)):
-            extra = f"  {m['shards']} partitions: {m['written']} written, {m['reused']} reused unchanged"
-        print(f"  {step:<22} {status}{extra}")
+        if step == "dataset_shards":
+            shards = [m for (name, part), m in made.items() if name == step and part is not None]
+            written = sum(bool(m.get("written")) for m in shards)
+            extra = f"  {len(shards)} partitions: {written} written, {len(shards) - written} reused unchanged"
+        print(f"  {step:<22} {steps.get(step, 'not executed')}{extra}")
         for check, (owner, passed) in checks.items():
             if owner == step:
                 print(f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}")
     print(f"run {run.run_id}: {run.status.value} in {seconds:.1f} s (exit {rc})")
-
     vault = TrainVault()
-    if m := metadata(instance, "data_manifest", run.run_id):
+    if m := made.get(("data_manifest", None)):
         print_manifest(vault, m["uri"], m["sha256"])
-    if m := metadata(instance, "contamination_report", run.run_id):
+    if m := made.get(("contamination_report", None)):
         print_report(vault, m["uri"], m["sha256"])
-    approval = metadata(instance, "approved_dataset", run.run_id)
-
-    if planted:
-        approvals = vault.storage.list(pub.base + "/approvals")
-        failed = checks.get("within_contract", ("", True))[1] is False
-        print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; "
-              f"approved_dataset {steps.get('approved_dataset', 'was not executed')}; "
-              f"approval records for {pub.version}: {len(approvals)}")
-        ok = failed and approval is None and not approvals
-        print("as expected: contaminated data is never approved" if ok else "UNEXPECTED: see the log above")
-        return 0 if ok else 1
-    if rc != 0 or approval is None:
+    if rc != 0 and checks.get("within_contract", ("", True))[1] is not False:
         print(f"\nthe lifecycle did not finish; the last lines of {log}:")
         print("\n".join(log.read_text(errors="replace").splitlines()[-25:]))
-        return 1
-    print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}\na trainer opens it with:\n")
-    from assets.approval import trainer_snippet
+    return rc == 0, made.get(("approved_dataset", None)), checks
 
-    print("    " + trainer_snippet(approval["uri"], approval["sha256"], spec.trusted_keys_path).replace("\n", "\n    "))
-    open_as_trainer(approval["uri"], approval["sha256"], spec.trusted_keys_path)
-    return 0
+
+def main() -> int:
+    home = Path(os.environ.get("DAGSTER_HOME") or REPO / ".dagster_home").resolve()
+    prepare_home(home)
+    planted = os.environ.get("TRAINVAULT_DEMO_PLANT", "") not in ("", "0", "false", "no")
+    if planted:
+        os.environ["TRAINVAULT_DEMO_GENERATOR"] = PLANTED_GENERATOR
+    if os.environ.get("TRAINVAULT_DEMO_EXECUTOR"):
+        os.environ["TRAINVAULT_EXECUTOR"] = os.environ["TRAINVAULT_DEMO_EXECUTOR"]
+    os.environ["DAGSTER_HOME"] = str(home)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    specs = load_datasets(datasets_path())
+    prepare_keys(specs)
+    print(f"trainvault demo: {len(specs)} datasets ({', '.join(s.name for s in specs)})"
+          f"{'; evaluation items PLANTED in demo_curriculum train/hard/0' if planted else ''}; DAGSTER_HOME {home}")
+
+    import dagster as dg
+
+    from assets.approval import trainer_snippet
+    from trainvault import TrainVault
+
+    instance = dg.DagsterInstance.get()
+    log_dir = home / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for spec in specs:
+        finished, approval, checks = lifecycle(spec, instance, env, log_dir)
+        if planted and spec.generator == PLANTED_GENERATOR:
+            approvals = TrainVault().storage.list(spec.publication().base + "/approvals")
+            failed = checks.get("within_contract", ("", True))[1] is False
+            print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
+                  f"{'was not executed' if approval is None else 'RAN'}; approval records for {spec.name}: {len(approvals)}")
+            expected = failed and approval is None and not approvals
+            print("as expected: contaminated data is never approved" if expected else "UNEXPECTED: see the log above")
+            ok = ok and expected
+            continue
+        if not finished or approval is None:
+            ok = False
+            continue
+        print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}\na trainer opens it with:\n")
+        snippet = trainer_snippet(approval["uri"], approval["sha256"], spec.trusted_keys_path)
+        print("    " + snippet.replace("\n", "\n    "))
+        open_as_trainer(spec, approval["uri"], approval["sha256"])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,158 @@
+"""The dataset catalog: the datasets the code location serves, declared in YAML.
+
+Where the file is: ``$TRAINVAULT_DATASETS`` when set, else ``[tool.trainvault] datasets``
+in the repository's pyproject.toml, else ``pipelines/datasets.yaml``; a relative path is
+relative to the repository root. Each entry under ``datasets:`` is a
+`resources.dataset.DatasetSpec`; a split may give ``shards: N`` (ids ``0..N-1``) instead
+of ``shard_ids``. String values may name environment variables: ``${VAR}`` (must be set)
+or ``${VAR:-default}`` (the default when unset or empty). A relative local path in
+``root_uri``, ``signing_key_path`` or ``trusted_keys_path`` is relative to the YAML
+file's folder. Anything malformed raises `ConfigurationError` naming the file, the
+dataset and the field, so the location fails to load instead of serving half a catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from resources.dataset import DatasetSpec
+from trainvault.documents import describe_validation_error
+from trainvault.errors import ConfigurationError
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = "pipelines/datasets.yaml"
+ENV = "TRAINVAULT_DATASETS"
+#: A dataset name is an asset key prefix, a job and a schedule name and a folder: a Python identifier.
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
+TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+CRON = re.compile(r"^(@(hourly|daily|weekly|monthly|yearly)|\S+( \S+){4})$")
+CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path")
+
+
+def datasets_path(environ: dict[str, str] | None = None) -> Path:
+    """The catalog file: $TRAINVAULT_DATASETS, else pyproject's [tool.trainvault] datasets, else the default."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV):
+        return (REPO / env[ENV]).resolve()
+    pyproject = REPO / "pyproject.toml"
+    setting = DEFAULT
+    if pyproject.exists():
+        setting = tomllib.loads(pyproject.read_text()).get("tool", {}).get("trainvault", {}).get("datasets", DEFAULT)
+    return (REPO / setting).resolve()
+
+
+def load_datasets(path: str | Path) -> list[DatasetSpec]:
+    """Every dataset of the catalog at `path`, validated; `ConfigurationError` names what is wrong."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigurationError(f"dataset catalog {path}: cannot read it ({exc.strerror}); set ${ENV} to the file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"dataset catalog {path}: not valid YAML ({exc})") from None
+    entries = doc.get("datasets") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigurationError(f"dataset catalog {path}: expected a non-empty list under 'datasets:'")
+    specs, seen = [], set()
+    for n, entry in enumerate(entries):
+        spec = parse_entry(path, n, entry)
+        if spec.name in seen:
+            raise ConfigurationError(f"dataset catalog {path}: dataset {spec.name!r} is declared twice; names must be unique")
+        seen.add(spec.name)
+        specs.append(spec)
+    return specs
+
+
+def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
+    """One catalog entry as a `DatasetSpec`."""
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"dataset catalog {path}: entry {n} is not a mapping of fields")
+    name = entry.get("name")
+    where = f"dataset catalog {path}: dataset {name!r}" if name else f"dataset catalog {path}: entry {n}"
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ConfigurationError(f"{where}: field 'name' must be an identifier (letters, digits, _; not starting with a digit)")
+    unknown = sorted(set(entry) - set(DatasetSpec.model_fields))
+    if unknown:
+        raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
+                                 f"{', '.join(DatasetSpec.model_fields)})")
+    fields = {k: interpolate(v, where, k) for k, v in entry.items()}
+    if not isinstance(fields.get("splits"), list):
+        raise ConfigurationError(f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})")
+    fields["splits"] = [split_fields(s, where) for s in fields["splits"]]
+    for field in PATH_FIELDS:
+        value = fields.get(field)
+        if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():
+            fields[field] = str((path.parent / value).resolve())
+    try:
+        spec = DatasetSpec(**fields)
+    except ValidationError as exc:
+        raise ConfigurationError(f"{where}: {describe_validation_error(exc)}") from None
+    check_spec(spec, where)
+    return spec
+
+
+def split_fields(split: Any, where: str) -> Any:
+    """``shards: N`` as ``shard_ids: ["0", ..., "N-1"]``."""
+    if not isinstance(split, dict) or "shards" not in split:
+        return split
+    count = split.pop("shards")
+    if type(count) is not int or count < 1 or "shard_ids" in split:
+        raise ConfigurationError(f"{where}: field 'splits.{split.get('name')}.shards' must be a positive integer "
+                                 "(or give shard_ids instead)")
+    return {**split, "shard_ids": [str(i) for i in range(count)]}
+
+
+def check_spec(spec: DatasetSpec, where: str) -> None:
+    """What pydantic's types cannot say: generators, owners, tags, the schedule, shards."""
+    callables = {"generator": spec.generator, "stage_metadata": spec.stage_metadata,
+                 **{f"evaluation_sources.{i}": source for i, source in enumerate(spec.evaluation_sources)}}
+    for field, value in callables.items():
+        if value is not None and not CALLABLE.match(value):
+            raise ConfigurationError(f"{where}: field '{field}' is {value!r}, expected 'package.module:function'")
+    for owner in spec.owners:
+        if not OWNER.match(owner):
+            raise ConfigurationError(f"{where}: field 'owners' has {owner!r}, expected an email or team:<name>")
+    for k, v in spec.tags.items():
+        if not TAG.match(k) or not (v == "" or TAG.match(v)):
+            raise ConfigurationError(f"{where}: field 'tags' has {k!r}: {v!r}; keys and values are up to 63 of "
+                                     "letters, digits, _ . -")
+    if not CRON.match(spec.schedule.cron.strip()):
+        raise ConfigurationError(f"{where}: field 'schedule.cron' is {spec.schedule.cron!r}, expected five cron fields")
+    if not spec.shards():
+        raise ConfigurationError(f"{where}: field 'splits' declares no shard")
+    if spec.records_per_shard < 1:
+        raise ConfigurationError(f"{where}: field 'records_per_shard' must be at least 1")
+
+
+def interpolate(value: Any, where: str, field: str) -> Any:
+    """``${VAR}`` and ``${VAR:-default}`` in every string of `value`, from the environment."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, where, f"{field}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, where, f"{field}.{i}") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(m: re.Match) -> str:
+        name, default = m.group(1), m.group(3)
+        got = os.environ.get(name)
+        if got:
+            return got
+        if default is None:
+            raise ConfigurationError(f"{where}: field '{field}' needs ${{{name}}}, which is not set: set it or "
+                                     f"write ${{{name}:-default}}")
+        return default
+
+    out = VARIABLE.sub(substitute, value)
+    # A whole-value variable may stand for a number ("records_per_shard: ${N:-200}").
+    return int(out) if out != value and re.fullmatch(r"-?\d+", out) and VARIABLE.fullmatch(value) else out

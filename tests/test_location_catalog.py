@@ -1,0 +1,155 @@
+"""The dataset catalog (pipelines/datasets.yaml): where it is found, what an entry may say, and
+malformed entries failing the location load with an error naming the dataset and the field."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+dg = pytest.importorskip("dagster")
+
+from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
+from pipelines.definitions import build_definitions  # noqa: E402
+from trainvault.errors import ConfigurationError  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def entry(name: str = "tiny", **fields) -> dict:
+    base = {
+        "name": name,
+        "root_uri": "store",
+        "generator": "pipelines.examples.notes:generate_notes",
+        "stage_metadata": None,
+        "data_format": "jsonl.gz",
+        "records_per_shard": 10,
+        "splits": [{"name": "train", "shards": 2}],
+        "evaluation_sources": ["pipelines.examples.benchmarks:synthetic_benchmark"],
+        "owners": ["team:data", "ana@example.com"],
+        "tags": {"domain": "text"},
+        "schedule": {"cron": "15 2 * * *", "enabled": True},
+    }
+    base.update(fields)
+    return base
+
+
+def catalog(tmp_path: Path, *entries: dict) -> Path:
+    path = tmp_path / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": list(entries)}))
+    return path
+
+
+def test_the_shipped_catalog_serves_two_demo_datasets() -> None:
+    specs = load_datasets(ROOT / "pipelines" / "datasets.yaml")
+    assert [s.name for s in specs] == ["demo_curriculum", "demo_text"]
+    curriculum, text = specs
+    assert [s.stages for s in curriculum.splits] == [["easy", "medium", "hard"], [], []]
+    assert (curriculum.data_format, text.data_format) == ("msgpack.zst", "jsonl.gz")
+    assert all(not s.stages for s in text.splits)
+    assert not curriculum.schedule.enabled and curriculum.schedule.cron == "0 3 * * *"
+
+
+def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None:
+    (spec,) = load_datasets(catalog(tmp_path, entry()))
+    assert spec.root_uri == str(tmp_path / "store")  # relative to the YAML file's folder
+    assert spec.partition_keys() == ["train/_/0", "train/_/1"]
+    defs = build_definitions([spec])
+    graph = defs.resolve_asset_graph()
+    manifest = graph.get(dg.AssetKey(["tiny", "data_manifest"]))
+    assert manifest.owners == ["team:data", "ana@example.com"] and manifest.tags["domain"] == "text"
+    assert manifest.group_name == "build" and "file" in manifest.kinds
+    assert graph.get(dg.AssetKey(["tiny", "approved_dataset"])).kinds >= {"pytorch", "file"}
+    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"build", "evaluate", "approve"}
+    assert all(graph.get(k).description for k in graph.get_all_asset_keys())
+    schedule = defs.resolve_schedule_def("nightly_rebuild_tiny")
+    assert schedule.cron_schedule == "15 2 * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    shards = graph.get(dg.AssetKey(["tiny", "dataset_shards"])).partitions_def
+    assert shards.get_partition_keys() == ["train/_/0", "train/_/1"]
+
+
+def test_environment_variables_fill_values_and_unset_ones_are_named(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TINY_ROOT", "s3://bucket/publications")
+    monkeypatch.setenv("TINY_RECORDS", "7")
+    path = catalog(tmp_path, entry(root_uri="${TINY_ROOT}", records_per_shard="${TINY_RECORDS:-3}",
+                                   splits=[{"name": "train", "shards": "${TINY_SHARDS:-3}"}]))
+    (spec,) = load_datasets(path)
+    assert (spec.root_uri, spec.records_per_shard, len(spec.partition_keys())) == ("s3://bucket/publications", 7, 3)
+    monkeypatch.delenv("TINY_ROOT")
+    with pytest.raises(ConfigurationError, match=r"'tiny'.*field 'root_uri' needs \$\{TINY_ROOT\}"):
+        load_datasets(path)
+
+
+def test_the_catalog_path_comes_from_the_environment_else_pyproject() -> None:
+    assert datasets_path({}) == ROOT / "pipelines" / "datasets.yaml"  # [tool.trainvault] datasets
+    assert datasets_path({"TRAINVAULT_DATASETS": "/elsewhere/d.yaml"}) == Path("/elsewhere/d.yaml")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "bad-name"}, r"dataset 'bad-name': field 'name' must be an identifier"),
+        ({"name": "9lives"}, r"dataset '9lives': field 'name' must be an identifier"),
+        ({"records_per_shard": "many"}, r"dataset 'tiny': field records_per_shard"),
+        ({"root_uri": None}, r"dataset 'tiny': field root_uri"),
+        ({"splits": [{"name": "train", "shards": 0}]}, r"dataset 'tiny': field 'splits.train.shards'"),
+        ({"splits": []}, r"dataset 'tiny': field 'splits' declares no shard"),
+        ({"splits": 5}, r"dataset 'tiny': field 'splits' must be a list"),
+        ({"splits": [{"name": "train", "shard": 2}]}, r"dataset 'tiny': field splits.0.shard_ids"),
+        ({"generator": "not a callable"}, r"dataset 'tiny': field 'generator'"),
+        ({"evaluation_sources": ["x"]}, r"dataset 'tiny': field 'evaluation_sources.0'"),
+        ({"owners": ["somebody"]}, r"dataset 'tiny': field 'owners' has 'somebody'"),
+        ({"tags": {"a key": "x"}}, r"dataset 'tiny': field 'tags'"),
+        ({"schedule": {"cron": "nightly"}}, r"dataset 'tiny': field 'schedule.cron'"),
+        ({"schedule": {"cron": "0 3 * * *", "enabled": "sometimes"}}, r"dataset 'tiny': field schedule.enabled"),
+        ({"colour": "blue"}, r"dataset 'tiny': field colour"),
+    ],
+)
+def test_a_malformed_entry_names_the_dataset_and_the_field(tmp_path, fields, message) -> None:
+    path = catalog(tmp_path, entry("ok"), entry(**fields))
+    with pytest.raises(ConfigurationError, match=message):
+        load_datasets(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("datasets: [", r"not valid YAML"),
+        ("other: 1", r"expected a non-empty list under 'datasets:'"),
+        ("datasets: [3]", r"entry 0 is not a mapping"),
+    ],
+)
+def test_a_malformed_file_is_refused(tmp_path, text, message) -> None:
+    path = tmp_path / "datasets.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=message):
+        load_datasets(path)
+
+
+def test_a_missing_file_and_a_twice_declared_dataset_are_refused(tmp_path) -> None:
+    with pytest.raises(ConfigurationError, match=r"cannot read it.*TRAINVAULT_DATASETS"):
+        load_datasets(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigurationError, match=r"dataset 'tiny' is declared twice"):
+        load_datasets(catalog(tmp_path, entry(), entry()))
+
+
+def test_a_malformed_catalog_fails_the_location_load(tmp_path) -> None:
+    """`dagster definitions validate` (what the webserver does on load) fails, naming dataset and field."""
+    path = catalog(tmp_path, entry(splits=[{"name": "train", "shards": -1}]))
+    env = {**os.environ, "TRAINVAULT_DATASETS": str(path), "DAGSTER_HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    cmd = [str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-m", "pipelines.definitions"]
+    bad = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "ConfigurationError" in bad.stdout + bad.stderr
+    assert "dataset 'tiny': field 'splits.train.shards'" in bad.stdout + bad.stderr
+    path.write_text(yaml.safe_dump({"datasets": [entry()]}))
+    good = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]

@@ -1,0 +1,115 @@
+"""Launch paths through the Python API on real instances (the GraphQL and daemon paths are in
+the deploy tests): the job launched with no partition selection, one partition, a range, the
+schedule's run request; what each shard partition reports; and the fanned-out contamination
+scan reducing to the same report bytes as the serial scan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+dg = pytest.importorskip("dagster")
+
+from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
+from pipelines.examples.spec import example_spec  # noqa: E402
+from resources.storage import ObjectStore  # noqa: E402
+from trainvault import TrainVault  # noqa: E402
+from trainvault.approval import write_keypair  # noqa: E402
+from trainvault.canonical import sha256_hex  # noqa: E402
+from trainvault.contamination import load_index, read_report, scan_dataset, write_report  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("launch")
+    write_keypair(tmp / "approver")
+    return example_spec(str(tmp / "store"), shards_per_stage=1, eval_shards=1, records=20,
+                        signing_key_path=str(tmp / "approver.key"), trusted_keys_path=str(tmp / "approver.pub"))
+
+
+def job_of(spec):
+    return build_definitions([spec], ObjectStore()).resolve_job_def(f"lifecycle_{spec.name}")
+
+
+def partition_events(result, name: str) -> dict[str, dict]:
+    return {e.partition: {k: getattr(v, "value", v) for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == name and e.partition}
+
+
+def made(result, name: str) -> dict:
+    (ev,) = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == name and e.partition is None]
+    return {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
+
+
+@pytest.fixture(scope="module")
+def unselected(spec):
+    """The job launched as is: no partition, no range (the UI's Launchpad without a partition)."""
+    result = job_of(spec).execute_in_process(instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    return result
+
+
+def test_a_launch_without_partitions_builds_every_shard_and_approves(spec, unselected) -> None:
+    assert unselected.success
+    shards = partition_events(unselected, "dataset_shards")
+    assert sorted(shards) == sorted(spec.partition_keys())
+    assert sorted(partition_events(unselected, "contamination_scan")) == sorted(spec.partition_keys())
+    approval = made(unselected, "approved_dataset")
+    assert approval["shards"] == 5 and approval["dagster/row_count"] == 100
+
+
+def test_each_shard_partition_reports_its_own_shard(spec, unselected) -> None:
+    """Per partition: that shard's records, bytes and sha256 as the manifest binds them, not run totals."""
+    manifest = TrainVault().load_manifest(made(unselected, "data_manifest")["uri"])
+    entries = {f"{split}/{e.curriculum_stage or '_'}/{e.shard_id}": e
+               for split, sm in manifest.splits.items() for e in sm.shards}
+    ranged = job_of(spec).execute_in_process(instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec))
+    for result in (unselected, ranged):
+        for key, meta in partition_events(result, "dataset_shards").items():
+            entry = entries[key]
+            assert (meta["dagster/row_count"], meta["bytes"], meta["sha256"]) == (
+                entry.record_count, entry.size_bytes, entry.sha256)
+            assert meta["dagster/uri"].endswith(entry.uri.rsplit("/", 1)[-1])
+    assert len({m["sha256"] for m in partition_events(ranged, "dataset_shards").values()}) == 5
+
+
+def test_one_partition_builds_one_shard(spec, tmp_path) -> None:
+    other = example_spec(str(tmp_path / "store"), shards_per_stage=1, eval_shards=1, records=20,
+                         signing_key_path=spec.signing_key_path, trusted_keys_path=spec.trusted_keys_path)
+    job = job_of(other)
+    instance = dg.DagsterInstance.ephemeral()
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey([other.name, "producer_pins"])]).success
+    result = job.execute_in_process(instance=instance, partition_key="train/hard/0",
+                                    asset_selection=[dg.AssetKey([other.name, "dataset_shards"])])
+    assert result.success
+    assert list(partition_events(result, "dataset_shards")) == ["train/hard/0"]
+    data = Path(other.publication().data_root.removeprefix("file://"))
+    assert [p.name for p in data.rglob("*.msgpack.zst")] and all("hard" in str(p) for p in data.rglob("*.msgpack.zst"))
+
+
+def test_the_schedule_requests_one_run_over_every_shard_and_backfills_are_single_runs(spec) -> None:
+    defs = build_definitions([spec], ObjectStore())
+    schedule = defs.resolve_schedule_def(f"nightly_rebuild_{spec.name}")
+    (request,) = schedule.evaluate_tick(dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral())).run_requests
+    assert whole_build_tags(spec).items() <= request.tags.items()
+    graph = defs.resolve_asset_graph()
+    # "Materialize all" is a partition backfill: one run per backfill when every asset is single-run.
+    for key in graph.get_all_asset_keys():
+        assert graph.get(key).backfill_policy == dg.BackfillPolicy.single_run(), key
+
+
+def test_the_fanned_out_scan_reduces_to_the_serial_scans_report_bytes(spec, unselected, tmp_path) -> None:
+    vault = TrainVault()
+    report = made(unselected, "contamination_report")
+    release = made(unselected, "evaluation_release")
+    manifest, scan, pins = (made(unselected, n) for n in ("data_manifest", "training_scan", "producer_pins"))
+    index = load_index(vault, release_uri=release["uri"], contract_uri=release["contract_uri"],
+                       release_sha256=release["sha256"], contract_sha256=release["contract_sha256"])
+    serial = scan_dataset(vault, manifest["uri"], index, manifest_sha256=manifest["sha256"],
+                          scan_manifest_sha256=scan["sha256"], producer_pins_sha256=pins["sha256"], progress=False)
+    bound = write_report(vault, str(tmp_path / "serial-report.json"), serial)
+    assert bound.sha256 == report["sha256"]
+    assert (tmp_path / "serial-report.json").read_bytes() == vault.storage.get(report["uri"])
+    assert read_report(vault, report["uri"], sha256=sha256_hex(vault.storage.get(report["uri"]))).document.passed
