@@ -10,11 +10,11 @@ import json
 import shutil
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from services import Process, Processes, free_port, port_open, wait_for
 
@@ -22,8 +22,6 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "pipelines" / "deploy"
 LOCATION = "trainvault"
 REPOSITORY = "__repository__"  # the repository a Definitions object is served as
-JOB = "lifecycle"
-SCHEDULE = "nightly_rebuild"
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
 
 LAUNCH_RUN = """
@@ -78,6 +76,24 @@ def write_home(home: Path, instance_yaml: Path | None) -> Path:
     return home
 
 
+def dataset_entry(name: str, root_uri: str, keys: Path, *, shards_per_stage: int, records: int,
+                  generator: str, cron: str = "* * * * *", enabled: bool = False) -> dict[str, Any]:
+    """A catalog entry: the shipped demo_curriculum entry with these settings (3 train stages of
+    `shards_per_stage` shards, one valid and one test shard)."""
+    demo = yaml.safe_load((REPO / "pipelines" / "datasets.yaml").read_text())["datasets"][0]
+    return {**demo, "name": name, "root_uri": root_uri, "generator": generator, "records_per_shard": records,
+            "splits": [{"name": "train", "stages": ["easy", "medium", "hard"], "shards": shards_per_stage},
+                       {"name": "valid", "shards": 1}, {"name": "test", "shards": 1}],
+            "signing_key_path": f"{keys}.key", "trusted_keys_path": f"{keys}.pub",
+            "schedule": {"cron": cron, "enabled": enabled}}
+
+
+def write_catalog(path: Path, entries: list[dict[str, Any]]) -> Path:
+    """The dataset catalog the location serves ($TRAINVAULT_DATASETS)."""
+    path.write_text(yaml.safe_dump({"datasets": entries}, sort_keys=False))
+    return path
+
+
 def write_workspace(path: Path, code_port: int) -> Path:
     """A workspace that reaches the code location's gRPC server (the deployed shape: webserver,
     daemon and runs all use one code server, which outlives a restart of the other two)."""
@@ -93,7 +109,7 @@ class Deployment:
     procs: Processes
     home: Path
     workspace: Path
-    code_module: str
+    code_module: str = "pipelines.definitions"
     code_port: int = 0
     ui_port: int = 0
 
@@ -151,19 +167,19 @@ class Deployment:
         wanted = {"SCHEDULER", "QUEUED_RUN_COORDINATOR", "BACKFILL"}
         return wanted <= {s["daemonType"] for s in statuses if s["healthy"]}
 
-    def launch_run(self, *, tags: dict[str, str] | None = None, run_config: dict | None = None) -> str:
-        """launchRun of the lifecycle job, as the launchpad does it; the new run's id."""
-        params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": JOB},
-                  "runConfigData": run_config or {},
+    def launch_run(self, dataset: str, *, tags: dict[str, str] | None = None) -> str:
+        """launchRun of the dataset's lifecycle job, no partition chosen, as the launchpad does it; the run's id."""
+        params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY,
+                               "jobName": f"lifecycle_{dataset}"},
+                  "runConfigData": {},
                   "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}}
         result = self.graphql(LAUNCH_RUN, params=params)["launchRun"]
         assert result["__typename"] == "LaunchRunSuccess", result
         return result["run"]["runId"]
 
-    def launch_backfill(self, asset_keys: list[list[str]], partitions: list[str]) -> str:
-        """launchPartitionBackfill over these assets and partitions (the UI's "Materialize all")."""
-        params = {"assetSelection": [{"path": k} for k in asset_keys], "partitionNames": partitions,
-                  "fromFailure": False}
+    def launch_backfill(self, asset_keys: list[list[str]]) -> str:
+        """launchPartitionBackfill of every partition of these assets (the UI's "Materialize all")."""
+        params = {"assetSelection": [{"path": k} for k in asset_keys], "allPartitions": True, "fromFailure": False}
         result = self.graphql(LAUNCH_BACKFILL, params=params)["launchPartitionBackfill"]
         assert result["__typename"] == "LaunchBackfillSuccess", result
         return result["backfillId"]
@@ -180,8 +196,8 @@ class Deployment:
         events = self.graphql(MATERIALIZED, id=run_id)["runOrError"]["assetMaterializations"]
         return [("/".join(e["assetKey"]["path"]), e["partition"]) for e in events]
 
-    def asset_keys(self) -> list[list[str]]:
-        return [n["assetKey"]["path"] for n in self.graphql(ASSET_KEYS)["assetNodes"]]
+    def asset_keys(self, dataset: str) -> list[list[str]]:
+        return [n["assetKey"]["path"] for n in self.graphql(ASSET_KEYS)["assetNodes"] if n["assetKey"]["path"][0] == dataset]
 
     def backfill(self, backfill_id: str) -> dict[str, Any]:
         return self.graphql(BACKFILL, id=backfill_id)["partitionBackfillOrError"]
@@ -189,19 +205,27 @@ class Deployment:
     def runs(self, **filter: Any) -> list[dict[str, Any]]:
         return self.graphql(RUNS, filter=filter)["runsOrError"]["results"]
 
-    def schedule_selector(self) -> dict[str, str]:
-        return {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "scheduleName": SCHEDULE}
+    @staticmethod
+    def schedule_selector(dataset: str) -> dict[str, str]:
+        return {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY,
+                "scheduleName": f"nightly_rebuild_{dataset}"}
 
-    @contextmanager
-    def schedule_running(self) -> Iterator[None]:
-        """The schedule switched on (as the UI's toggle does) and off again afterwards."""
-        result = self.graphql(START_SCHEDULE, selector=self.schedule_selector())["startSchedule"]
+    def schedule_status(self, dataset: str) -> str:
+        return self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"]["scheduleState"]["status"]
+
+    def start_schedule(self, dataset: str) -> None:
+        """Switch the dataset's rebuild schedule on, as the UI's toggle does."""
+        result = self.graphql(START_SCHEDULE, selector=self.schedule_selector(dataset))["startSchedule"]
         assert result["__typename"] == "ScheduleStateResult", result
-        try:
-            yield
-        finally:
-            state = self.graphql(SCHEDULE_STATE, selector=self.schedule_selector())["scheduleOrError"]["scheduleState"]
-            self.graphql(STOP_SCHEDULE, id=state["id"])
+
+    def stop_schedule(self, dataset: str) -> None:
+        state = self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"]["scheduleState"]
+        result = self.graphql(STOP_SCHEDULE, id=state["id"])["stopRunningSchedule"]
+        assert result["__typename"] == "ScheduleStateResult", result
+
+    def scheduled_runs(self, dataset: str) -> list[dict[str, Any]]:
+        """Runs the dataset's schedule launched, newest first."""
+        return self.runs(tags=[{"key": "dagster/schedule_name", "value": f"nightly_rebuild_{dataset}"}])
 
 
 def unique_name(prefix: str) -> str:

@@ -20,10 +20,10 @@ pytest.importorskip("dagster_celery")
 pytest.importorskip("dagster_postgres")
 
 from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
-from deployment import DEPLOY, REPO, Deployment, unique_name, write_home  # noqa: E402
+from deployment import DEPLOY, REPO, Deployment, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
 from gated_records import GATE_ENV  # noqa: E402
-from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
-from pipelines.examples.spec import example_spec  # noqa: E402
+from pipelines.catalog import load_datasets  # noqa: E402
+from pipelines.definitions import build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from services import Processes, base_env, free_port, port_open, processes, require_services, wait_for  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
@@ -34,35 +34,27 @@ pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
 BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
 GENERATOR = "gated_records:generate_records"
-SHARDS_PER_STAGE = 10  # 3 train stages x 10 + valid + test = 32 shards
 RECORDS = 20
+#: The catalog: each check builds its own dataset (3 train stages x N shards + valid + test).
+MAIN, KILL, RESTART = "deploy_main", "deploy_kill", "deploy_restart"
+SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2}
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 #: Celery's queue on the machine's one RabbitMQ is shared by every checkout: one deployment at a time.
 BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
 
 
 @dataclass
 class Celery:
-    """The deployment, where its data lives, and how to reach it."""
+    """The deployment, its datasets, where their data lives, and how to reach it."""
 
     deployment: Deployment
     procs: Processes
-    bucket: str
+    specs: dict
     s3: TrainVault
     reference_s3: TrainVault
     gate: Path
-    keys: Path
-
-    def spec(self, root: str):
-        return example_spec(root, shards_per_stage=SHARDS_PER_STAGE, eval_shards=1, records=RECORDS,
-                            generator=GENERATOR, signing_key_path=f"{self.keys}.key",
-                            trusted_keys_path=f"{self.keys}.pub")
-
-    def root(self, name: str) -> str:
-        return f"s3://{self.bucket}/{name}"
-
-    def run_config(self, root: str) -> dict:
-        """Run config that points the dataset resource at another root (same spec otherwise)."""
-        return {"resources": {"dataset": {"config": self.spec(root).model_dump(mode="json")}}}
 
 
 @pytest.fixture(scope="module")
@@ -116,29 +108,30 @@ def celery(broker_lock, postgres_db, s3_server, tmp_path_factory, request) -> It
     keys = tmp / "approver"
     write_keypair(keys)
     bucket = unique_name("deploy").replace("_", "-")
-    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{bucket}", method="PUT"), timeout=5).read()
+    root = f"s3://{bucket}/publications"
+    catalog = write_catalog(tmp / "datasets.yaml", [
+        dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
+        for name, n in SHARDS_PER_STAGE.items()])
     gate = tmp / "gate"
     gate.touch()
     home = write_home(tmp / "home", DEPLOY / "dagster-celery.yaml")
     env = base_env(
         DAGSTER_HOME=str(home), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=postgres_db,
-        TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
+        TRAINVAULT_DATASETS=str(catalog), TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
         TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY,
-        TRAINVAULT_S3_SECRET=S3_SECRET, TRAINVAULT_DEMO_ROOT=f"s3://{bucket}/main",
-        TRAINVAULT_DEMO_SHARDS=str(SHARDS_PER_STAGE), TRAINVAULT_DEMO_EVAL_SHARDS="1",
-        TRAINVAULT_DEMO_RECORDS=str(RECORDS), TRAINVAULT_SIGNING_KEY=f"{keys}.key",
-        TRAINVAULT_TRUSTED_KEY=f"{keys}.pub", TRAINVAULT_TEST_GENERATOR=GENERATOR, **{GATE_ENV: str(gate)})
+        TRAINVAULT_S3_SECRET=S3_SECRET, **{GATE_ENV: str(gate)})
     with processes(tmp / "logs", env, request) as procs:
         reference = start_moto(procs)
-        urllib.request.urlopen(urllib.request.Request(f"{reference}/{bucket}", method="PUT"), timeout=5).read()
-        deployment = Deployment(procs, home, tmp / "workspace.yaml", "deploy_location")
+        for server in (s3_server, reference):
+            urllib.request.urlopen(urllib.request.Request(f"{server}/{bucket}", method="PUT"), timeout=5).read()
+        deployment = Deployment(procs, home, tmp / "workspace.yaml")
         deployment.start_code_server()
         for name in ("w1", "w2"):
             deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
         deployment.start_webserver()
         deployment.start_daemon()
-        yield Celery(deployment, procs, bucket, TrainVault(storage=s3_config(s3_server)),
-                     TrainVault(storage=s3_config(reference)), gate, keys)
+        yield Celery(deployment, procs, {s.name: s for s in load_datasets(catalog)},
+                     TrainVault(storage=s3_config(s3_server)), TrainVault(storage=s3_config(reference)), gate)
 
 
 def start_moto(procs: Processes) -> str:
@@ -148,13 +141,13 @@ def start_moto(procs: Processes) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def reference_run(celery: Celery, root: str) -> dict[str, str]:
-    """The same spec at the same URIs, in process on the reference S3: {object path: sha256} of its data."""
-    spec = celery.spec(root)
+def reference_run(celery: Celery, name: str) -> dict[str, bytes]:
+    """The same spec at the same URIs, in process on the reference S3: {uri: bytes} of its data."""
+    spec = celery.specs[name]
     server = celery.reference_s3.storage.config.s3_base_url
     store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=S3_KEY, secret_access_key=S3_SECRET)
-    result = build_definitions(spec, store).resolve_job_def("lifecycle").execute_in_process(
-        instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec), raise_on_error=False)
+    result = build_definitions([spec], store).resolve_job_def(f"lifecycle_{name}").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
     assert result.success
     return data_objects(celery.reference_s3, spec)
 
@@ -199,32 +192,28 @@ def instance(celery) -> Iterator[dg.DagsterInstance]:
 @pytest.fixture(scope="module")
 def main_run(celery) -> str:
     """The lifecycle of the 32-shard dataset through the Celery executor, launched by launchRun."""
-    spec = celery.spec(celery.root("main"))
-    run_id = celery.deployment.launch_run(tags=whole_build_tags(spec))
+    run_id = celery.deployment.launch_run(MAIN)
     assert celery.deployment.wait_run(run_id) == "SUCCESS"
     return run_id
 
 
+def shard_step(name: str) -> str:
+    return f"{name}__dataset_shards"
+
+
 def test_lifecycle_through_celery_workers_to_an_approval(celery, instance, main_run) -> None:
-    spec = celery.spec(celery.root("main"))
+    spec = celery.specs[MAIN]
     assert len(spec.partition_keys()) >= 32
     materialized = celery.deployment.materialized(main_run)
-    assert sorted(p for k, p in materialized if k == "dataset_shards") == sorted(spec.partition_keys())
-    assert "approved_dataset" in {k for k, _ in materialized}
-    hosts = celery_hosts(instance, main_run)
-    workers = {h.split("@")[0] for hs in hosts.values() for h in hs}
-    assert workers == {"w1", "w2"}, hosts
+    assert sorted(p for k, p in materialized if k == f"{MAIN}/dataset_shards" and p) == sorted(spec.partition_keys())
+    assert f"{MAIN}/approved_dataset" in {k for k, _ in materialized}
     checks = check_results(instance, main_run)
     assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
+    hosts = celery_hosts(instance, main_run)
+    assert {h.split("@")[0] for hs in hosts.values() for h in hs} == {"w1", "w2"}, hosts
     deployed = data_objects(celery.s3, spec)
-    assert deployed == reference_run(celery, celery.root("main"))
-    manifest = spec.publication().manifest_uri
-    assert manifest in deployed
-
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    assert spec.publication().manifest_uri in deployed
+    assert deployed == reference_run(celery, MAIN)  # the manifest and every shard, byte for byte
 
 
 @pytest.fixture
@@ -237,7 +226,7 @@ def browser_page(tmp_path):
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1600, "height": 1000})
+            viewport={"width": 2400, "height": 1200})
         context.set_default_timeout(60_000)
         try:
             yield context.new_page()
@@ -267,39 +256,41 @@ def test_the_ui_shows_the_assets_the_check_and_the_approval(celery, instance, ma
     from playwright.sync_api import expect
 
     page, base = browser_page, f"http://127.0.0.1:{celery.deployment.ui_port}"
-    approval = instance.fetch_materializations(dg.AssetKey("approved_dataset"), limit=1).records[0]
+    approval = instance.fetch_materializations(dg.AssetKey([MAIN, "approved_dataset"]), limit=1).records[0]
     sha256 = approval.asset_materialization.metadata["sha256"].value
     assets = ["producer_pins", "dataset_shards", "data_manifest", "training_scan", "evaluation_release",
-              "contamination_report", "dataset_profile", "approved_dataset"]
-    shards = len(celery.spec(celery.root("main")).partition_keys())
+              "contamination_scan", "contamination_report", "dataset_profile", "approved_dataset"]
+    shards = len(celery.specs[MAIN].partition_keys())
 
-    visit(page, f"{base}/asset-groups", tmp_path / "asset-graph.png")
-    for key in assets:
-        expect(page.get_by_text(key, exact=True).first).to_be_visible()
+    # The dataset's asset graph (its job's view): nine assets, drawn as groups by stage; the
+    # catalog below shows each one's status.
+    visit(page, f"{base}/locations/trainvault/jobs/lifecycle_{MAIN}", tmp_path / "asset-graph.png")
+    expect(page.get_by_text(f"View {len(assets)} assets").first).to_be_visible()
+    expect(page.get_by_text("build", exact=True).first).to_be_visible()
 
-    visit(page, f"{base}/assets", tmp_path / "catalog.png")
+    visit(page, f"{base}/assets/{MAIN}", tmp_path / "catalog.png")
     expect(page.get_by_text("Materialized").first).to_be_visible()
     rows = catalog_rows(page.inner_text("body"), assets)
     # Every partition materialized: "All" of the 32, none missing, failed or in progress.
-    assert f"{shards} partitions" in rows.pop("dataset_shards")
+    for partitioned in ("dataset_shards", "contamination_scan"):
+        assert f"{shards} partitions" in rows.pop(partitioned)
     assert all("Materialized" in row for row in rows.values()), rows
 
-    visit(page, f"{base}/assets/approved_dataset", tmp_path / "approved-dataset.png")
+    visit(page, f"{base}/assets/{MAIN}/approved_dataset", tmp_path / "approved-dataset.png")
     expect(page.get_by_text(sha256, exact=True).first).to_be_visible()
 
     for asset, check in (("contamination_report", "within_contract"), ("approved_dataset", "approval_opens")):
-        visit(page, f"{base}/assets/{asset}?view=checks", tmp_path / f"{check}.png")
+        visit(page, f"{base}/assets/{MAIN}/{asset}?view=checks", tmp_path / f"{check}.png")
         expect(page.get_by_text(check).first).to_be_visible()
         expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
 
 
 def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, instance, main_run) -> None:
-    root = celery.root("kill")
-    spec = celery.spec(root)
-    celery.gate.unlink()  # hard shards wait: the shard step is mid-way when the worker dies
+    spec = celery.specs[KILL]
+    celery.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
     try:
-        run_id = celery.deployment.launch_run(tags=whole_build_tags(spec), run_config=celery.run_config(root))
-        hosts = wait_for(lambda: celery_hosts(instance, run_id).get("dataset_shards"), 300,
+        run_id = celery.deployment.launch_run(KILL)
+        hosts = wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(KILL)), 300,
                          "a worker to take the shard step", 1)
         (victim,) = hosts
         wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
@@ -308,24 +299,20 @@ def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, in
     finally:
         celery.gate.touch()
     assert celery.deployment.wait_run(run_id, timeout=600) == "SUCCESS"
-    shard_hosts = celery_hosts(instance, run_id)["dataset_shards"]
+    shard_hosts = celery_hosts(instance, run_id)[shard_step(KILL)]
     assert victim in shard_hosts and len(shard_hosts) == 2  # redelivered to the survivor
     # Same objects, same bytes, nothing extra (no half-published shard) as the in-process run.
-    assert data_objects(celery.s3, spec) == reference_run(celery, root)
-    survivor = ({"w1", "w2"} - {victim.split("@")[0]}).pop()
-    assert celery.procs.get(survivor).alive()
+    assert data_objects(celery.s3, spec) == reference_run(celery, KILL)
     # The killed worker comes back for the checks after this one.
     celery.deployment.start_worker(victim.split("@")[0], DEPLOY / "celery-worker.yaml")
 
 
 def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance, main_run) -> None:
-    root = celery.root("restart")
-    spec = celery.spec(root)
     deployment = celery.deployment
     celery.gate.unlink()
     try:
-        run_id = deployment.launch_run(tags=whole_build_tags(spec), run_config=celery.run_config(root))
-        wait_for(lambda: celery_hosts(instance, run_id).get("dataset_shards"), 300, "the shard step to start", 1)
+        run_id = deployment.launch_run(RESTART)
+        wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(RESTART)), 300, "the shard step to start", 1)
         before = [entry_id(r) for r in instance.all_logs(run_id)]
         for name in ("daemon", "webserver"):
             celery.procs.get(name).kill9()
@@ -343,19 +330,23 @@ def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance
 
 
 def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery, instance, main_run) -> None:
-    spec = celery.spec(celery.root("main"))
-    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().data_root)}
+    spec = celery.specs[MAIN]
+    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)}
     deployment = celery.deployment
-    with deployment.schedule_running():
-        runs = wait_for(lambda: deployment.runs(tags=[{"key": "dagster/schedule_name", "value": "nightly_rebuild"}]),
-                        150, "a run launched by the schedule's tick", 2)
+    deployment.start_schedule(MAIN)  # cron every minute: the daemon's next tick is at most a minute away
+    try:
+        runs = wait_for(lambda: deployment.scheduled_runs(MAIN), 150, "a run launched by the schedule's tick", 2)
+    finally:
+        deployment.stop_schedule(MAIN)
     run_id = runs[-1]["runId"]
     assert deployment.wait_run(run_id) == "SUCCESS"
-    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().data_root)} == before
-    shards = instance.fetch_materializations(dg.AssetKey("dataset_shards"), limit=1).records[0]
-    assert shards.run_id == run_id
-    meta = shards.asset_materialization.metadata
-    assert (meta["written"].value, meta["reused"].value) == (0, len(spec.partition_keys()))
-    assert "approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
+    # Nothing written: every shard reused, the same approval record reused.
+    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)} == before
+    shards = [r.dagster_event.step_materialization_data.materialization
+              for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+              if r.dagster_event.asset_key == dg.AssetKey([MAIN, "dataset_shards"]) and r.dagster_event.partition]
+    assert len(shards) == len(spec.partition_keys())
+    assert not any(m.metadata["written"].value for m in shards)
+    assert f"{MAIN}/approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
     checks = check_results(instance, run_id)
     assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
