@@ -100,7 +100,7 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
 
 def build_definitions(specs: list[DatasetSpec], store: ObjectStore | None = None,
                       executor: str | None = None) -> dg.Definitions:
-    """The code location for these datasets, on one object store."""
+    """The code location for these datasets, on one object store (a single spec counts as a list of one)."""
     if isinstance(specs, DatasetSpec):
         specs = [specs]
     store = store or object_store_from_env()

@@ -10,15 +10,21 @@ from typing import Any
 
 from trainvault import TrainVault
 from trainvault.approval import (
+    REPORT_ATTESTATION_NAME,
+    SCAN_ATTESTATION_NAME,
     ApprovalRequest,
     ArtifactRef,
     ProducerPins,
+    SigningKey,
     build_training_scan_manifest,
     collect_producer_pins,
+    write_attestation,
     write_producer_pins,
     write_training_scan_manifest,
 )
 from trainvault.contamination import (
+    EXCLUSIONS_SIDECAR,
+    Exclusions,
     VerifierContract,
     jsonl_benchmark,
     load_index,
@@ -88,6 +94,16 @@ class Chain:
     def publish_pins(self, name: str, pins: ProducerPins) -> ArtifactRef:
         return self.publish(name, pins)
 
+    def attest(self, name: str, document: Any, key: SigningKey) -> ArtifactRef:
+        """`document` (a report or scan manifest) signed by `key`, published under extra/."""
+        bound = write_attestation(self.vault, f"{self.root}/extra/{name}", document, signing_keys=key)
+        return ArtifactRef(uri=bound.uri, sha256=bound.sha256)
+
+    def with_exclusions(self, exclusions: Exclusions, name: str = "exclusions.json",
+                        **overrides: ArtifactRef) -> ApprovalRequest:
+        """This chain's request (with `overrides`) binding `exclusions` as its exclusions sidecar."""
+        return self.request(**overrides, sidecars={EXCLUSIONS_SIDECAR: self.publish(name, exclusions)})
+
 
 def build_chain(
     vault: TrainVault,
@@ -100,10 +116,13 @@ def build_chain(
     block_bytes: int = 1024,
     seed_offset: int = 0,
     shard_records: Any = None,
+    data_format: str = "msgpack.zst",
+    scanner_key: SigningKey | None = None,
 ) -> Chain:
-    """`shard_records(i)`: the records of train shard i (default: text records from `make_records`)."""
+    """`shard_records(i)`: the records of train shard i (default: text records from `make_records`).
+    `scanner_key`: sign the scan manifest and the report with it (attestations), and bind those."""
     manifest_uri = f"{root}/ds/data-manifest-v1.json"
-    saver = vault.dataset_saver(manifest_uri, block_bytes=block_bytes)
+    saver = vault.dataset_saver(manifest_uri, data_format=data_format, block_bytes=block_bytes)
     records: dict[str, list[dict[str, Any]]] = {}
     for i in range(shards):
         stage = "easy" if i < max(1, shards - 1) else "hard"
@@ -119,7 +138,10 @@ def build_chain(
 
     manifest_sha = sha256_hex(vault.storage.get(manifest_uri))
     scan = build_training_scan_manifest(vault, manifest_uri)
-    scan_b = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json", scan)
+    if scanner_key is None:
+        scan_b = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json", scan)
+    else:
+        scan_b = write_attestation(vault, f"{root}/ds/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
     pins_b = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins(code_revision="test"))
     release = publish_release(vault.storage, f"{root}/release", "evals-test", [jsonl_benchmark("tiny", TINY_JSONL)])
     contract_b = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
@@ -127,7 +149,10 @@ def build_chain(
                        release_sha256=release.sha256, contract_sha256=contract_b.sha256)
     report = scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan_b.sha256,
                           producer_pins_sha256=pins_b.sha256, progress=False)
-    report_b = write_report(vault, f"{root}/ds/contamination-report-v1.json", report)
+    if scanner_key is None:
+        report_b = write_report(vault, f"{root}/ds/contamination-report-v1.json", report)
+    else:
+        report_b = write_attestation(vault, f"{root}/ds/{REPORT_ATTESTATION_NAME}", report, signing_keys=scanner_key)
     refs = {
         "data_manifest": ArtifactRef(uri=manifest_uri, sha256=manifest_sha),
         "training_scan_manifest": ArtifactRef(uri=scan_b.uri, sha256=scan_b.sha256),

@@ -19,7 +19,7 @@ from trainvault.approval import (
     ProducerPins,
     build_training_scan_manifest,
 )
-from trainvault.contamination import Policy, VerifierContract, jsonl_benchmark, load_index, publish_document, publish_release
+from trainvault.contamination import Policy, VerifierContract, jsonl_benchmark, load_index, publish_release
 from trainvault.version import __version__
 
 

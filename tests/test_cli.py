@@ -150,3 +150,34 @@ def test_progress_bar_on_a_terminal(chain: Any) -> None:
     assert bar is not None and terminal_hash_progress("hashing", io.StringIO()) is None
     chain.vault.approve_dataset(chain.request(), progress=bar)
     assert "hashing [" in out.getvalue() and "100.0%" in out.getvalue() and out.getvalue().endswith("\n")
+
+
+def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, records_per_shard=10, contaminate=True)
+    request, bound = tmp_path / "request.json", str(tmp_path / "request-excl.json")
+    request.write_bytes(chain.request().to_json_bytes())
+    report = chain.refs["contamination_report"].uri
+    code, _, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "x.json"), "--request", str(request))
+    assert code == 1 and "--request and --request-out go together" in err
+    other = str(chain.rescan("other-report.json", pins_sha256="0" * 64)[1].uri)
+    code, _, err = run(capsys, "exclusions", other, "--out", str(tmp_path / "x.json"), "--request", str(request),
+                       "--request-out", bound)
+    assert code == 1 and "pass the report the request binds" in err and not (tmp_path / "x.json").exists()
+    code, out, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "excl.json"),
+                         "--request", str(request), "--request-out", bound)
+    assert code == 0, err
+    assert "excluded 1 records; tiny: 1" in out and f"request    file://{bound}" in out
+    run(capsys, "keygen", "--out", str(tmp_path / "k"))
+    approve = ("approve", bound, "--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json"))
+    code, _, err = run(capsys, *approve)
+    assert code == 1 and "does not allow exclusions" in err
+    code, _, err = run(capsys, *approve, "--allow-exclusions", "--max-excluded", "1/50")
+    assert code == 1 and "more than the policy's 1/50" in err
+    code, out, err = run(capsys, *approve, "--allow-exclusions", "--max-excluded", "1/10")
+    assert code == 0, err
+    sha = out.split("sha256")[1].split()[0]
+    verify = ("verify", str(tmp_path / "approval.json"), "--sha256", sha, "--key", str(tmp_path / "k.pub"))
+    assert run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10")[0] == 0
+    code, _, err = run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10",
+                       "--scanner-key", str(tmp_path / "k.pub"))
+    assert code == 1 and "is not signed" in err

@@ -20,7 +20,6 @@ from trainvault.approval import ArtifactRef, PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
 from trainvault.components.custody import CompiledRecord, CompiledShard, check_record
-from trainvault.components.ledger import ComponentLedger, ComponentLedgerPart
 from trainvault.components.materializer import LazyRanges, group_sequences, materialize_record, read_record
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
 

@@ -113,3 +113,23 @@ def test_the_fanned_out_scan_reduces_to_the_serial_scans_report_bytes(spec, unse
     assert bound.sha256 == report["sha256"]
     assert (tmp_path / "serial-report.json").read_bytes() == vault.storage.get(report["uri"])
     assert read_report(vault, report["uri"], sha256=sha256_hex(vault.storage.get(report["uri"]))).document.passed
+
+
+def test_a_backfill_in_waves_of_runs_hands_off_through_the_version_folder(spec, tmp_path) -> None:
+    """An asset backfill may run unpartitioned and partitioned assets in separate runs: each
+    wave reads the one hand-off of its upstream in the version's folder, and the last approves."""
+    other = example_spec(str(tmp_path / "store"), shards_per_stage=1, eval_shards=1, records=20,
+                         signing_key_path=spec.signing_key_path, trusted_keys_path=spec.trusted_keys_path)
+    job = job_of(other)
+    instance = dg.DagsterInstance.ephemeral()
+    waves = [(["producer_pins", "evaluation_release"], {}),
+             (["dataset_shards"], whole_build_tags(other)),
+             (["data_manifest", "training_scan", "dataset_profile"], {}),
+             (["contamination_scan"], whole_build_tags(other)),
+             (["contamination_report", "approved_dataset"], {})]
+    for names, tags in waves:
+        result = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False,
+                                        asset_selection=[dg.AssetKey([other.name, n]) for n in names])
+        assert result.success, names
+    approval = made(result, "approved_dataset")
+    assert approval["version"] == other.publication().version and approval["shards"] == 5

@@ -39,7 +39,8 @@ def test_readme_examples_run_as_written(tmp_path, s3_server, s3_bucket) -> None:
     uri, digest = lines[3].split()
     assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
     assert lines[4] == "3200"  # every easy record through the approved loader
-    assert len(lines) == 5
+    assert lines[5] == uri.replace("approval-v1.dsse.json", "croissant.json")  # the Croissant card beside it
+    assert len(lines) == 6
     assert (tmp_path / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
 
 

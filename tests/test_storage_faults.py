@@ -115,7 +115,6 @@ def test_stream_resumes_at_the_last_byte_and_logs_it(proxy, baseline, caplog) ->
     with caplog.at_level(logging.INFO, logger="trainvault.storage"):
         data = b"".join(vault.storage.stream(shard.uri, chunk_size=8192))
     assert len(data) == shard.size_bytes
-    import hashlib
 
     assert hashlib.sha256(data).hexdigest() == shard.sha256
     assert STATS.snapshot()["resumes"] - before["resumes"] == 3

@@ -92,6 +92,15 @@ class CustodyError(ApprovalError):
     """Something outside the approved custody was asked for (an unapproved object, a write)."""
 
 
+class UntrustedSignerError(ApprovalError):
+    """A signed document (a contamination report, a scan manifest) is not signed by enough
+    trusted keys; `keyids` names the keys that did sign it."""
+
+    def __init__(self, message: str, keyids: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.keyids = keyids
+
+
 class BudgetError(TrainVaultError, ValueError):
     """A position budget is misconfigured (a bad total or boundary) or was asked to go past its end."""
 

@@ -2,7 +2,7 @@
 
 1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry off) and the
    demo's approver key pair (``.demo/keys/approver.key`` / ``.pub``, made once).
-2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``):
+2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
    ``dagster job execute -m pipelines.definitions -j lifecycle_<dataset> --tags <every shard>``:
    producer pins, every shard partition, the manifest, profile and training scan, the
    evaluation release, one contamination scan per shard, the report and its blocking
@@ -54,16 +54,29 @@ def prepare_keys(specs) -> None:
         print(f"made the demo approver key pair {DEMO_KEYS}.key (private, 0600) and {DEMO_KEYS}.pub")
 
 
+def materialize_all(specs, env: dict[str, str], log_dir: Path) -> dict[str, tuple[int, float]]:
+    """Each dataset's lifecycle job, one run over every shard, through the Dagster CLI; the runs
+    go at once (the instance's databases must exist first). (exit status, seconds) by dataset."""
+    procs, start = {}, time.perf_counter()
+    for spec in specs:
+        cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
+               "-j", f"lifecycle_{spec.name}", "--tags", json.dumps(whole_build_tags(spec))]
+        log = log_dir / f"lifecycle-{spec.name}.log"
+        print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'\n  (full log: {log})")
+        with open(log, "wb") as out:
+            procs[spec.name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    done: dict[str, tuple[int, float]] = {}
+    while len(done) < len(procs):
+        for name, proc in procs.items():
+            if name not in done and proc.poll() is not None:
+                done[name] = (proc.returncode, time.perf_counter() - start)
+        time.sleep(0.2)
+    return done
+
+
 def materialize(spec, env: dict[str, str], log: Path) -> tuple[int, float]:
-    """The dataset's lifecycle job, one run over every shard, through the Dagster CLI."""
-    cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
-           "-j", f"lifecycle_{spec.name}", "--tags", json.dumps(whole_build_tags(spec))]
-    print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'")
-    print(f"  (full log: {log})")
-    start = time.perf_counter()
-    with open(log, "wb") as out:
-        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
-    return rc, time.perf_counter() - start
+    """One dataset's lifecycle run (what bench/lifecycle.py times); its log in `log`'s folder."""
+    return materialize_all([spec], env, log.parent)[spec.name]
 
 
 def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool]]]:
@@ -139,15 +152,13 @@ def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2) -> None:
             break
 
 
-def lifecycle(spec, instance, env: dict[str, str], log_dir: Path) -> tuple[bool, dict | None, dict]:
-    """Run one dataset's lifecycle and print what it made: (finished, approval metadata, checks)."""
+def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool, dict | None, dict]:
+    """What one dataset's lifecycle run made, printed: (finished, approval metadata, checks)."""
     from trainvault import TrainVault
 
     pub = spec.publication()
     print(f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
           f"{spec.data_format}, store {spec.root_uri}")
-    log = log_dir / f"lifecycle-{spec.name}.log"
-    rc, seconds = materialize(spec, env, log)
     runs = instance.get_runs(filters=RunsFilter(job_name=f"lifecycle_{spec.name}"), limit=1)
     if not runs:
         print(f"no Dagster run was recorded; see {log}")
@@ -197,12 +208,14 @@ def main() -> int:
     from assets.approval import trainer_snippet
     from trainvault import TrainVault
 
-    instance = dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()  # creates the instance's databases before the runs open them
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    ran = materialize_all(specs, env, log_dir)
     ok = True
     for spec in specs:
-        finished, approval, checks = lifecycle(spec, instance, env, log_dir)
+        rc, seconds = ran[spec.name]
+        finished, approval, checks = lifecycle(spec, instance, rc, seconds, log_dir / f"lifecycle-{spec.name}.log")
         if planted and spec.generator == PLANTED_GENERATOR:
             approvals = TrainVault().storage.list(spec.publication().base + "/approvals")
             failed = checks.get("within_contract", ("", True))[1] is False

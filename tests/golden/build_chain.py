@@ -28,7 +28,7 @@ from trainvault.approval import (
 )
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
-    VerifierContract,
+    V1_CONTRACT,
     jsonl_benchmark,
     load_index,
     publish_document,
@@ -78,7 +78,7 @@ def write_chain(vault: TrainVault, manifest_uri: str, root: str) -> None:
                         python="3.11.7")
     pins_b = write_producer_pins(vault, f"{root}/producer-pins-v1.json", pins)
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-evals", [jsonl_benchmark("tiny", BENCHMARK)])
-    contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", VerifierContract())
+    contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", V1_CONTRACT)
     index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri,
                        release_sha256=release.sha256, contract_sha256=contract.sha256)
     report = scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,

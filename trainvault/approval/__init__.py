@@ -6,10 +6,20 @@ torch when it is built.
 """
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
+from trainvault.approval.attestation import (
+    REPORT_ATTESTATION_NAME,
+    SCAN_ATTESTATION_NAME,
+    Attested,
+    attestation_statement,
+    read_attested,
+    write_attestation,
+)
 from trainvault.approval.budget import Boundary, PositionBudget
 from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import (
     ApprovalPolicy,
+    AttestationSummary,
+    ExclusionSummary,
     VerificationSummary,
     approve_dataset,
 )
@@ -42,6 +52,7 @@ from trainvault.approval.record import (
     write_approval,
 )
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.rescan import RescanSummary
 from trainvault.approval.scan_manifest import (
     SCAN_MANIFEST_NAME,
     ScannedFile,
@@ -55,6 +66,8 @@ __all__ = [
     "APPROVAL_NAME",
     "PINS_NAME",
     "PREDICATE_TYPE",
+    "REPORT_ATTESTATION_NAME",
+    "SCAN_ATTESTATION_NAME",
     "SCAN_MANIFEST_NAME",
     "SIGNING_KEY_ENV",
     "STATEMENT_TYPE",
@@ -63,14 +76,18 @@ __all__ = [
     "ApprovalRequest",
     "ApprovedDataset",
     "ArtifactRef",
+    "AttestationSummary",
+    "Attested",
     "Boundary",
     "CustodyStorage",
     "Envelope",
+    "ExclusionSummary",
     "HashProgress",
     "HashedObject",
     "PackagePin",
     "PositionBudget",
     "ProducerPins",
+    "RescanSummary",
     "ScanTotals",
     "ScannedFile",
     "SigningKey",
@@ -79,6 +96,7 @@ __all__ = [
     "VerifyingKey",
     "WrittenApproval",
     "approval_statement",
+    "attestation_statement",
     "approve_dataset",
     "build_training_scan_manifest",
     "collect_producer_pins",
@@ -88,10 +106,12 @@ __all__ = [
     "load_verifying_key",
     "open_approved",
     "pae",
+    "read_attested",
     "sign_envelope",
     "terminal_hash_progress",
     "verify_envelope",
     "write_approval",
+    "write_attestation",
     "write_keypair",
     "write_producer_pins",
     "write_training_scan_manifest",

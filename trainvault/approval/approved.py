@@ -19,6 +19,7 @@ from trainvault.storage import StorageConfig
 if TYPE_CHECKING:
     from trainvault.approval.gate import GateResult, VerificationSummary
     from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.manifest import DataManifest
 
@@ -101,6 +102,12 @@ class ApprovedDataset:
         return self._result.report.model_copy(deep=True)
 
     @property
+    def exclusions(self) -> Exclusions | None:
+        """A copy of the bound exclusions (records the loader skips), or None when none are bound."""
+        ex = self._result.exclusions
+        return None if ex is None else ex.model_copy(deep=True)
+
+    @property
     def summary(self) -> VerificationSummary:
         return self._result.summary
 
@@ -125,8 +132,9 @@ class ApprovedDataset:
         materializer: Any = None,
     ) -> Any:  # -> ApprovedSplitDataLoader; torch is imported on use
         """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
-        ``num_workers``, and every block is verified before its records are yielded. With a
-        `materializer` (from `component_range_materializer`) it batches its logical records."""
+        ``num_workers``, and every block is verified before its records are yielded. It skips the
+        records of the bound exclusions. With a `materializer` (from
+        `component_range_materializer`) it batches its logical records."""
         from trainvault.approval.approved_loader import issue_loader
 
         return issue_loader(
@@ -135,6 +143,7 @@ class ApprovedDataset:
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             materializer=materializer,
+            exclusions=self._result.exclusions,
         )
 
     def component_range_materializer(self, split: str, *, mode: str = "unpack", max_rows: int | None = None) -> Any:

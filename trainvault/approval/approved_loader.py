@@ -11,7 +11,8 @@ Like `ApprovedDataset`, it is issued, not built: the constructor raises `TypeErr
 attributes cannot be replaced (no swapping in another manifest or storage), and it does
 not pickle or copy. What crosses into DataLoader workers is the dataset `load` makes:
 verified descriptors and an `ApprovedObjects` reader of the approved shards, never a
-manifest (see `trainvault.approval.guard`).
+manifest (see `trainvault.approval.guard`). Records of the bound exclusions are skipped by
+the loader itself (``exclude=``), so positions, epochs and resume count only the rest.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from trainvault.publication.pinned import Publication
 
 if TYPE_CHECKING:
     from trainvault.components.materializer import ComponentRangeMaterializer
+    from trainvault.contamination.exclusions import Exclusions
 
 
 _ISSUE = object()
@@ -57,6 +59,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         materializer: ComponentRangeMaterializer | None = None,
+        exclusions: Exclusions | None = None,
     ) -> ApprovedSplitDataLoader:
         if not isinstance(storage, CustodyStorage):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
@@ -76,6 +79,8 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         SplitDataLoader.__init__(self, storage, publication, collate_fn=collate_fn,  # type: ignore[arg-type]
                                  dataloader_args=dataloader_args, shuffle=False, seed=0, view=materializer)
         self.materializer = materializer
+        self._approved_exclusions = exclusions
+        self._given_args = dict(dataloader_args or {})
         object.__setattr__(self, "_sealed", True)
         return self
 
@@ -111,7 +116,22 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             raise SelectionError(
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
-        return super().load(split, curriculum_stage, curriculum_stages, False)
+        ex = self._approved_exclusions
+        exclude = None if ex is None else ex.by_shard(split)
+        if not exclude:
+            return super().load(split, curriculum_stage, curriculum_stages, False)
+        if self.materializer is not None:
+            raise CustodyError(
+                f"split {split!r} has excluded records and a component materializer: excluded records are not "
+                "skipped under a materializer; approve the split without exclusions to materialise its ranges"
+            )
+        return self._excluding(split, exclude).load(split, curriculum_stage, curriculum_stages, False)
+
+    def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
+        """A loader over the same custody that never deals `exclude`. One per split: a shard key
+        names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""
+        return SplitDataLoader(self.storage, self.publication, collate_fn=self.collate_fn,
+                               dataloader_args=self._given_args, shuffle=False, seed=0, exclude=dict(exclude))
 
 
 def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:

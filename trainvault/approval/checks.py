@@ -15,9 +15,10 @@ from trainvault.approval.scan_manifest import (
 )
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.release import LoadedRelease
+from trainvault.contamination.exclusions import Exclusions, truncated_items
 from trainvault.contamination.report import ContaminationReport
 from trainvault.errors import ApprovalError, ManifestError
-from trainvault.publication.manifest import ShardDescriptor
+from trainvault.publication.manifest import DataManifest, ShardDescriptor
 from trainvault.refs import ArtifactRef
 from trainvault.storage import parent_uri
 from trainvault.uris import resolve_uri
@@ -104,7 +105,10 @@ def check_report(
     scan: TrainingScanManifest,
     release: LoadedRelease,
     contract: VerifierContract,
+    exclusions: Exclusions | None = None,
 ) -> None:
+    """The report judged exactly the bound artifacts and passes the contract's policy (after
+    `exclusions`, already checked with `check_exclusions`)."""
     backrefs = (
         ("data manifest", report.training.data_manifest_sha256, refs["data_manifest"].sha256, "other data"),
         ("scan manifest", report.training.scan_manifest_sha256, refs["training_scan_manifest"].sha256, "another scan"),
@@ -131,18 +135,69 @@ def check_report(
     got = {b.name: b.n_items for b in report.benchmarks}
     if got != expected:
         deny(f"the report covers benchmarks {got}, the bound release holds {expected}: stale benchmarks; rescan")
+    _check_verdict(report, contract, excluded=exclusions is not None)
+
+
+def _check_verdict(report: ContaminationReport, contract: VerifierContract, *, excluded: bool) -> None:
+    """The verdict recomputed from the counts, after exclusions (checked to cover every hit:
+    no contaminated item remains); the stored flags must agree with the report's own counts."""
+    policy = contract.policy
+    verdicts = {b.name: policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
+                for b in report.benchmarks}
     failing = [
         f"{b.name}: {b.n_contaminated} of {b.n_checkable} checkable items contaminated, {b.n_uncheckable} of "
         f"{b.n_items} uncheckable"
         for b in report.benchmarks
-        if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
+        if not policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, 0 if excluded else b.n_contaminated)
     ]
-    if failing or not report.recompute_pass(contract.policy):
-        deny("the contamination report fails under the contract's policy (" + "; ".join(failing) + "): remove the "
-              "contaminated training records listed in the report, rebuild, rescan")
-    if report.passed is not True or not all(b.passed for b in report.benchmarks):
+    if failing or not report.method.exhaustive:
+        deny("the contamination report fails under the contract's policy" + (" after exclusions" if excluded else "")
+             + " (" + "; ".join(failing) + "): remove the contaminated training records listed in the report, "
+             "rebuild, rescan" + ("" if excluded else "; or bind exclusions where the policy allows them"))
+    if report.passed != all(verdicts.values()) or any(b.passed != verdicts[b.name] for b in report.benchmarks):
         deny("the report's stored verdict disagrees with the verdict recomputed from its counts; the report is "
               "inconsistent: rescan")
+
+
+def check_exclusions(
+    exclusions: Exclusions,
+    report: ContaminationReport,
+    refs: Mapping[str, ArtifactRef],
+    manifest: DataManifest,
+    policy: ApprovalPolicy,
+) -> None:
+    """Exclusions the policy allows, for the bound manifest and report, naming existing records,
+    within the policy's fraction, and covering every hit the report lists."""
+    if not policy.allow_exclusions:
+        deny(f"the request binds exclusions ({len(exclusions.records)} records), the trainer's policy does not allow "
+             "exclusions: remove the contaminated records and rebuild, or allow exclusions on purpose")
+    if exclusions.data_manifest_sha256 != refs["data_manifest"].sha256:
+        deny(f"the exclusions name data manifest {exclusions.data_manifest_sha256}, the request binds "
+             f"{refs['data_manifest'].sha256}; generate them from this chain's report")
+    if exclusions.contamination_report_sha256 != refs["contamination_report"].sha256:
+        deny(f"the exclusions were generated from report {exclusions.contamination_report_sha256}, the request binds "
+             f"{refs['contamination_report'].sha256}; generate them from the bound report")
+    entries = {(split, e.key): e for split, s in manifest.splits.items() for e in s.shards}
+    for r in exclusions.records:
+        e = entries.get((r.split, r.shard))
+        if e is None or e.sha256 != r.shard_sha256 or r.record_index >= e.record_count:
+            deny(f"the exclusions name record {r.record_index} of shard {r.split}/{r.shard} (sha256 {r.shard_sha256}), "
+                 "which the data manifest does not hold; generate them from this chain's report")
+    total = sum(e.record_count for e in entries.values())
+    n, d = policy.max_excluded_fraction
+    if len(exclusions.records) * d > n * total:
+        deny(f"the exclusions leave out {len(exclusions.records)} of {total} records, more than the policy's "
+             f"{n}/{d}: the data is too contaminated to approve by exclusion; remove the records and rebuild")
+    capped = truncated_items(report)
+    if capped:
+        deny(f"the report lists only some hits of {len(capped)} item(s) (first: {capped[0]}), so no exclusions can "
+             "be shown to cover them; raise the contract's max_hits_per_item and rescan")
+    covered = {(r.split, r.shard, r.record_index) for r in exclusions.records}
+    for it in report.contaminated_items:
+        for h in it.hits:
+            if (h.split, h.shard, h.record_index) not in covered:
+                deny(f"the report finds {it.benchmark} item {it.item_id!r} in record {h.record_index} of shard "
+                     f"{h.split}/{h.shard}, which the exclusions do not cover; generate them from the bound report")
 
 
 def check_pins_allowed(pins: ProducerPins, policy: ApprovalPolicy) -> None:

@@ -19,6 +19,7 @@ from trainvault.documents import describe_validation_error
 from trainvault.errors import ApprovalError, ManifestError
 
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -79,6 +80,14 @@ def sign_envelope(payload: bytes, keys: Sequence[SigningKey], payload_type: str 
         payloadType=payload_type,
         signatures=[Signature(keyid=k.keyid, sig=base64.b64encode(k.sign(message)).decode("ascii")) for k in keys],
     )
+
+
+def unverified_payload(envelope: Envelope, *, payload_type: str = IN_TOTO_PAYLOAD_TYPE, source: str = "envelope") -> bytes:
+    """The payload of `envelope`, its signatures not checked (for a reader that trusts no keys
+    and verifies the content itself)."""
+    if envelope.payloadType != payload_type:
+        raise ApprovalError(f"{source}: payload type {envelope.payloadType!r} is not {payload_type!r}")
+    return _b64decode(envelope.payload, f"{source}: payload")
 
 
 def trusted_key_set(trusted_keys: Iterable[object], threshold: int) -> list[VerifyingKey]:

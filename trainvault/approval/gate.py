@@ -1,5 +1,10 @@
 """The approval gate: hash every bound artifact and every scanned file, check that they
-agree with each other, recompute the verdict, and only then hand out an `ApprovedDataset`.
+agree with each other, recompute the verdict (after bound exclusions), re-scan a sample of
+shards, and only then hand out an `ApprovedDataset`.
+
+With scanner keys in the policy, the report and the scan manifest must be attestations
+signed by them (`UntrustedSignerError` otherwise); without, the gate trusts no report and
+re-scans every shard.
 
 The gate is monotonic (deny unless every check passes): a missing binding, an unreadable
 or unknown document, a digest that differs, or a verdict that does not follow from the
@@ -16,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset, issue
+from trainvault.approval.attestation import Attested, read_attested
 from trainvault.approval.checks import (
     check_contract,
+    check_exclusions,
     check_pins_allowed,
     check_producer,
     check_report,
@@ -29,6 +36,7 @@ from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.progress import HashProgressCallback
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.rescan import RescanSummary, rescan_report
 from trainvault.approval.scan_manifest import (
     DeclaredFile,
     ScannedFile,
@@ -38,11 +46,13 @@ from trainvault.approval.scan_manifest import (
 )
 from trainvault.components.verify import LedgerChecks, LedgerRefusal
 from trainvault.contamination.contract import VerifierContract
+from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pinned import Publication
+from trainvault.refs import Sha256
 from trainvault.storage import (
     Storage,
     StorageSource,
@@ -50,6 +60,22 @@ from trainvault.storage import (
     storage_of,
 )
 from trainvault.version import __version__
+
+
+class AttestationSummary(StrictModel):
+    """The scanner keys that signed the report and the scan manifest, and the gate's re-scan."""
+
+    report_signers: list[str]
+    scan_manifest_signers: list[str]
+    rescan: RescanSummary
+
+
+class ExclusionSummary(StrictModel):
+    """Records the bound exclusions leave out: in all, and per benchmark that gave a reason."""
+
+    sha256: Sha256
+    records: int
+    per_benchmark: dict[str, int]
 
 
 class VerificationSummary(StrictModel):
@@ -67,6 +93,10 @@ class VerificationSummary(StrictModel):
     contaminated_items: int
     verdict_recomputed: bool
     trainvault_version: str
+    #: With trusted scanner keys: who signed the report and scan manifest, and what the gate re-scanned.
+    attestation: AttestationSummary | None = None
+    #: With bound exclusions: how many records they leave out, per benchmark.
+    exclusions: ExclusionSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +112,8 @@ class GateResult:
     summary: VerificationSummary
     #: Split -> its bound component ledger, checked against every token (a CheckedLedger).
     ledgers: Mapping[str, Any] = field(default_factory=dict)
+    #: The bound exclusions, checked to cover every hit (the loader skips their records).
+    exclusions: Exclusions | None = None
 
 
 def _kept(obj: HashedObject) -> bytes:
@@ -150,11 +182,13 @@ def _gate(
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
+    rescan = rescan_report(storage, publication, chain.report, chain.contract, chain.release, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
-    summary = _summary(refs, chain, files_hashed=len(hashed) + len(bound),
+    summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
-    return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked)
+    return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,
+                      chain.exclusions)
 
 
 @dataclass(frozen=True)
@@ -168,6 +202,10 @@ class _Chain:
     report: ContaminationReport
     pins: ProducerPins
     release: LoadedRelease
+    #: The contract and the sha256 it is bound by (the re-scan runs under it).
+    contract: tuple[VerifierContract, str]
+    signers: dict[str, tuple[str, ...]]
+    exclusions: Exclusions | None
 
 
 def _hash_bound(storage: Storage, refs: Mapping[str, ArtifactRef], threads: int) -> dict[str, HashedObject]:
@@ -194,22 +232,38 @@ def _judge_chain(
         declared, totals = declared_files(publication)
     except ManifestError as exc:
         deny(f"data_manifest: {exc}")
-    scan: TrainingScanManifest = _parse(TrainingScanManifest, "training_scan_manifest", docs["training_scan_manifest"])
-    report: ContaminationReport = _parse(ContaminationReport, "contamination_report", docs["contamination_report"])
+    scan = _attested(TrainingScanManifest, "training_scan_manifest", docs["training_scan_manifest"], policy)
+    report = _attested(ContaminationReport, "contamination_report", docs["contamination_report"], policy)
+    exclusions = None
+    if EXCLUSIONS_SIDECAR in docs:
+        exclusions = _parse(Exclusions, EXCLUSIONS_SIDECAR, docs[EXCLUSIONS_SIDECAR])
     contract: VerifierContract = _parse(VerifierContract, "verifier_contract", docs["verifier_contract"])
     pins: ProducerPins = _parse(ProducerPins, "producer_pins", docs["producer_pins"])
     release = load_release(storage, docs["evaluation_release"].uri, sha256=refs["evaluation_release"].sha256)
 
-    scanned = check_scan(scan, refs["data_manifest"], publication.uri, declared, totals)
+    scanned = check_scan(scan.document, refs["data_manifest"], publication.uri, declared, totals)
     check_contract(contract, refs["verifier_contract"], release, policy)
-    check_report(report, refs, scan, release, contract)
+    if exclusions is not None:
+        check_exclusions(exclusions, report.document, refs, publication.manifest, policy)
+    check_report(report.document, refs, scan.document, release, contract, exclusions)
     check_pins_allowed(pins, policy)
     if policy.evaluation_release_sha256 is not None and release.sha256 != policy.evaluation_release_sha256:
         deny(
             f"evaluation_release {release.release.id!r} (sha256 {release.sha256}) is not the release this trainer "
             f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
         )
-    return _Chain(publication, declared, totals, scanned, report, pins, release)
+    return _Chain(publication, declared, totals, scanned, report.document, pins, release,
+                  (contract, refs["verifier_contract"].sha256),
+                  {"report": report.signers, "scan": scan.signers}, exclusions)
+
+
+def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:
+    """A bound report or scan manifest: signed by the policy's scanner keys, or (without them) plain."""
+    try:
+        return read_attested(_kept(obj), cls, trusted_keys=policy.scanner_keys, threshold=policy.scanner_threshold,
+                             source=f"{name} {obj.uri}")
+    except ManifestError as exc:
+        deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
 
 
 def _hash_declared(
@@ -243,8 +297,19 @@ def _hash_declared(
     return hashed
 
 
-def _summary(refs: Mapping[str, ArtifactRef], chain: _Chain, *, files_hashed: int, bytes_hashed: int) -> VerificationSummary:
+def _summary(refs: Mapping[str, ArtifactRef], chain: _Chain, rescan: RescanSummary, policy: ApprovalPolicy, *,
+             files_hashed: int, bytes_hashed: int) -> VerificationSummary:
     report = chain.report
+    attestation = None
+    # Without scanner keys every shard was re-scanned and the summary keeps its v1 fields, so
+    # the records of such chains keep their bytes.
+    if policy.scanner_keys is not None:
+        attestation = AttestationSummary(report_signers=list(chain.signers["report"]),
+                                         scan_manifest_signers=list(chain.signers["scan"]), rescan=rescan)
+    excluded = None
+    if chain.exclusions is not None:
+        excluded = ExclusionSummary(sha256=refs[EXCLUSIONS_SIDECAR].sha256, records=len(chain.exclusions.records),
+                                    per_benchmark=chain.exclusions.per_benchmark())
     return VerificationSummary(
         data_manifest_sha256=refs["data_manifest"].sha256,
         shards=chain.totals["shards"],
@@ -258,6 +323,8 @@ def _summary(refs: Mapping[str, ArtifactRef], chain: _Chain, *, files_hashed: in
         contaminated_items=len(report.contaminated_items),
         verdict_recomputed=True,
         trainvault_version=__version__,
+        attestation=attestation,
+        exclusions=excluded,
     )
 
 

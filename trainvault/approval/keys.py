@@ -157,6 +157,13 @@ def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIG
     return SigningKey.from_pem(data, source=str(path))
 
 
+def load_signing_keys(keys: object) -> list[SigningKey]:
+    """Signing keys from one key, PEM data or path, a sequence of them, or None (the environment)."""
+    if keys is None or isinstance(keys, (SigningKey, str, bytes, Path)):
+        keys = [keys]
+    return [k if isinstance(k, SigningKey) else load_signing_key(k) for k in keys]  # type: ignore[attr-defined]
+
+
 def load_verifying_key(source: VerifyingKey | SigningKey | str | Path | bytes) -> VerifyingKey:
     """A trusted public key from itself, a signing key's public half, PEM bytes/text, or a file path."""
     if isinstance(source, VerifyingKey):

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from trainvault.approval.dsse import trusted_key_set
 from trainvault.canonical import is_sha256_hex
 from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy
 from trainvault.errors import ApprovalError
+
+
+def _ratio(value: Any, what: str) -> tuple[int, int]:
+    """A fraction ``(n, d)`` of ints with ``0 <= n <= d`` and ``d >= 1``."""
+    ok = (
+        isinstance(value, (tuple, list)) and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and value[1] >= 1 and 0 <= value[0] <= value[1]
+    )
+    if not ok:
+        raise ApprovalError(f"ApprovalPolicy.{what} must be (numerator, denominator) ints with 0 <= n <= d, "
+                            f"d >= 1, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 @dataclass(frozen=True)
@@ -23,12 +38,29 @@ class ApprovalPolicy:
       but pins must still match the producers the shard descriptors record.
     - `min_policy`: the loosest contamination policy accepted (default: the library's,
       none contaminated and at most 1/20 uncheckable).
+    - `scanner_keys`, `scanner_threshold`: the public keys trusted to sign contamination
+      reports and scan manifests, and how many of them must sign. None: no report is
+      trusted, so the gate re-scans every shard (and accepts unsigned documents).
+    - `rescan_min_shards`, `rescan_fraction`: with scanner keys, the gate re-scans
+      max(`rescan_min_shards`, `rescan_fraction` of the shards) distinct shards (default
+      max(2, 2/100)); 0 and (0, 1) disable the re-scan. `rescan_seed` seeds the sample
+      (None: a fresh random seed each time, recorded in the summary).
+    - `allow_exclusions`, `max_excluded_fraction`: whether a request may bind an
+      exclusions document, and at most which fraction of the manifest's records it may
+      exclude (default 1/100).
     """
 
     evaluation_release_sha256: str | None = None
     verifier_contract_sha256: str | None = None
     allowed_producers: Mapping[str, Collection[str]] | None = None
     min_policy: Policy = field(default_factory=lambda: DEFAULT_CONTRACT.policy)
+    scanner_keys: Collection[Any] | None = None
+    scanner_threshold: int = 1
+    rescan_min_shards: int = 2
+    rescan_fraction: tuple[int, int] = (2, 100)
+    rescan_seed: int | None = None
+    allow_exclusions: bool = False
+    max_excluded_fraction: tuple[int, int] = (1, 100)
 
     def __post_init__(self) -> None:
         for name in ("evaluation_release_sha256", "verifier_contract_sha256"):
@@ -43,3 +75,28 @@ class ApprovalPolicy:
                     raise ApprovalError(
                         f"ApprovalPolicy.allowed_producers[{name!r}] must be a collection of versions, not a string"
                     )
+        self._check_scanner()
+        object.__setattr__(self, "rescan_fraction", _ratio(self.rescan_fraction, "rescan_fraction"))
+        object.__setattr__(self, "max_excluded_fraction", _ratio(self.max_excluded_fraction, "max_excluded_fraction"))
+        if not isinstance(self.allow_exclusions, bool):
+            raise ApprovalError(f"ApprovalPolicy.allow_exclusions must be True or False, got {self.allow_exclusions!r}")
+
+    def _check_scanner(self) -> None:
+        for name in ("rescan_min_shards", "scanner_threshold"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ApprovalError(f"ApprovalPolicy.{name} must be a non-negative int, got {value!r}")
+        if self.rescan_seed is not None and (not isinstance(self.rescan_seed, int) or isinstance(self.rescan_seed, bool)):
+            raise ApprovalError(f"ApprovalPolicy.rescan_seed must be an int or None, got {self.rescan_seed!r}")
+        if self.scanner_keys is None:
+            return
+        # Keys are loaded once, here: a bad key or threshold fails when the policy is made.
+        keys = trusted_key_set(self.scanner_keys, self.scanner_threshold)
+        object.__setattr__(self, "scanner_keys", tuple(keys))
+
+    def rescan_count(self, shards: int) -> int:
+        """How many of `shards` distinct shards the gate re-scans (all of them without scanner keys)."""
+        if self.scanner_keys is None:
+            return shards
+        n, d = self.rescan_fraction
+        return min(shards, max(self.rescan_min_shards, -(-shards * n // d)))

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
-from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
-from trainvault.approval.keys import SigningKey, load_signing_key
+from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.progress import HashProgressCallback
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
@@ -27,7 +27,6 @@ from trainvault.errors import (
 from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageSource, normalize_uri, storage_of
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
 APPROVAL_NAME = "approval-v1.dsse.json"
 
@@ -49,7 +48,8 @@ def approval_statement(approved: ApprovedDataset, provenance: Mapping[str, Any] 
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "request": request.model_dump(mode="json"),
-            "verification": approved.summary.model_dump(mode="json"),
+            # Summary fields a v1 chain does not use are left out, so its records keep their bytes.
+            "verification": approved.summary.model_dump(mode="json", exclude_none=True),
             "provenance": dict(provenance or {}),
         },
     }
@@ -71,9 +71,7 @@ def write_approval(
     """
     if not isinstance(approved, ApprovedDataset):
         raise ApprovalError(f"write_approval signs an ApprovedDataset from the gate, not a {type(approved).__name__}")
-    if signing_keys is None or isinstance(signing_keys, (SigningKey, str, bytes)):
-        signing_keys = [signing_keys]  # type: ignore[list-item]
-    keys = [k if isinstance(k, SigningKey) else load_signing_key(k) for k in signing_keys]
+    keys = load_signing_keys(signing_keys)
     try:
         payload = canonical_json(approval_statement(approved, provenance))
     except (TypeError, ValueError) as exc:

@@ -4,8 +4,16 @@ Importing this package needs no numpy; building an index does (``trainvault[cont
 """
 
 from trainvault.publication.bound import Bound, publish_document, read_document
-from trainvault.contamination.contract import DEFAULT_CONTRACT, MethodSpec, Policy, VerifierContract
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, MethodSpec, Policy, VerifierContract
 from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
+from trainvault.contamination.exclusions import (
+    EXCLUSIONS_NAME,
+    EXCLUSIONS_SIDECAR,
+    ExcludedRecord,
+    ExclusionReason,
+    Exclusions,
+    exclusions_from_report,
+)
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
 from trainvault.contamination.progress import ScanProgress, terminal_progress
@@ -23,10 +31,15 @@ from trainvault.contamination.scan import ShardScanResult, scan_records, scan_sh
 
 __all__ = [
     "DEFAULT_CONTRACT",
+    "EXCLUSIONS_NAME",
+    "EXCLUSIONS_SIDECAR",
     "BenchmarkItems",
     "Bound",
     "ContaminationReport",
     "EvalIndex",
+    "ExcludedRecord",
+    "ExclusionReason",
+    "Exclusions",
     "EvaluationRelease",
     "LoadedRelease",
     "MethodSpec",
@@ -35,9 +48,11 @@ __all__ = [
     "Policy",
     "ScanProgress",
     "ShardScanResult",
+    "V1_CONTRACT",
     "VerifierContract",
     "humaneval_benchmark",
     "jsonl_benchmark",
+    "exclusions_from_report",
     "load_index",
     "load_release",
     "publish_document",

@@ -8,14 +8,17 @@ looser rules without the change showing.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trainvault.contamination.normalize import NormalizationSpec
+from trainvault.contamination.normalize import NORMALIZATION_ID, NORMALIZATION_V1, NormalizationSpec
 from trainvault.documents import Document, StrictModel
 
-METHOD_ID = "ngram-exact-v1"
+METHOD_ID = "ngram-exact-v2"
+METHOD_V1 = "ngram-exact-v1"
+#: The normalisation each method id is bound to: a contract cannot pair them otherwise.
+METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_ID: NORMALIZATION_ID}
 HASH_ID = "blake2b64+poly64"
 
 #: A non-negative fraction as ``[numerator, denominator]`` integers: no floats anywhere.
@@ -76,9 +79,13 @@ class Policy(StrictModel):
 
 
 class MethodSpec(StrictModel):
-    """The matching method and its parameters, copied verbatim into the report."""
+    """The matching method and its parameters, copied verbatim into the report.
 
-    id: Literal["ngram-exact-v1"] = METHOD_ID
+    ``ngram-exact-v2`` (the default) normalises with tvnorm-v2, ``ngram-exact-v1`` with
+    tvnorm-v1; a spec without `normalization` gets its method's.
+    """
+
+    id: Literal["ngram-exact-v1", "ngram-exact-v2"] = METHOD_ID
     #: n-gram size in tokens.
     n: int = Field(default=13, ge=2, le=64)
     #: Items with fewer tokens are uncheckable; items with at least this many but fewer than
@@ -92,8 +99,21 @@ class MethodSpec(StrictModel):
     hash: Literal["blake2b64+poly64"] = HASH_ID
     exhaustive: Literal[True] = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _method_normalization(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "normalization" not in data and data.get("id", METHOD_ID) in METHOD_NORMALIZATION:
+            data = {**data, "normalization": {"id": METHOD_NORMALIZATION[data.get("id", METHOD_ID)]}}
+        return data
+
     @model_validator(mode="after")
     def _sizes(self) -> MethodSpec:
+        expected = METHOD_NORMALIZATION[self.id]
+        if self.normalization.id != expected:
+            raise ValueError(
+                f"method {self.id} normalises with {expected}, not {self.normalization.id}: "
+                f"set normalization.id to {expected!r} or use the method that goes with it"
+            )
         if self.min_item_tokens > self.n:
             raise ValueError(f"min_item_tokens ({self.min_item_tokens}) must not exceed n ({self.n})")
         return self
@@ -127,14 +147,19 @@ class VerifierContract(Document):
 
 
 DEFAULT_CONTRACT = VerifierContract()
+#: The ngram-exact-v1 / tvnorm-v1 contract with every other setting at its default.
+V1_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V1))
 
 __all__ = [
     "DEFAULT_CONTRACT",
     "HASH_ID",
     "METHOD_ID",
+    "METHOD_NORMALIZATION",
+    "METHOD_V1",
     "MethodSpec",
     "Policy",
     "Ratio",
+    "V1_CONTRACT",
     "VerifierContract",
     "check_ratio",
     "ratio_at_most",

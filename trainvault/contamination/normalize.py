@@ -1,9 +1,12 @@
-"""tvnorm-v1: the text normalisation both sides of a contamination scan share.
+"""tvnorm-v1 and tvnorm-v2: the text normalisation both sides of a contamination scan share.
 
-A token is a maximal run of characters that are neither whitespace (`str.isspace`) nor
-in a Unicode category ``P*`` or ``S*``, taken after NFKC and ``casefold()``. Digits and
-diacritics are kept unless the spec switches on ``map_digits`` (every decimal digit
-becomes ``0``) or ``strip_diacritics`` (NFD, drop ``Mn``, NFKC again).
+tvnorm-v2 first decodes text as scrapers store it (`trainvault.contamination.escapes`:
+format characters dropped, HTML references and backslash escapes decoded), then applies
+tvnorm-v1 to the result. In tvnorm-v1, a token is a maximal run of characters that are
+neither whitespace (`str.isspace`) nor in a Unicode category ``P*`` or ``S*``, taken
+after NFKC and ``casefold()``. Digits and diacritics are kept unless the spec switches on
+``map_digits`` (every decimal digit becomes ``0``) or ``strip_diacritics`` (NFD, drop
+``Mn``, NFKC again).
 
 Tokens are returned as UTF-8 `bytes`: the hot path works on bytes, and the n-gram
 fingerprints hash bytes, so no side ever decodes them back.
@@ -18,10 +21,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map
 from trainvault.contamination.token_batch import TokenBatch, splice
 from trainvault.documents import StrictModel
 
-NORMALIZATION_ID = "tvnorm-v1"
+NORMALIZATION_ID = "tvnorm-v2"
+NORMALIZATION_V1 = "tvnorm-v1"
 
 # Whitespace that `bytes.split()` does not split on but `str.isspace` does: the ASCII
 # information separators. The byte table turns them into spaces so both agree.
@@ -29,9 +34,9 @@ _ASCII_SEPARATORS = bytes(b for b in range(128) if chr(b).isspace() or unicodeda
 
 
 class NormalizationSpec(StrictModel):
-    """The recorded parameters of tvnorm-v1 (they go into the contract and the report)."""
+    """The recorded parameters of the normalisation (they go into the contract and the report)."""
 
-    id: Literal["tvnorm-v1"] = NORMALIZATION_ID
+    id: Literal["tvnorm-v1", "tvnorm-v2"] = NORMALIZATION_ID
     nfkc: Literal[True] = True
     casefold: Literal[True] = True
     strip_categories: list[Literal["P", "S"]] = Field(default_factory=lambda: ["P", "S"])
@@ -42,7 +47,7 @@ class NormalizationSpec(StrictModel):
     @classmethod
     def _categories(cls, value: list[str]) -> list[str]:
         if value != ["P", "S"]:
-            raise ValueError('tvnorm-v1 strips exactly the categories ["P", "S"]')
+            raise ValueError('tvnorm strips exactly the categories ["P", "S"]')
         return value
 
 
@@ -70,15 +75,16 @@ def unicode_table(map_digits: bool) -> dict[int, str]:
 
 
 @lru_cache(maxsize=None)
-def simple_chars(map_digits: bool, strip_diacritics: bool) -> Any:
-    """Bool array over code points below `SEPARATOR_LIMIT`: characters tvnorm-v1 leaves alone.
+def simple_chars(map_digits: bool, strip_diacritics: bool, drop_format: bool = False) -> Any:
+    """Bool array over code points below `SEPARATOR_LIMIT`: characters the normaliser leaves alone.
 
     A simple character is not whitespace nor in P*, S*, Z*; has combining class 0; is its
     own NFKC and its own casefold (and NFD, and not ``Mn``, with `strip_diacritics`; not a
     decimal digit with `map_digits`); and is never the second character of a canonical
-    composition (nor a Hangul vowel or trailing jamo). A word made of ASCII token bytes
-    and simple characters normalises to itself with its ASCII lower-cased: nothing in it
-    composes, reorders, folds or separates. Built once per process.
+    composition (nor a Hangul vowel or trailing jamo); with `drop_format` (tvnorm-v2), not
+    in category ``Cf``. A word made of ASCII token bytes and simple characters normalises
+    to itself with its ASCII lower-cased: nothing in it composes, reorders, folds or
+    separates. Built once per process.
     """
     from trainvault.extras import require
 
@@ -98,6 +104,8 @@ def simple_chars(map_digits: bool, strip_diacritics: bool) -> Any:
         cat = unicodedata.category(ch)
         if cat[0] in "PSZ" or cat == "Cs" or ch.isspace() or unicodedata.combining(ch):
             continue
+        if drop_format and cat == "Cf":
+            continue
         if unicodedata.normalize("NFKC", ch) != ch or ch.casefold() != ch:
             continue
         if map_digits and cat == "Nd":
@@ -113,6 +121,8 @@ class Normalizer:
 
     def __init__(self, spec: NormalizationSpec | None = None):
         self.spec = spec or NormalizationSpec()
+        #: tvnorm-v2 decodes scraped text first; tvnorm-v1 takes it as it is.
+        self.decodes = self.spec.id != NORMALIZATION_V1
         table = bytearray(range(256))
         for b in _ASCII_SEPARATORS:
             table[b] = 0x20
@@ -147,8 +157,16 @@ class Normalizer:
             s = unicodedata.normalize("NFKC", s)
         return s
 
+    def decode(self, text: str) -> str:
+        """`text` as tvnorm-v2 decodes it (`escapes.decode`); itself under tvnorm-v1."""
+        return decode(text) if self.decodes else text
+
     def reference_tokens(self, text: str) -> list[bytes]:
         """The tokens of `text` by the definition, one whole-text pass (slow; the oracle)."""
+        return self._decoded_reference_tokens(self.decode(text))
+
+    def _decoded_reference_tokens(self, text: str) -> list[bytes]:
+        """`reference_tokens` of text already decoded."""
         s = self.normalize_text(text).translate(self._unicode_table())
         # UTF-8 multi-byte sequences never contain ASCII bytes, so the byte table only
         # touches ASCII separators (and the already casefolded letters, idempotently).
@@ -169,6 +187,8 @@ class Normalizer:
         the space, so a caller may join results with a marker (say ``b" A "``) that no
         token can equal.
         """
+        if self.decodes:
+            raw = decode_utf8(raw)
         if raw.isascii():
             # ASCII is NFKC-stable and casefolds to lower case: the byte table does it all.
             return raw.translate(self._table)
@@ -213,6 +233,11 @@ class Normalizer:
 
         np = require("numpy", "contamination")
         raw = b" " + b" \xff ".join(texts) + b" "
+        if self.decodes and (b"&" in raw or b"\\" in raw):
+            # An escape may span words: decode the whole batch (0xFF is in no escape).
+            # Otherwise only format characters can change; they are not simple characters
+            # under tvnorm-v2, so the words holding them are normalised one by one.
+            raw = decode_utf8(raw)
         mapped = raw.translate(self._keep_table)
         arr = np.frombuffer(mapped, dtype=np.uint8)
         word = arr != 0x20
@@ -285,7 +310,7 @@ class Normalizer:
         width = np.where(two, 1, np.where(three, 2, 3))
         if not ok.all() or int(width.sum()) != len(hi) - len(pos):
             return hi
-        simple = simple_chars(self.spec.map_digits, self.spec.strip_diacritics)
+        simple = simple_chars(self.spec.map_digits, self.spec.strip_diacritics, self.decodes)
         inside = cp < len(simple)
         good = inside.copy()
         good[inside] = simple[cp[inside]]
@@ -297,14 +322,28 @@ class Normalizer:
         Slow: used only for records that hold a match. Spans are exact when each
         whitespace-delimited chunk normalises character by character (all ASCII text and
         nearly all other text); a chunk that normalises only as a whole (NFKC composing
-        across characters) maps each of its tokens to the whole chunk's span.
+        across characters) maps each of its tokens to the whole chunk's span. Under
+        tvnorm-v2 a token that holds a decoded escape spans the whole escape.
         """
-        tokens = self.tokens(text)
+        if not self.decodes:
+            return self._decoded_spans(text)
+        decoded, starts, ends = decode_with_map(text)
+        tokens, spans = self._decoded_spans(decoded)
+        return tokens, [(starts[a], ends[b - 1]) for a, b in spans]
+
+    def _decoded_spans(self, text: str) -> tuple[list[bytes], list[tuple[int, int]]]:
+        """`tokens_with_spans` of text already decoded, spans in `text`."""
+        tokens = self._decoded_reference_tokens(text)
         # norm_map[j] = (start, end) in `text` of the source of normalised character j.
         norm_parts: list[str] = []
         norm_map: list[tuple[int, int]] = []
         for m in re.finditer(r"\s+|\S+", text):
             chunk, base = m.group(), m.start()
+            if chunk.isascii():
+                # ASCII is its own NFKC (and NFD); casefold is lower(): one character each.
+                norm_map.extend((base + i, base + i + 1) for i in range(len(chunk)))
+                norm_parts.append(chunk.lower())
+                continue
             pieces = [self.normalize_text(c) for c in chunk]
             whole = self.normalize_text(chunk)
             if "".join(pieces) == whole:

@@ -4,5 +4,6 @@ Importing this package does not import torch; `SplitDataLoader` asks for it when
 """
 
 from trainvault.loading.split import DEFAULT_SHUFFLE_WINDOW_BLOCKS, SplitDataLoader
+from trainvault.loading.trace import StepTrace, TracedRecord
 
-__all__ = ["DEFAULT_SHUFFLE_WINDOW_BLOCKS", "SplitDataLoader"]
+__all__ = ["DEFAULT_SHUFFLE_WINDOW_BLOCKS", "SplitDataLoader", "StepTrace", "TracedRecord"]

@@ -141,7 +141,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                             del loaded[old]
                         window: list[Any] = []
                         for i in window_blocks[next_window]:
-                            block = next(stream)
+                            block = self.plan.keep(i, next(stream))  # exclusions skipped
                             if self.view is not None:
                                 block = self._expand(self.view, i, block)
                             window.extend(block)

@@ -3,7 +3,9 @@
 It counts what the trainer received (not what workers prefetched), starts the next epoch
 on each new ``iter()`` unless `load_state_dict` was called since (as torchdata's
 StatefulDataLoader does), and restarts persistent workers only when the next iteration
-is not the one they would produce anyway. Imports torch: import it through `SplitDataLoader`.
+is not the one they would produce anyway. It numbers the batches it yields (steps) and
+records where the run re-dealt (a start, a resume, an epoch cut short), so `trace` names
+the records of any step. Imports torch: import it through `SplitDataLoader`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 
 import torch.utils.data
 
-from trainvault.errors import ConfigurationError
+from trainvault.errors import ConfigurationError, ResumeStateError
 from trainvault.loading.iterable import Item, SplitIterableDataset
+from trainvault.loading.order import Redeal, steps_until
 from trainvault.loading.state import LoaderState, OrderIdentity
+from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
 
 
 def passthrough(item: Item) -> Item:
@@ -25,15 +29,22 @@ def passthrough(item: Item) -> Item:
 
 class TrainVaultDataLoader(torch.utils.data.DataLoader):
     """A `torch.utils.data.DataLoader` over one selection, with `state_dict()`,
-    `load_state_dict()` and `describe_state()`."""
+    `load_state_dict()`, `describe_state()` and `trace()`."""
 
-    def __init__(self, dataset: SplitIterableDataset, identity: OrderIdentity, **dataloader_args: Any):
+    def __init__(
+        self, dataset: SplitIterableDataset, identity: OrderIdentity, *, manifest_uri: str | None = None,
+        **dataloader_args: Any,
+    ):
         try:
             super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
         except ValueError as exc:  # torch refuses a setting (num_workers < 0, prefetch_factor without workers, ...)
             raise ConfigurationError(f"dataloader_args: {exc}") from None
         self._split_dataset = dataset
         self._identity = identity
+        self._manifest_uri = manifest_uri
+        # Steps yielded so far, and where the run (re)started dealing (committed at iter()).
+        self._step = 0
+        self._history: list[Redeal] = []
         self._epoch = 0
         self._position = 0
         self._started_epoch: int | None = None
@@ -67,8 +78,26 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             epoch, position = epoch + 1, 0
         return epoch, position
 
+    def _history_now(self) -> list[Redeal]:
+        """The history, plus the re-dealing point the next ``iter()`` makes if it does not
+        continue where the last batch ended with the same batch size, ranks and policy."""
+        ds = self.split_dataset
+        epoch, position = self._next_start()
+        natural = (self._epoch, self._position)
+        if ds.total and natural[1] >= ds.total:
+            natural = (natural[0] + 1, 0)
+        point = Redeal(self._step, epoch, position, ds.batch_size, ds.world_size, ds.drop_last)
+        last = self._history[-1] if self._history else None
+        if (last is not None and (epoch, position) == natural
+                and (last.batch_size, last.world_size, last.drop_last) == (ds.batch_size, ds.world_size, ds.drop_last)):
+            return self._history
+        if last is not None and last.step == self._step:
+            return [*self._history[:-1], point]  # no step was dealt from the last point
+        return [*self._history, point]
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.split_dataset
+        self._history = self._history_now()
         epoch, position = self._next_start()
         self._resume = False
         self._started_epoch = epoch
@@ -103,6 +132,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
                 expected += 1
                 # Counted before the trainer sees the batch: a state taken now includes it.
                 self._epoch, self._position = epoch, after
+                self._step += 1
                 yield batch
         if waiting:
             raise RuntimeError(
@@ -122,6 +152,12 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             remainder=ds.schedule(0).remainder,
             batch_size=ds.batch_size,
             world_size=ds.world_size,
+            step=self._step,
+            # Only points already dealt from: a resume continues at (epoch, position), never
+            # at the next epoch a finite loader cut short would start.
+            history=tuple(self._history or [Redeal(0, self._epoch, self._position, ds.batch_size, ds.world_size,
+                                                   ds.drop_last)]),
+            manifest_uri=self._manifest_uri,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -138,14 +174,37 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
         parsed = LoaderState.from_dict(state)
         parsed.check_identity(self._identity)
         if parsed.epoch_records != self.split_dataset.total:
-            from trainvault.errors import ResumeStateError
-
             raise ResumeStateError(
                 f"this state counts {parsed.epoch_records} records an epoch, the selection holds "
                 f"{self.split_dataset.total}; it belongs to other data"
             )
         self._epoch, self._position = parsed.epoch, parsed.position
         self._resume = True
+        if parsed.history is not None and parsed.step is not None:
+            self._step, self._history = parsed.step, list(parsed.history)
+        else:
+            # Version 1 holds no history: take it as an uninterrupted run at its batch and world size.
+            # Its last point is where it stands, in case an earlier resume moved it off that run's batches.
+            drop = parsed.remainder == "drop"
+            start = Redeal(0, 0, 0, parsed.batch_size, parsed.world_size, drop)
+            self._step = steps_until(start, parsed.epoch, parsed.position, parsed.epoch_records)
+            here = Redeal(self._step, parsed.epoch, parsed.position, parsed.batch_size, parsed.world_size, drop)
+            self._history = [here] if self._step == 0 else [start, here]
+
+    # -- provenance ---------------------------------------------------------------
+
+    def trace(self, step: int, rank: int | None = None, *, read: bool = True) -> list[TracedRecord]:
+        """The records of `step`'s batch (step 0: the first batch this run yielded; steps
+        count on across epochs and resumes) for this loader's rank or `rank`, in batch
+        order. `read=False` skips reading the records: ``id`` is then None. A step not yet
+        yielded is the one an uninterrupted iteration would yield."""
+        return list(self.trace_step(step, rank, read=read).records)
+
+    def trace_step(self, step: int, rank: int | None = None, *, read: bool = True) -> StepTrace:
+        """`trace` with the step's epoch and, when `read`, the records themselves (verified)."""
+        ds = self.split_dataset
+        return trace_batch(ds, self._identity.split, self._history_now(), step, ds.rank if rank is None else rank,
+                          read=read)
 
     def describe_state(self) -> str:
         """Where the run is, for people: epoch, position, selection and digests."""

@@ -20,17 +20,25 @@ Dealing
     each worker decodes mostly its own windows; the loader puts them back in order. An
     infinite run deals its chunks on across epoch boundaries, so every worker keeps getting
     batches however few an epoch holds.
+
+Steps
+    A run's history of re-dealing points (`Redeal`: a start, a resume, an epoch cut short)
+    fixes which batch each step was, so `step_batch` locates a step by arithmetic, without
+    replaying the steps before it. Exclusions are removed in `block_plan`, so everything
+    above counts the remaining records.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from trainvault.canonical import canonical_json
+from trainvault.errors import ConfigurationError, SelectionError
 
 REMAINDER_PAD = "pad"
 REMAINDER_DROP = "drop"
@@ -56,11 +64,19 @@ def keyed_permutation(n: int, key: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class BlockPlan:
-    """Every block of a selection, in selection order: shard index, block index, records."""
+    """Every block of a selection, in selection order: shard index, block index, records.
+
+    `records` counts the records the order deals (exclusions skipped); `first` is each
+    block's first stored record in its shard; `kept` lists, for a block that has
+    exclusions, the block-local indices of its remaining records (a block with none left
+    is not in the plan at all).
+    """
 
     shard: np.ndarray
     block: np.ndarray
     records: np.ndarray
+    first: np.ndarray | None = None
+    kept: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def total_records(self) -> int:
@@ -68,6 +84,55 @@ class BlockPlan:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def keep(self, i: int, records: list[object]) -> list[object]:
+        """The records plan block `i` deals, from its decoded stored records."""
+        kept = self.kept.get(i)
+        return records if kept is None else [records[j] for j in kept]
+
+    def record_index(self, i: int, local: int) -> int:
+        """Index within its shard of record `local` of plan block `i` (counting dealt records)."""
+        if self.first is None:
+            raise ConfigurationError("this block plan does not know where its blocks start in their shards")
+        kept = self.kept.get(i)
+        return int(self.first[i]) + (local if kept is None else kept[local])
+
+
+def block_plan(
+    blocks: Sequence[Sequence[tuple[int, int]]], excluded: Sequence[Collection[int]] | None = None
+) -> BlockPlan:
+    """The plan of selected shards: `blocks[s]` lists (first record, record count) of shard
+    s's blocks, `excluded[s]` the record indices of shard s that are never dealt."""
+    shard_ix: list[int] = []
+    block_ix: list[int] = []
+    counts: list[int] = []
+    firsts: list[int] = []
+    kept: dict[int, tuple[int, ...]] = {}
+    for s, shard_blocks in enumerate(blocks):
+        skip = sorted(excluded[s]) if excluded is not None and excluded[s] else []
+        starts = [first for first, _ in shard_blocks]
+        by_block: dict[int, set[int]] = {}
+        for r in skip:
+            b = bisect.bisect_right(starts, r) - 1
+            by_block.setdefault(b, set()).add(r - starts[b])
+        for j, (first, count) in enumerate(shard_blocks):
+            gone = by_block.get(j)
+            left = count if gone is None else count - len(gone)
+            if gone is not None and left == 0:
+                continue  # wholly excluded: never read
+            if gone is not None:
+                kept[len(counts)] = tuple(r for r in range(count) if r not in gone)
+            shard_ix.append(s)
+            block_ix.append(j)
+            counts.append(left)
+            firsts.append(first)
+    return BlockPlan(
+        np.asarray(shard_ix, dtype=np.int64),
+        np.asarray(block_ix, dtype=np.int64),
+        np.asarray(counts, dtype=np.int64),
+        np.asarray(firsts, dtype=np.int64),
+        kept,
+    )
 
 
 class EpochOrder:
@@ -109,6 +174,17 @@ class EpochOrder:
             return None
         size = int(self.window_start[k + 1] - self.window_start[k])
         return keyed_permutation(size, derive_key(self.key, "records", self.epoch, k))
+
+    def members(self, k: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Plan block and block-local index of window k's records lo..hi-1, in dealt order:
+        record j of a window is record perm[j] of its blocks' records concatenated."""
+        blocks = np.asarray(self.window_plan_blocks(k), dtype=np.int64)
+        counts = self.plan.records[blocks]
+        ends = np.cumsum(counts)
+        perm = self.record_permutation(k)
+        local = np.arange(lo, hi, dtype=np.int64) if perm is None else perm[lo:hi]
+        which = np.searchsorted(ends, local, side="right")
+        return blocks[which], local - (ends[which] - counts[which])
 
     def pieces(self, start: int, count: int) -> Iterator[tuple[int, int, int]]:
         """(window, local start, local end) covering positions [start, start + count)."""
@@ -158,6 +234,14 @@ class RankSchedule:
     def dropped(self) -> int:
         return self.tail if self.remainder == REMAINDER_DROP else 0
 
+    def batches_before(self, position: int) -> int:
+        """How many of these batches end (all ranks together) at or before `position`."""
+        if position >= self.total:
+            return len(self)
+        done = min(max(0, position - self.start) // self.round, len(self))
+        # Without a tail the last full round ends at the epoch's end, not at its last record.
+        return done - 1 if done == len(self) and done else done
+
     def batch(self, t: int) -> RankBatch:
         if t < self.full_rounds:
             first = self.start + t * self.round + self.rank * self.batch_size
@@ -197,3 +281,56 @@ def chunk_batches(order: EpochOrder, batch_size: int, world_size: int, num_worke
     per_window = order.total / order.windows
     target = 2 * per_window * (1 if order.shuffle else 8)
     return max(1, round(target / (batch_size * world_size)))
+
+
+@dataclass(frozen=True)
+class Redeal:
+    """A re-dealing point of a run: from `step` on, batches of `batch_size` x `world_size`
+    were dealt from `position` of `epoch` (a start, a resume, a finite loader iterated
+    again before the end of its epoch)."""
+
+    step: int
+    epoch: int
+    position: int
+    batch_size: int
+    world_size: int
+    drop_last: bool
+
+    def schedule(self, start: int, total: int, rank: int) -> RankSchedule:
+        return RankSchedule(start, total, self.batch_size, self.world_size, rank, self.drop_last)
+
+
+def step_batch(history: Sequence[Redeal], step: int, total: int, rank: int) -> tuple[int, RankBatch]:
+    """Epoch and batch of `rank` at `step` of a run with this history, in O(1) of the steps."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ConfigurationError(f"step must be an int >= 0, got {step!r}")
+    if not history or step < history[0].step:
+        raise SelectionError(f"step {step} is before this run's recorded history; it cannot be traced")
+    seg = history[bisect.bisect_right([h.step for h in history], step) - 1]
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < seg.world_size:
+        raise ConfigurationError(f"step {step} ran on {seg.world_size} rank(s); rank {rank!r} is not one of them")
+    epoch, position = seg.epoch, seg.position
+    if total and position >= total:
+        epoch, position = epoch + 1, 0
+    left = step - seg.step
+    first = seg.schedule(position, total, rank)
+    if left < len(first):
+        return epoch, first.batch(left)
+    every = seg.schedule(0, total, rank)
+    if len(every) == 0:
+        raise SelectionError(
+            f"step {step} never happens: an epoch of {total} records gives no batch of {seg.batch_size} x "
+            f"{seg.world_size} rank(s)"
+        )
+    left -= len(first)
+    return epoch + 1 + left // len(every), every.batch(left % len(every))
+
+
+def steps_until(seg: Redeal, epoch: int, position: int, total: int) -> int:
+    """Batches an uninterrupted run from `seg` yields before reaching `position` of `epoch`."""
+    start = seg.position if epoch == seg.epoch else 0
+    done = seg.schedule(start, total, 0).batches_before(position)
+    if epoch == seg.epoch:
+        return seg.step + done
+    whole = len(seg.schedule(0, total, 0))
+    return seg.step + len(seg.schedule(seg.position, total, 0)) + (epoch - seg.epoch - 1) * whole + done

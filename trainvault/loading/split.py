@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
+from trainvault.loading.exclusions import check_exclude
 from trainvault.loading.view import RecordView
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.pinned import Publication
@@ -63,7 +64,9 @@ class SplitDataLoader:
     ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
     `torch.distributed` when it is initialised. `view` (a `RecordView`): batch its logical
     records of each block instead of the stored records. `manifest_uri`: the manifest's URI, or a
-    `Publication` already read (its attached descriptors are used as they are).
+    `Publication` already read (its attached descriptors are used as they are). `exclude`:
+    manifest shard key -> 0-based record indices in that shard that are never dealt (every
+    position, epoch length and the resume state count the remaining records).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class SplitDataLoader:
         world_size: int | None = None,
         shuffle_window_blocks: int = DEFAULT_SHUFFLE_WINDOW_BLOCKS,
         view: RecordView | None = None,
+        exclude: Mapping[str, Collection[int]] | None = None,
     ):
         self._torch = require("torch", "torch")
         require("numpy", "torch")
@@ -112,6 +116,12 @@ class SplitDataLoader:
         self.manifest_uri = self.publication.uri
         self.manifest_sha256 = self.publication.sha256
         self.manifest = self.publication.manifest
+        if exclude is not None and view is not None:
+            raise ConfigurationError(
+                "exclude and a record view (materializer) cannot be combined: a view counts logical records, "
+                "exclusions count stored ones"
+            )
+        self.exclusions = check_exclude(exclude, self.manifest)
         self._descriptors: dict[str, ShardDescriptor] = {
             e.uri: self.publication.descriptors[e.descriptor_uri]
             for _, e in self.publication.entries() if e.descriptor_uri in self.publication.descriptors
@@ -145,21 +155,16 @@ class SplitDataLoader:
 
     def _plan(self, shards: Sequence[ShardEntry], descriptors: Sequence[ShardDescriptor]) -> Any:
         """The `BlockPlan` of the selected shards: every block's shard, index and record count."""
-        import numpy as np
+        from trainvault.loading.order import block_plan
 
-        from trainvault.loading.order import BlockPlan
-
-        shard_ix, block_ix, counts = [], [], []
+        blocks = []
         for i, desc in enumerate(descriptors):
             # With a view, positions count its logical records (from its own counts, no data read).
             logical = None if self.view is None else self.view.block_counts(shards[i], desc)
-            for j, b in enumerate(desc.blocks):
-                shard_ix.append(i)
-                block_ix.append(j)
-                counts.append(b.record_count if logical is None else logical[j])
-        return BlockPlan(
-            np.asarray(shard_ix, dtype=np.int64), np.asarray(block_ix, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-        )
+            blocks.append([(b.first_record, b.record_count if logical is None else logical[j])
+                           for j, b in enumerate(desc.blocks)])
+        excluded = None if self.exclusions is None else self.exclusions.for_shards(tuple(shards))
+        return block_plan(blocks, excluded)
 
     def load(
         self,
@@ -196,6 +201,7 @@ class SplitDataLoader:
             seed=self.seed,
             shuffle_window_blocks=self.shuffle_window_blocks,
             view_sha256=None if self.view is None else self.view.view_sha256,
+            exclude_sha256=None if self.exclusions is None else self.exclusions.sha256(selection.shards),
         )
         collate = self.collate_fn or self._torch.utils.data.default_collate
         if self.view is not None:
@@ -220,4 +226,4 @@ class SplitDataLoader:
         args = dict(self._args)
         if args.get("num_workers", 0):
             args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), [s.uri for s in selection.shards])
-        return TrainVaultDataLoader(dataset, identity, **args)
+        return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, **args)

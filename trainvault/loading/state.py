@@ -2,6 +2,8 @@
 
 Its size does not grow with the dataset, and it holds no worker, rank or shuffle-buffer
 state, so a run resumes with any `num_workers`, world size or batch size (elastic).
+Version 2 adds the step count, the run's re-dealing points (`Redeal`) and the manifest's
+URI, so a state alone names the records of any step; version 1 states still load.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainvault.errors import ResumeStateError
+from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal
 
 STATE_FORMAT = "trainvault.loader-state"
-STATE_VERSION = 1
+STATE_VERSION = 2
+#: Versions `from_dict` reads; version 1 has no step, history or manifest URI.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class OrderIdentity:
     shuffle_window_blocks: int
     #: The record view's digest when positions count logical records (None: stored records).
     view_sha256: str | None = None
+    #: Digest of the records the loader skips (None: none).
+    exclude_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,12 +49,18 @@ class LoaderState:
     remainder: str
     batch_size: int
     world_size: int
+    #: Batches this rank received so far (the next step's number); None in a version 1 state.
+    step: int | None = None
+    #: Where the run (re)started dealing, oldest first; None in a version 1 state.
+    history: tuple[Redeal, ...] | None = None
+    manifest_uri: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         ident = asdict(self.identity)
         ident["curriculum_stages"] = list(self.identity.curriculum_stages) if self.identity.curriculum_stages else None
-        if ident["view_sha256"] is None:
-            del ident["view_sha256"]  # states without a view keep their v1 shape
+        for optional in ("view_sha256", "exclude_sha256"):
+            if ident[optional] is None:
+                del ident[optional]  # a state without a view or exclusions keeps the shape it had
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -58,6 +71,9 @@ class LoaderState:
             "remainder": self.remainder,
             "batch_size": self.batch_size,
             "world_size": self.world_size,
+            "manifest_uri": self.manifest_uri,
+            "step": self.step,
+            "history": None if self.history is None else [_redeal_dict(h) for h in self.history],
         }
 
     @classmethod
@@ -66,10 +82,11 @@ class LoaderState:
             raise ResumeStateError(f"a loader state is a dict from state_dict(), got {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
             raise ResumeStateError(f"not a trainvault loader state (format {state.get('format')!r})")
-        if state.get("version") != STATE_VERSION:
+        version = state.get("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise ResumeStateError(
-                f"loader state version {state.get('version')!r} is not supported (this trainvault reads "
-                f"{STATE_VERSION}); resume with the trainvault version that wrote it"
+                f"loader state version {version!r} is not supported (this trainvault reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}); resume with the trainvault version that wrote it"
             )
         try:
             stages = state["curriculum_stages"]
@@ -83,7 +100,8 @@ class LoaderState:
                 shuffle=_typed(state, "shuffle", bool),
                 seed=_typed(state, "seed", int),
                 shuffle_window_blocks=_typed(state, "shuffle_window_blocks", int),
-                view_sha256=_typed(state, "view_sha256", str) if state.get("view_sha256") is not None else None,
+                view_sha256=_optional(state, "view_sha256", str),
+                exclude_sha256=_optional(state, "exclude_sha256", str),
             )
             out = cls(
                 identity=identity,
@@ -93,6 +111,7 @@ class LoaderState:
                 remainder=_typed(state, "remainder", str),
                 batch_size=_typed(state, "batch_size", int),
                 world_size=_typed(state, "world_size", int),
+                **(_run_fields(state) if version >= 2 else {}),
             )
         except KeyError as exc:
             raise ResumeStateError(f"loader state lacks field {exc.args[0]!r}; it is damaged") from None
@@ -125,6 +144,12 @@ class LoaderState:
                 f"{expected.view_sha256} (None: stored records); positions would mean other records, so resume with "
                 "the same materializer (same ledger and mode)"
             )
+        if got.exclude_sha256 != expected.exclude_sha256:
+            raise ResumeStateError(
+                f"this state skips the excluded records of digest {got.exclude_sha256}, the loader skips "
+                f"{expected.exclude_sha256} (None: none); positions would mean other records, so resume with the "
+                "same exclusions"
+            )
         for name in ("shuffle", "seed", "shuffle_window_blocks"):
             a, b = getattr(got, name), getattr(expected, name)
             if a != b:
@@ -138,12 +163,48 @@ class LoaderState:
         stages = ", ".join(ident.curriculum_stages) if ident.curriculum_stages else "all shards"
         pct = 100.0 * self.position / self.epoch_records if self.epoch_records else 100.0
         order = f"shuffled (seed {ident.seed}, window {ident.shuffle_window_blocks} blocks)" if ident.shuffle else "manifest order"
+        step = "" if self.step is None else f"step {self.step:,}, "
         return (
-            f"epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), "
+            f"epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), {step}"
             f"split {ident.split!r} ({stages}), {order}, batch {self.batch_size} x {self.world_size} rank(s), "
             f"remainder {self.remainder}, manifest sha256 {ident.manifest_sha256}, "
             f"selection sha256 {ident.selection_sha256}"
         )
+
+
+def _redeal_dict(h: Redeal) -> dict[str, Any]:
+    remainder = REMAINDER_DROP if h.drop_last else REMAINDER_PAD
+    return {"step": h.step, "epoch": h.epoch, "position": h.position, "batch_size": h.batch_size,
+            "world_size": h.world_size, "remainder": remainder}
+
+
+def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Step, history and manifest URI of a version 2 state, checked."""
+    history = state["history"]
+    if not isinstance(history, list) or not history:
+        raise ResumeStateError(f"loader state field 'history' must be a non-empty list, got {history!r}")
+    points = []
+    for h in history:
+        if not isinstance(h, Mapping):
+            raise ResumeStateError(f"loader state history entries are dicts, got {h!r}")
+        remainder = _typed(h, "remainder", str)
+        if remainder not in (REMAINDER_PAD, REMAINDER_DROP):
+            raise ResumeStateError(f"loader state history remainder must be pad or drop, got {remainder!r}")
+        point = Redeal(*(_typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")),
+                       drop_last=remainder == REMAINDER_DROP)
+        if min(point.step, point.epoch, point.position) < 0 or min(point.batch_size, point.world_size) < 1:
+            raise ResumeStateError(f"loader state history entry {h!r} is out of range")
+        points.append(point)
+    step = _typed(state, "step", int)
+    if [p.step for p in points] != sorted(p.step for p in points) or step < points[-1].step:
+        raise ResumeStateError(
+            f"loader state history steps {[p.step for p in points]} and step {step} are out of order"
+        )
+    return {"step": step, "history": tuple(points), "manifest_uri": _typed(state, "manifest_uri", str)}
+
+
+def _optional(state: Mapping[str, Any], name: str, kind: type) -> Any:
+    return _typed(state, name, kind) if state.get(name) is not None else None
 
 
 def _typed(state: Mapping[str, Any], name: str, kind: type) -> Any:

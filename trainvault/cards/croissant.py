@@ -1,0 +1,284 @@
+"""A Croissant card (JSON-LD, Croissant 1.1) for an approved dataset.
+
+The card describes exactly what the approval binds: every shard as a ``cr:FileObject``
+(sha256, size, encoding format), a ``cr:FileSet`` per split listing exactly its shards (no
+glob that a file added later could match), a ``cr:RecordSet`` per split whose fields are
+read from the records themselves (every block verified, through the approval's custody),
+the split's stages, curricula and bound profile, and the approval record and data manifest
+as file objects with their sha256. Croissant has no terms for custody, curricula or
+statistics; those are in the ``tv:`` namespace as JSON literals.
+
+Shard URLs are relative to the card's folder when the card is on the same store, so
+``mlcroissant`` reads the records of a local publication from a card written in its root.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
+from trainvault.canonical import sha256_hex
+from trainvault.cards.fields import FieldSurvey, survey_fields
+from trainvault.errors import ApprovalError, ManifestError
+from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
+from trainvault.publication.manifest import DataManifest, ShardEntry
+from trainvault.publication.reader import ShardReader
+from trainvault.refs import ObjectRef, Referenced
+from trainvault.storage import StorageSource, join_uri, normalize_uri, parent_uri, parse_uri, storage_of
+
+CARD_NAME = "croissant.json"
+CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
+TV = "https://trainvault.invalid/croissant/"
+#: The Croissant 1.1 context, plus the trainvault terms (JSON literals).
+CONTEXT: dict[str, Any] = {
+    "@language": "en", "@vocab": "https://schema.org/", "arrayShape": "cr:arrayShape", "citeAs": "cr:citeAs",
+    "column": "cr:column", "conformsTo": "dct:conformsTo", "containedIn": "cr:containedIn",
+    "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
+    "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "dct": "http://purl.org/dc/terms/", "description": {"@container": "@language"},
+    "equivalentProperty": "cr:equivalentProperty", "examples": {"@id": "cr:examples", "@type": "@json"},
+    "extract": "cr:extract", "field": "cr:field", "fileProperty": "cr:fileProperty", "fileObject": "cr:fileObject",
+    "fileSet": "cr:fileSet", "format": "cr:format", "includes": "cr:includes", "isArray": "cr:isArray",
+    "isLiveDataset": "cr:isLiveDataset", "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5",
+    "name": {"@container": "@language"}, "parentField": "cr:parentField", "path": "cr:path",
+    "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex", "repeated": "cr:repeated",
+    "replace": "cr:replace", "samplingRate": "cr:samplingRate", "sc": "https://schema.org/",
+    "separator": "cr:separator", "source": "cr:source", "subField": "cr:subField", "transform": "cr:transform",
+    "tv": TV,
+    "tv:approval": {"@type": "@json"}, "tv:curricula": {"@type": "@json"}, "tv:profile": {"@type": "@json"},
+    "tv:stages": {"@type": "@json"},
+}
+
+#: Per data format: the encoding formats a file object declares, and what a reader must know.
+ENCODINGS: dict[str, tuple[list[str], str]] = {
+    "jsonl.gz": (["application/jsonlines"],
+                 "JSON Lines compressed with gzip, one gzip member per block (zcat reads it)"),
+    "parquet": (["application/vnd.apache.parquet", "application/x-parquet"],
+                "Parquet, one row group per block"),
+    "msgpack.zst": (["application/zstd"],
+                    "one Zstandard frame per block, each holding MessagePack records back to back; Croissant "
+                    "readers (mlcroissant) cannot decode it: read the records with trainvault"),
+}
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+
+
+@dataclass(frozen=True)
+class WrittenCard(Referenced):
+    """A Croissant card as written: its reference (``.uri``, ``.sha256``)."""
+
+
+def default_card_uri(approved: ApprovedDataset) -> str:
+    """``croissant.json`` beside the approval record the dataset was opened from."""
+    return join_uri(parent_uri(_record(approved).uri), CARD_NAME)
+
+
+def _record(approved: ApprovedDataset) -> ApprovalRecordRef:
+    if not isinstance(approved, ApprovedDataset):
+        raise TypeError(f"a Croissant card describes an ApprovedDataset, not a {type(approved).__name__}")
+    if approved.approval is None:
+        raise ApprovalError(
+            f"{approved.manifest_uri}: this dataset was approved in this process and has no signed record to cite; "
+            "write_approval it, then open it with open_approved (as a trainer would) and make the card from that"
+        )
+    return approved.approval
+
+
+def _url(uri: str, folder: str) -> str:
+    """`uri` relative to the card's `folder` when both are on one store, else the absolute URI."""
+    target, base = parse_uri(uri), parse_uri(folder)
+    if (target.scheme, target.bucket) != (base.scheme, base.bucket):
+        return target.uri
+    return posixpath.relpath("/" + target.path, "/" + base.path if base.path else "/")
+
+
+def _file_object(node_id: str, name: str, url: str, ref: ObjectRef, formats: list[str], note: str) -> dict[str, Any]:
+    out = {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url}
+    if ref.size is not None:
+        out["contentSize"] = f"{ref.size} B"
+    return {**out, "encodingFormat": formats if len(formats) > 1 else formats[0], "sha256": ref.sha256}
+
+
+def _shard_id(split: str, entry: ShardEntry) -> str:
+    return f"files/{split}/{entry.key}"
+
+
+def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | None = None) -> dict[str, Any]:
+    """A ``cr:Field``; a mapping at the top level gets sub-fields, read by JSONPath from its column."""
+    data_type, is_array = survey.data_type()
+    prefix = f"{split}/{quote(parent.name, safe='')}" if parent else split
+    out: dict[str, Any] = {"@type": "cr:Field", "@id": f"{prefix}/{quote(survey.name, safe='')}", "name": survey.name}
+    note = survey.note(records, nested=parent is not None)
+    if note:
+        out["description"] = note
+    if survey.is_record and parent is None:
+        out["subField"] = [_field(split, child, survey.present, survey) for child in survey.children.values()]
+        return out
+    out["dataType"] = data_type or "sc:Text"
+    if is_array:
+        out["isArray"] = True
+        out["arrayShape"] = survey.array_shape()
+    if parent is not None and ('"' in survey.name or "\\" in survey.name):
+        out["description"] = "; ".join(filter(None, [note, "JSONPath cannot name this key: no source"]))
+    elif data_type is not None:
+        source: dict[str, Any] = {"fileSet": {"@id": f"files/{split}/shards"}}
+        source["extract"] = {"column": (parent or survey).name}
+        if parent is not None:
+            source["transform"] = {"jsonPath": f'"{survey.name}"'}
+        out["source"] = source
+    return out
+
+
+def _split_nodes(
+    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The split's file objects and file set, and its record set."""
+    formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
+    entries = manifest.splits[split].shards
+    files = [
+        _file_object(_shard_id(split, e), f"{split}/{e.key}", _url(e.uri, folder),
+                     ObjectRef(uri=e.uri, sha256=e.sha256, size=e.size_bytes), formats,
+                     f"{split} shard {e.key}: {e.record_count} records; {note}")
+        for e in entries
+    ]
+    # Empty shards are zero-byte objects that some readers (Parquet) refuse; they hold no records.
+    filled = [f["contentUrl"] for f, e in zip(files, entries) if e.record_count]
+    if filled:
+        files.append({
+            "@type": "cr:FileSet", "@id": f"files/{split}/shards", "name": f"{split} shards",
+            "description": f"the {len(filled)} approved shards of split {split} that hold records, in manifest order "
+                           f"({len(entries) - len(filled)} empty shards are listed as file objects only)",
+            "encodingFormat": formats if len(formats) > 1 else formats[0],
+            "includes": filled,
+        })
+    custody = approved.custody_storage()
+    surveys, records = survey_fields(
+        row for e in entries if e.record_count for row in ShardReader(custody, e, manifest.data_format).iter_records()
+    )
+    record_set: dict[str, Any] = {
+        "@type": "cr:RecordSet", "@id": split, "name": split,
+        "description": f"split {split}: {records} records in {len(entries)} shards ({manifest.data_format})",
+        "field": [_field(split, s, records) for s in surveys],
+        "tv:recordCount": records,
+        "tv:stages": _stages(entries),
+        "tv:curricula": {name: c.model_dump(mode="json") for name, c in manifest.splits[split].curricula.items()},
+    }
+    profile = _profile(vault, approved, split)
+    if profile is not None:
+        record_set["tv:profile"] = profile
+    return files, record_set
+
+
+def _stages(entries: list[ShardEntry]) -> dict[str, list[str]]:
+    """Shard keys per curriculum stage (``_``: no stage), in manifest order."""
+    out: dict[str, list[str]] = {}
+    for e in entries:
+        out.setdefault(e.curriculum_stage or "_", []).append(e.key)
+    return out
+
+
+def _profile(vault: StorageSource, approved: ApprovedDataset, split: str) -> dict[str, Any] | None:
+    """The split's metrics sidecar when the approval binds one (read and checked against its sha256)."""
+    ref = approved.bindings.get(sidecar_name(split))
+    if ref is None:
+        return None
+    sidecar = read_metrics_sidecar(storage_of(vault), ref.uri, ref.sha256)
+    return {
+        "sidecar": {"contentUrl": normalize_uri(ref.uri), "sha256": ref.sha256},
+        "records": sidecar.records,
+        "metrics": sidecar.metrics,
+        "validation": {"mode": sidecar.validation.mode, "offending_count": sidecar.validation.offending_count},
+    }
+
+
+def croissant_card(
+    vault: StorageSource,
+    approved: ApprovedDataset,
+    *,
+    card_uri: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    license: str | None = None,
+    cite_as: str | None = None,
+    version: str | None = None,
+    date_published: str | None = None,
+) -> dict[str, Any]:
+    """The Croissant JSON-LD document of `approved` (opened from a signed record with
+    `open_approved`), for a card stored at `card_uri` (default `default_card_uri`).
+
+    Reads every record once (blocks verified) to declare each split's fields, and each bound
+    ``<split>_metrics`` sidecar. Properties left None are omitted (Croissant recommends
+    license, citeAs, version and datePublished; mlcroissant warns without them).
+    """
+    record = _record(approved)
+    folder = parent_uri(normalize_uri(card_uri or default_card_uri(approved)))
+    manifest = approved.manifest
+    distribution: list[dict[str, Any]] = [
+        _file_object("files/custody/approval", "approval record", _url(record.uri, folder), record.ref, [DSSE_MEDIA_TYPE],
+                     "the signed trainvault approval (in-toto statement in a DSSE envelope) this card describes"),
+        _file_object("files/custody/data-manifest", "data manifest", _url(approved.manifest_uri, folder),
+                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256), ["application/json"],
+                     "the trainvault data manifest the approval binds (canonical JSON)"),
+    ]
+    record_sets = []
+    for split in manifest.splits:
+        files, record_set = _split_nodes(vault, approved, manifest, split, folder)
+        distribution += files
+        record_sets.append(record_set)
+    _check_unique_ids([*distribution, *record_sets])
+    s = approved.summary
+    optional = {"license": license, "citeAs": cite_as, "version": version, "datePublished": date_published}
+    return {
+        "@context": CONTEXT,
+        "@type": "sc:Dataset",
+        "conformsTo": CONFORMS_TO,
+        "name": name or posixpath.basename(parse_uri(folder).path) or "dataset",
+        "description": description or (
+            f"trainvault publication {approved.manifest_uri} ({manifest.data_format}): {s.shards} shards, "
+            f"{s.records} records; approved against evaluation release {s.evaluation_release_id} "
+            f"({s.contamination_method}, {s.contaminated_items} contaminated items)"),
+        **{k: v for k, v in optional.items() if v is not None},
+        "distribution": distribution,
+        "recordSet": record_sets,
+        "tv:approval": _approval(approved, record),
+    }
+
+
+def _check_unique_ids(nodes: list[dict[str, Any]]) -> None:
+    """Every node id names one node (a split named ``files`` could collide with file node ids)."""
+    seen: set[str] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if node["@id"] in seen:
+            raise ManifestError(f"two nodes of the Croissant card would have the id {node['@id']!r} (a split, field "
+                                "or shard name collides with another); rename the split or field")
+        seen.add(node["@id"])
+        stack += node.get("field", []) + node.get("subField", [])
+
+
+def _approval(approved: ApprovedDataset, record: ApprovalRecordRef) -> dict[str, Any]:
+    return {
+        "record": {"uri": record.uri, "sha256": record.sha256, "signers": list(record.signers)},
+        "bindings": {name: {"uri": ref.uri, "sha256": ref.sha256} for name, ref in approved.bindings.items()},
+        "verification": approved.summary.model_dump(mode="json"),
+    }
+
+
+def card_bytes(card: Mapping[str, Any]) -> bytes:
+    """The card as stored: indented UTF-8 JSON, keys in the order built (deterministic)."""
+    return (json.dumps(card, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def write_croissant(vault: StorageSource, approved: ApprovedDataset, uri: str | None = None, **about: Any) -> WrittenCard:
+    """Build the card (`croissant_card`; `about`: its name, description, license, cite_as,
+    version, date_published) and write it create-only at `uri` (default `default_card_uri`).
+    The same card again is a no-op; another card at `uri` is a `ConflictError`."""
+    uri = normalize_uri(uri or default_card_uri(approved))
+    data = card_bytes(croissant_card(vault, approved, card_uri=uri, **about))
+    storage_of(vault).put_create(uri, data)
+    return WrittenCard(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)))

@@ -1,0 +1,150 @@
+"""The fields of a split's records as a Croissant card declares them.
+
+trainvault records are schemaless mappings, so a card's fields come from the records
+themselves: every record of the split is read (each block verified) and every top-level
+key's values are classified. A key whose values all have one Croissant type (integers and
+floats together count as floats) gets that type; arrays get ``isArray`` and their element
+type; a key whose values are all mappings gets a sub-field per key of theirs (one level:
+what mlcroissant nests correctly). Values of several types, nested arrays, or mappings
+below the first level have no type Croissant can state: their field carries no source
+and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Croissant data types by the kind of a scalar value.
+_SCALAR_TYPES = {"text": "sc:Text", "bytes": "sc:Text", "integer": "sc:Integer", "float": "sc:Float",
+                 "boolean": "sc:Boolean"}
+#: Croissant data types of NumPy dtypes (msgpack and Parquet carry arrays).
+_DTYPE_TYPES = {
+    "int8": "cr:Int8", "int16": "cr:Int16", "int32": "cr:Int32", "int64": "cr:Int64",
+    "uint8": "cr:UInt8", "uint16": "cr:UInt16", "uint32": "cr:UInt32", "uint64": "cr:UInt64",
+    "float16": "cr:Float16", "float32": "cr:Float32", "float64": "cr:Float64", "bool": "sc:Boolean",
+}
+
+
+def _kind(value: Any) -> str:
+    """The kind of one value: null, boolean, integer, float, text, bytes, array, mapping or object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes"
+    if isinstance(value, (list, tuple)) or hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
+        return "array"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if hasattr(value, "dtype"):  # a NumPy scalar
+        return {"b": "boolean", "i": "integer", "u": "integer", "f": "float"}.get(value.dtype.kind, "object")
+    return "object"
+
+
+def _scalar_type(kinds: set[str]) -> str | None:
+    """The one Croissant type of values of these kinds (nulls aside), or None."""
+    kinds = kinds - {"null"}
+    if kinds == {"integer", "float"}:
+        return "sc:Float"
+    if len(kinds) == 1:
+        return _SCALAR_TYPES.get(next(iter(kinds)))
+    return None
+
+
+@dataclass
+class FieldSurvey:
+    """What one key held across a split's records."""
+
+    name: str
+    present: int = 0
+    kinds: set[str] = field(default_factory=set)
+    element_kinds: set[str] = field(default_factory=set)
+    dtypes: set[str] = field(default_factory=set)
+    shapes: set[tuple[int, ...]] = field(default_factory=set)
+    #: Key -> survey of the values under it, for values that are mappings.
+    children: dict[str, FieldSurvey] = field(default_factory=dict)
+
+    def observe(self, value: Any) -> None:
+        self.present += 1
+        kind = _kind(value)
+        self.kinds.add(kind)
+        if kind == "mapping":
+            for key, sub in value.items():
+                child = self.children.get(key)
+                if child is None:
+                    child = self.children[key] = FieldSurvey(str(key))
+                child.observe(sub)
+        if kind != "array":
+            return
+        if hasattr(value, "dtype"):
+            self.dtypes.add(str(value.dtype))
+            self.shapes.add(tuple(int(n) for n in value.shape))
+        else:
+            self.element_kinds.update(_kind(v) for v in value)
+            self.shapes.add((len(value),))
+
+    @property
+    def is_record(self) -> bool:
+        """Every value present is a mapping: the field is declared by sub-fields."""
+        return self.kinds - {"null"} == {"mapping"}
+
+    def data_type(self) -> tuple[str | None, bool]:
+        """(Croissant data type or None, is an array)."""
+        kinds = self.kinds - {"null"}
+        if kinds != {"array"}:
+            return _scalar_type(kinds), False
+        if self.dtypes and not self.element_kinds:
+            return (_DTYPE_TYPES.get(next(iter(self.dtypes))) if len(self.dtypes) == 1 else None), True
+        if self.dtypes:
+            return None, True
+        return (_scalar_type(self.element_kinds) if self.element_kinds - {"null"} else "sc:Text"), True
+
+    def array_shape(self) -> str:
+        """``cr:arrayShape``: each dimension's size when every value has it, else -1."""
+        ranks = {len(s) for s in self.shapes}
+        if len(ranks) != 1:
+            return "-1"
+        dims = [{s[i] for s in self.shapes} for i in range(next(iter(ranks)))]
+        return ",".join(str(next(iter(d))) if len(d) == 1 else "-1" for d in dims) or "-1"
+
+    def note(self, records: int, nested: bool = False) -> str:
+        """What a reader should know beyond the type (mixed kinds, absent values, raw bytes);
+        `nested`: a mapping here sits too deep for sub-fields."""
+        parts = []
+        data_type, _ = self.data_type()
+        if self.is_record and not nested:
+            parts.append("an object; its keys are sub-fields")
+        elif data_type is None:
+            shown = sorted(self.kinds | {f"{k} elements" for k in self.element_kinds} | {f"{d} arrays" for d in self.dtypes})
+            parts.append(f"holds {', '.join(shown)}; Croissant has no type for this, so the field has no source: "
+                         "read it with trainvault")
+        if "bytes" in self.kinds or "bytes" in self.element_kinds:
+            parts.append("raw bytes, not UTF-8 text")
+        missing = records - self.present
+        nulls = "null" in self.kinds
+        if missing or nulls:
+            parts.append(f"absent from {missing} of {records} records" + (", null in some" if nulls else ""))
+        return "; ".join(parts)
+
+
+def survey_fields(records: Iterable[Mapping[str, Any]]) -> tuple[list[FieldSurvey], int]:
+    """Every top-level key of `records` (in the order first seen) and the record count."""
+    fields: dict[str, FieldSurvey] = {}
+    count = 0
+    for record in records:
+        count += 1
+        for key, value in record.items():
+            survey = fields.get(key)
+            if survey is None:
+                survey = fields[key] = FieldSurvey(key)
+            survey.observe(value)
+    return list(fields.values()), count

@@ -1,0 +1,54 @@
+"""The ``trainvault`` command: inspect a manifest, generate keys, exclude contaminated records,
+approve, verify an approval, write its Croissant card, trace the records of a training step.
+
+S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
+``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
+``trainvault: error: ...``, and exit with status 1; ``inspect`` exits 3 when shard entries do
+not match their completion descriptors. Waits of more than a second are announced on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from trainvault.cli.approval import add_approval_parsers
+from trainvault.cli.console import announcing_storage_waits, vault_from_env
+from trainvault.cli.inspect import EXIT_MISMATCH, add_inspect_parser
+from trainvault.cli.trace import add_trace_parser
+from trainvault.errors import TrainVaultError
+
+__all__ = ["EXIT_MISMATCH", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainvault", description="Custody chain for model-training data.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_inspect_parser(sub)
+    add_approval_parsers(sub)
+    add_trace_parser(sub)
+    add_archive_commands(sub)
+    return parser
+
+
+def add_archive_commands(sub: Any) -> None:
+    """``trainvault archive inspect URI`` and ``trainvault archive gc POOL --grace ... [--dry-run]``."""
+    from trainvault.rollouts.cli import add_archive_parser
+
+    add_archive_parser(sub, vault_from_env)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with announcing_storage_waits():
+            return int(args.run(args))
+    except (TrainVaultError, OSError) as exc:  # OSError: a local file the command was pointed at
+        message = " ".join(str(exc).split())  # one line, whatever the error held
+        print(f"trainvault: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("trainvault: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,7 @@
+"""``python -m trainvault.cli``."""
+
+import sys
+
+from trainvault.cli import main
+
+sys.exit(main())

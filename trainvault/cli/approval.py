@@ -1,0 +1,191 @@
+"""``trainvault keygen|approve|verify|exclusions|croissant``: keys, the gate, exclusions and the Croissant card."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
+from trainvault.errors import TrainVaultError
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from trainvault.approval.keys import write_keypair
+
+    private, public, key = write_keypair(args.out)
+    print(f"private key {private} (keep it secret; mode 0600)")
+    print(f"public key  {public}")
+    print(f"keyid       {key.keyid}")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from trainvault.approval.gate import approve_dataset
+    from trainvault.approval.keys import load_signing_key
+    from trainvault.approval.record import write_approval
+
+    vault = vault_from_env()
+    keys = [load_signing_key(k) for k in args.key] if args.key else [load_signing_key()]
+    raw = vault.storage.get_document(args.request)
+    provenance: dict[str, str] = {}
+    for item in args.provenance or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise TrainVaultError(f"--provenance takes NAME=VALUE, got {item!r}")
+        provenance[name] = value
+    gate = f"running the approval gate on {args.request}: hashing every file it binds"
+    with gate_progress(args.quiet, gate) as bar:
+        approved = approve_dataset(vault, raw, policy=policy_from_args(args), progress=bar)
+    written = write_approval(vault, args.out, approved, signing_keys=keys, provenance=provenance)
+    s = approved.summary
+    print(f"approved {approved.manifest_uri}: {s.shards} shards, {s.records:,} records, {mb(s.shard_bytes)}")
+    print(f"approval {written.uri}")
+    print(f"sha256   {written.sha256}")
+    return 0
+
+
+def _fraction(text: str) -> tuple[int, int]:
+    n, sep, d = text.partition("/")
+    try:
+        return int(n), int(d) if sep else 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N/D, got {text!r}") from None
+
+
+def policy_from_args(args: argparse.Namespace) -> Any:
+    """The `ApprovalPolicy` the scanner and exclusion options ask for."""
+    from trainvault.approval.policy import ApprovalPolicy
+
+    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": args.rescan_seed}
+    if args.scanner_key:
+        options.update(scanner_keys=args.scanner_key, scanner_threshold=args.scanner_threshold)
+    if args.max_excluded is not None:
+        options["max_excluded_fraction"] = args.max_excluded
+    if args.rescan is not None:
+        options.update(rescan_min_shards=args.rescan[0], rescan_fraction=(args.rescan[1], 100))
+    return ApprovalPolicy(**options)
+
+
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scanner-key", action="append", help="public key trusted to sign reports and scan manifests "
+                   "(repeatable); without one the gate re-scans every shard")
+    p.add_argument("--scanner-threshold", type=int, default=1, help="signatures required from distinct scanner keys")
+    p.add_argument("--rescan", type=int, nargs=2, metavar=("MIN_SHARDS", "PERCENT"),
+                   help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)")
+    p.add_argument("--rescan-seed", type=int, help="seed of the re-scan sample (default: random, recorded)")
+    p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
+    p.add_argument("--max-excluded", type=_fraction, metavar="N/D", help="largest fraction of records excluded "
+                   "(default 1/100)")
+
+
+def cmd_exclusions(args: argparse.Namespace) -> int:
+    from trainvault.approval.attestation import read_attested
+    from trainvault.approval.request import ApprovalRequest
+    from trainvault.canonical import sha256_hex
+    from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, exclusions_from_report
+    from trainvault.contamination.report import ContaminationReport
+    from trainvault.publication.bound import publish_document
+    from trainvault.refs import ArtifactRef
+
+    if bool(args.request) != bool(args.request_out):
+        raise TrainVaultError("--request and --request-out go together: the request to extend and where to write it")
+    vault = vault_from_env()
+    raw = vault.storage.get_document(args.report)
+    request = None
+    if args.request:
+        request = ApprovalRequest.from_json_bytes(vault.storage.get_document(args.request), source=args.request)
+        if request.contamination_report.sha256 != sha256_hex(raw):
+            raise TrainVaultError(f"{args.request} binds report {request.contamination_report.sha256}, not "
+                                  f"{args.report}; pass the report the request binds")
+    # Only which records to leave out is taken from it: the gate checks the report itself.
+    report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
+    written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
+    per = written.document.per_benchmark()
+    print(f"excluded {len(written.document.records)} records" + "".join(f"; {b}: {n}" for b, n in per.items()))
+    print(f"exclusions {written.uri}")
+    print(f"sha256     {written.sha256}")
+    if request is not None:
+        sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ArtifactRef(uri=written.uri, sha256=written.sha256)}
+        bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
+        print(f"request    {bound.uri} (binds the exclusions)")
+    return 0
+
+
+def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
+    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, the gate again."""
+    from trainvault.approval.record import open_approved
+
+    with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
+        return open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
+                             threshold=args.threshold, policy=policy_from_args(args), progress=bar)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    approved = _open_verified(vault_from_env(), args)
+    s = approved.summary
+    signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
+    print(f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
+          f"{s.records:,} records, {mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}")
+    return 0
+
+
+def cmd_croissant(args: argparse.Namespace) -> int:
+    from trainvault.cards.croissant import write_croissant
+
+    vault = vault_from_env()
+    approved = _open_verified(vault, args)
+    about = {"name": args.name, "description": args.description, "license": args.license,
+             "cite_as": args.cite_as, "version": args.dataset_version, "date_published": args.date_published}
+    with waiting(f"reading the {approved.summary.records:,} approved records to declare the card's fields"):
+        card = write_croissant(vault, approved, args.out, **about)
+    print(f"croissant {card.uri}")
+    print(f"sha256    {card.sha256}")
+    return 0
+
+
+def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
+    """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
+    p.add_argument("approval", help="approval record URI or path")
+    p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
+    p.add_argument("--key", "--keys", dest="key", action="append", required=True,
+                   help="trusted public key file (repeatable)")
+    p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_policy_options(p)
+
+
+def add_approval_parsers(sub: Any) -> None:
+    p = sub.add_parser("keygen", help="generate an Ed25519 key pair: OUT.key (private) and OUT.pub")
+    p.add_argument("--out", required=True, help="path prefix of the two files")
+    p.set_defaults(run=cmd_keygen)
+
+    p = sub.add_parser("approve", help="run the gate on a request file and write a signed approval")
+    p.add_argument("request", help="approval request JSON (URI or path)")
+    p.add_argument("--out", required=True, help="URI or path of the approval record to write")
+    p.add_argument("--key", action="append", help="signing key file (repeatable); default $TRAINVAULT_SIGNING_KEY")
+    p.add_argument("--provenance", action="append", metavar="NAME=VALUE", help="recorded in the approval")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_policy_options(p)
+    p.set_defaults(run=cmd_approve)
+
+    p = sub.add_parser("verify", help="verify an approval record and re-run the gate")
+    _add_approval_arguments(p)
+    p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
+    _add_approval_arguments(p)
+    p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
+    for flag, text in [("--name", "dataset name (default: the card's folder name)"),
+                       ("--description", "dataset description (default: what the approval binds)"),
+                       ("--license", "license URL or name"), ("--cite-as", "citation text (e.g. BibTeX)"),
+                       ("--dataset-version", "dataset version"), ("--date-published", "ISO 8601 date")]:
+        p.add_argument(flag, help=text)
+    p.set_defaults(run=cmd_croissant)
+
+    p = sub.add_parser("exclusions", help="list the records a contamination report names as exclusions-v1; with "
+                       "--request, write a request that binds them")
+    p.add_argument("report", help="contamination report (signed envelope or plain) URI or path")
+    p.add_argument("--out", required=True, help="URI or path of the exclusions document to write")
+    p.add_argument("--request", help="an approval request binding this report")
+    p.add_argument("--request-out", help="where to write that request with the exclusions bound")
+    p.set_defaults(run=cmd_exclusions)

@@ -1,0 +1,58 @@
+"""``trainvault inspect``: a manifest's splits, stages and shards, checked against their descriptors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from trainvault.cli.console import mb, say, vault_from_env, waiting
+
+#: `inspect`: the manifest lists shards that their completion descriptors do not back.
+EXIT_MISMATCH = 3
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from trainvault.publication.reader import check_descriptors
+
+    vault = vault_from_env()
+    manifest = vault.load_manifest(args.manifest)
+    shards = sum(len(split.shards) for split in manifest.splits.values())
+    with waiting(f"checking {shards} shard descriptors against the manifest"):
+        mismatches = check_descriptors(vault.storage, manifest)
+    summary = manifest.summary()
+    if args.json:
+        summary["mismatches"] = [asdict(m) for m in mismatches]
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        _print_summary(args.manifest, summary)
+        for m in mismatches:
+            print(f"  MISMATCH split {m.split} shard {m.key}: {m.problem}")
+    if not mismatches:
+        return 0
+    say(
+        f"error: {len(mismatches)} of {shards} shard entries do not match their completion descriptors "
+        f"(listed above); do not train on {args.manifest}"
+    )
+    return EXIT_MISMATCH
+
+
+def _print_summary(uri: str, summary: dict[str, Any]) -> None:
+    print(f"manifest {uri}")
+    print(f"  sha256 {summary['sha256']}  format {summary['data_format']}")
+    for name, split in sorted(summary["splits"].items()):
+        print(f"  split {name}: {split['shards']} shards, {split['records']:,} records, {mb(split['bytes'])}")
+        for stage, st in sorted(split["stages"].items()):
+            label = "(no stage)" if stage == "_" else stage
+            print(f"    stage {label}: {st['shards']} shards, {st['records']:,} records, {mb(st['bytes'])}")
+        for cur, n in sorted(split["curricula"].items()):
+            print(f"    curriculum {cur}: {n} shards")
+
+
+def add_inspect_parser(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="splits, stages, shards, records and bytes of a data manifest; checks "
+                       "each shard descriptor against it (exit 3 on a mismatch)")
+    p.add_argument("manifest", help="data manifest URI or path")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=cmd_inspect)
