@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo ui bench bench-venv clean
+.PHONY: venv test demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -16,8 +16,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# Debian's Chromium, which the UI check drives through Playwright (no Python package downloads a browser).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+chromium: $(CHROMIUM)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update
+	$(SUDO) apt-get install -y chromium
+
 # The import contracts first (.importlinter: the layers, no Dagster in the library): an upward import fails CI.
-test: $(STAMP)
+# The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -40,6 +51,11 @@ demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 # TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog.
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+# The Celery deployment on this machine's PostgreSQL and RabbitMQ (README "Deploy"): code server,
+# two dagster-celery workers, daemon and webserver on http://127.0.0.1:$(UI_PORT); Ctrl-C stops them.
+deploy-local: $(STAMP)
+	VENV=$(VENV) UI_PORT=$(UI_PORT) pipelines/deploy/local.sh
 
 # Benchmarks run in their own venv: the peers pin numpy<2.2 and pull packages the
 # project's own venv must not carry.

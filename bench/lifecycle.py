@@ -8,12 +8,15 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 - Dagster CLI, multiprocess executor: exactly what `make demo` runs for a dataset
   (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
 - Dagster CLI, in-process executor: the same run with every step in one process;
-- rebuild: the in-process CLI run again on unchanged inputs (every shard reused).
+- rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
+- with ``--celery``: the same CLI run through the Celery executor, steps on two
+  ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, the settings
+  of pipelines/deploy/celery-worker.yaml).
 
 Dagster overhead = CLI wall time - library-only wall time. "steps" is the time Dagster
 recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as it ran there.
 
-    .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200]
+    .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200] [--celery]
 
 It needs the pipelines extra (Dagster): under the bench venv it re-runs itself with the
 project's .venv.
@@ -22,13 +25,21 @@ project's .venv.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+#: The machine's one RabbitMQ queue is shared with the deployment tests: one user at a time.
+BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
 
 
 def reexec_if_needed() -> None:
@@ -166,7 +177,41 @@ def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, boo
     return wall, inside, run.status == dg.DagsterRunStatus.SUCCESS
 
 
-def measure(total: int, records: int) -> dict[str, float]:
+@contextlib.contextmanager
+def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[None]:
+    """`count` dagster-celery workers for the run (each in its own process group, stopped after)."""
+    exe = Path(sys.executable).with_name("dagster-celery")
+    procs, logs = [], []
+    with open(BROKER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            for n in range(count):
+                logs.append(home / f"worker{n}.log")
+                with open(logs[-1], "wb") as out:
+                    procs.append(subprocess.Popen(
+                        [str(exe), "worker", "start", "-A", "dagster_celery.app", "-n", f"bench{n}",
+                         "-y", str(REPO / "pipelines" / "deploy" / "celery-worker.yaml"), "--", "--concurrency=1",
+                         "--without-gossip", "--without-mingle"],
+                        cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            deadline = time.monotonic() + 120
+            while not all(b" ready." in log.read_bytes() for log in logs):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise SystemExit(f"the Celery workers did not start; see {', '.join(map(str, logs))}")
+                time.sleep(0.2)
+            yield
+        finally:
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -181,7 +226,7 @@ def measure(total: int, records: int) -> dict[str, float]:
                                 plant=False, **key_fields(keys))
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
-        for executor in ("multiprocess", "in_process"):
+        for executor in ("multiprocess", "in_process", *(("celery",) if celery else ())):
             root, home = f"{tmp}/{executor}", Path(tmp) / f"home-{executor}"
             home.mkdir()
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -192,7 +237,14 @@ def measure(total: int, records: int) -> dict[str, float]:
                    "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{keys}.pub"}
             for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS"):
                 env.pop(name, None)
-            wall, inside, ok = cli_run(spec_for(root), env, executor)
+            if executor == "celery":
+                # dagster-celery starts `celery` by name: the venv's bin first on PATH.
+                env.update(TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
+                           PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+                with celery_workers(env, home):
+                    wall, inside, ok = cli_run(spec_for(root), env, executor)
+            else:
+                wall, inside, ok = cli_run(spec_for(root), env, executor)
             if not ok:
                 raise SystemExit(f"the {executor} lifecycle run failed; see the logs under {home}")
             out[executor], out[f"{executor}_steps"] = wall, inside
@@ -231,9 +283,10 @@ def main() -> None:
     parser.add_argument("--lifecycle-records", "--records", dest="records", type=int, default=200,
                         help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
     parser.add_argument("--no-demo", action="store_true", help="skip timing the demo")
+    parser.add_argument("--celery", action="store_true", help="also through the Celery executor, 2 workers (RabbitMQ)")
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
-    rows = [measure(int(n), records) for n in args.shards.split(",")]
+    rows = [measure(int(n), records, args.celery) for n in args.shards.split(",")]
     print(f"\nlifecycle wall time, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
     head = (f"{'shards':>6} {'library only':>12} {'CLI multiproc':>13} {'overhead':>16} {'in steps':>8} "
             f"{'CLI in-proc':>11} {'overhead':>16} {'in steps':>8} {'rebuild':>7}")
@@ -244,6 +297,12 @@ def main() -> None:
               f"{mo:>7.1f} ({mo / r['multiprocess']:>4.0%} ) {r['multiprocess_steps']:>8.1f} "
               f"{r['in_process']:>11.1f} {io:>7.1f} ({io / r['in_process']:>4.0%} ) {r['in_process_steps']:>8.1f} "
               f"{r['rebuild']:>7.1f}")
+    if args.celery:
+        print(f"\n{'shards':>6} {'library only':>12} {'Celery, 2 workers':>17} {'Dagster overhead':>20} {'in steps':>8}")
+        for r in rows:
+            co = r["celery"] - r["library"]
+            print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['celery']:>17.1f} {co:>11.1f} ({co / r['celery']:>4.0%} ) "
+                  f"{r['celery_steps']:>8.1f}")
     if not args.no_demo:
         print(f"\nmake demo (every catalog dataset, default sizes, fresh store and instance): {demo_time():.1f} s")
 

@@ -1,0 +1,352 @@
+"""The code location run as deployed (issue 18): a Dagster instance on PostgreSQL
+(pipelines/deploy/dagster-celery.yaml, a fresh database dropped afterwards), the S3 store on a
+moto server, and real processes on 127.0.0.1 — a code server, `dagster-daemon`,
+`dagster-webserver` and two `dagster-celery` workers (RabbitMQ broker). One deployment serves
+every check; runs are launched through the webserver's GraphQL API.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+dg = pytest.importorskip("dagster")
+pytest.importorskip("dagster_celery")
+pytest.importorskip("dagster_postgres")
+
+from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
+from deployment import DEPLOY, REPO, Deployment, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
+from gated_records import GATE_ENV  # noqa: E402
+from pipelines.catalog import load_datasets  # noqa: E402
+from pipelines.definitions import build_definitions  # noqa: E402
+from resources.storage import ObjectStore  # noqa: E402
+from services import Processes, base_env, free_port, port_open, processes, require_services, wait_for  # noqa: E402
+from trainvault import TrainVault  # noqa: E402
+from trainvault.approval import write_keypair  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
+
+BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
+GENERATOR = "gated_records:generate_records"
+RECORDS = 20
+#: The catalog: each check builds its own dataset (3 train stages x N shards + valid + test).
+MAIN, KILL, RESTART = "deploy_main", "deploy_kill", "deploy_restart"
+SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2}
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: Celery's queue on the machine's one RabbitMQ is shared by every checkout: one deployment at a time.
+BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
+
+
+@dataclass
+class Celery:
+    """The deployment, its datasets, where their data lives, and how to reach it."""
+
+    deployment: Deployment
+    procs: Processes
+    specs: dict
+    s3: TrainVault
+    reference_s3: TrainVault
+    gate: Path
+
+
+@pytest.fixture(scope="module")
+def broker_lock() -> Iterator[None]:
+    require_services("PostgreSQL", "RabbitMQ")
+    with open(BROKER_LOCK, "a") as handle:
+        wait_for(lambda: _try_lock(handle), 900, f"{BROKER_LOCK} (another checkout's deployment test)", 1)
+        _purge_queue()
+        yield
+
+
+def _try_lock(handle) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _purge_queue() -> None:
+    """Steps left in the queue by a session that died would reach these workers: drop them."""
+    from kombu import Connection
+
+    with Connection(BROKER, connect_timeout=5) as conn:
+        channel = conn.channel()
+        try:
+            channel.queue_purge("dagster")
+        except Exception:  # noqa: BLE001 - no queue yet: nothing to drop
+            pass
+
+
+@pytest.fixture(scope="module")
+def postgres_db() -> Iterator[str]:
+    """A fresh database for the instance's run, event log and schedule storage; dropped afterwards."""
+    import psycopg2
+
+    name = unique_name("trainvault_deploy")
+    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f'CREATE DATABASE "{name}"')
+        yield name
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def celery(broker_lock, postgres_db, s3_server, tmp_path_factory, request) -> Iterator[Celery]:
+    tmp = tmp_path_factory.mktemp("deploy")
+    keys = tmp / "approver"
+    write_keypair(keys)
+    bucket = unique_name("deploy").replace("_", "-")
+    root = f"s3://{bucket}/publications"
+    catalog = write_catalog(tmp / "datasets.yaml", [
+        dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
+        for name, n in SHARDS_PER_STAGE.items()])
+    gate = tmp / "gate"
+    gate.touch()
+    home = write_home(tmp / "home", DEPLOY / "dagster-celery.yaml")
+    env = base_env(
+        DAGSTER_HOME=str(home), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=postgres_db,
+        TRAINVAULT_DATASETS=str(catalog), TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
+        TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY,
+        TRAINVAULT_S3_SECRET=S3_SECRET, **{GATE_ENV: str(gate)})
+    with processes(tmp / "logs", env, request) as procs:
+        reference = start_moto(procs)
+        for server in (s3_server, reference):
+            urllib.request.urlopen(urllib.request.Request(f"{server}/{bucket}", method="PUT"), timeout=5).read()
+        deployment = Deployment(procs, home, tmp / "workspace.yaml")
+        deployment.start_code_server()
+        for name in ("w1", "w2"):
+            deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
+        deployment.start_webserver()
+        deployment.start_daemon()
+        yield Celery(deployment, procs, {s.name: s for s in load_datasets(catalog)},
+                     TrainVault(storage=s3_config(s3_server)), TrainVault(storage=s3_config(reference)), gate)
+
+
+def start_moto(procs: Processes) -> str:
+    """A second S3 server for in-process reference runs: same bucket and URIs, other bytes store."""
+    port = free_port()
+    procs.start("reference-s3", ["moto_server", "-H", "127.0.0.1", "-p", str(port)], ready=lambda p: port_open(port))
+    return f"http://127.0.0.1:{port}"
+
+
+def reference_run(celery: Celery, name: str) -> dict[str, bytes]:
+    """The same spec at the same URIs, in process on the reference S3: {uri: bytes} of its data."""
+    spec = celery.specs[name]
+    server = celery.reference_s3.storage.config.s3_base_url
+    store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=S3_KEY, secret_access_key=S3_SECRET)
+    result = build_definitions([spec], store).resolve_job_def(f"lifecycle_{name}").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success
+    return data_objects(celery.reference_s3, spec)
+
+
+def data_objects(vault: TrainVault, spec) -> dict[str, bytes]:
+    """Every object under the publication's data folder: {uri: bytes}."""
+    return {o.uri: vault.storage.get(o.uri) for o in vault.storage.list(spec.publication().data_root)}
+
+
+def celery_hosts(instance, run_id: str) -> dict[str, set[str]]:
+    """{step key: the Celery workers that executed it}, from the run's engine events."""
+    hosts: dict[str, set[str]] = {}
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        data = record.dagster_event.engine_event_data
+        worker = data.metadata.get("Celery worker") if data and data.metadata else None
+        if worker is not None:
+            hosts.setdefault(record.step_key, set()).add(worker.value)
+    return hosts
+
+
+def check_results(instance, run_id: str) -> dict[str, bool]:
+    """{check name: passed} of the run's asset check evaluations."""
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    return {r.dagster_event.event_specific_data.check_name: r.dagster_event.event_specific_data.passed for r in records}
+
+
+def entry_id(entry) -> tuple:
+    return entry.timestamp, entry.step_key, entry.user_message
+
+
+@pytest.fixture(scope="module")
+def instance(celery) -> Iterator[dg.DagsterInstance]:
+    """The deployment's instance read from this process (same dagster.yaml, same database)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in celery.procs.env.items():
+            if name.startswith("DAGSTER_PG_"):
+                mp.setenv(name, value)
+        with dg.DagsterInstance.from_config(str(celery.deployment.home)) as inst:
+            yield inst
+
+
+@pytest.fixture(scope="module")
+def main_run(celery) -> str:
+    """The lifecycle of the 32-shard dataset through the Celery executor, launched by launchRun."""
+    run_id = celery.deployment.launch_run(MAIN)
+    assert celery.deployment.wait_run(run_id) == "SUCCESS"
+    return run_id
+
+
+def shard_step(name: str) -> str:
+    return f"{name}__dataset_shards"
+
+
+def test_lifecycle_through_celery_workers_to_an_approval(celery, instance, main_run) -> None:
+    spec = celery.specs[MAIN]
+    assert len(spec.partition_keys()) >= 32
+    materialized = celery.deployment.materialized(main_run)
+    assert sorted(p for k, p in materialized if k == f"{MAIN}/dataset_shards" and p) == sorted(spec.partition_keys())
+    assert f"{MAIN}/approved_dataset" in {k for k, _ in materialized}
+    checks = check_results(instance, main_run)
+    assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
+    hosts = celery_hosts(instance, main_run)
+    assert {h.split("@")[0] for hs in hosts.values() for h in hs} == {"w1", "w2"}, hosts
+    deployed = data_objects(celery.s3, spec)
+    assert spec.publication().manifest_uri in deployed
+    assert deployed == reference_run(celery, MAIN)  # the manifest and every shard, byte for byte
+
+
+@pytest.fixture
+def browser_page(tmp_path):
+    """A page of Debian's Chromium (never a downloaded browser) on a fresh profile."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make chromium` installs Debian's package", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 2400, "height": 1200})
+        context.set_default_timeout(60_000)
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def catalog_rows(text: str, assets: list[str]) -> dict[str, str]:
+    """The catalog's text cut into one row per asset (a row runs from its name to the next name)."""
+    lines = text.splitlines()
+    starts = sorted((lines.index(key), key) for key in assets)
+    ends = [i for i, _ in starts[1:]] + [len(lines)]
+    return {key: "\n".join(lines[i:end]) for (i, key), end in zip(starts, ends)}
+
+
+def visit(page, url: str, shot: Path) -> None:
+    """Open `url`, wave away the first-visit newsletter dialog, screenshot (also when an assertion fails later)."""
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count():
+        skip.first.click()
+    page.screenshot(path=shot, full_page=True)
+
+
+def test_the_ui_shows_the_assets_the_check_and_the_approval(celery, instance, main_run, browser_page, tmp_path) -> None:
+    from playwright.sync_api import expect
+
+    page, base = browser_page, f"http://127.0.0.1:{celery.deployment.ui_port}"
+    approval = instance.fetch_materializations(dg.AssetKey([MAIN, "approved_dataset"]), limit=1).records[0]
+    sha256 = approval.asset_materialization.metadata["sha256"].value
+    assets = ["producer_pins", "dataset_shards", "data_manifest", "training_scan", "evaluation_release",
+              "contamination_scan", "contamination_report", "dataset_profile", "approved_dataset"]
+    shards = len(celery.specs[MAIN].partition_keys())
+
+    # The dataset's asset graph (its job's view): nine assets, drawn as groups by stage; the
+    # catalog below shows each one's status.
+    visit(page, f"{base}/locations/trainvault/jobs/lifecycle_{MAIN}", tmp_path / "asset-graph.png")
+    expect(page.get_by_text(f"View {len(assets)} assets").first).to_be_visible()
+    expect(page.get_by_text("build", exact=True).first).to_be_visible()
+
+    visit(page, f"{base}/assets/{MAIN}", tmp_path / "catalog.png")
+    expect(page.get_by_text("Materialized").first).to_be_visible()
+    rows = catalog_rows(page.inner_text("body"), assets)
+    # Every partition materialized: "All" of the 32, none missing, failed or in progress.
+    for partitioned in ("dataset_shards", "contamination_scan"):
+        assert f"{shards} partitions" in rows.pop(partitioned)
+    assert all("Materialized" in row for row in rows.values()), rows
+
+    visit(page, f"{base}/assets/{MAIN}/approved_dataset", tmp_path / "approved-dataset.png")
+    expect(page.get_by_text(sha256, exact=True).first).to_be_visible()
+
+    for asset, check in (("contamination_report", "within_contract"), ("approved_dataset", "approval_opens")):
+        visit(page, f"{base}/assets/{MAIN}/{asset}?view=checks", tmp_path / f"{check}.png")
+        expect(page.get_by_text(check).first).to_be_visible()
+        expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
+
+
+def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, instance, main_run) -> None:
+    spec = celery.specs[KILL]
+    celery.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
+    try:
+        run_id = celery.deployment.launch_run(KILL)
+        hosts = wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(KILL)), 300,
+                         "a worker to take the shard step", 1)
+        (victim,) = hosts
+        wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
+                 "the first shards to be written", 0.5)
+        celery.procs.get(victim.split("@")[0]).kill9()
+    finally:
+        celery.gate.touch()
+    assert celery.deployment.wait_run(run_id, timeout=600) == "SUCCESS"
+    shard_hosts = celery_hosts(instance, run_id)[shard_step(KILL)]
+    assert victim in shard_hosts and len(shard_hosts) == 2  # redelivered to the survivor
+    # Same objects, same bytes, nothing extra (no half-published shard) as the in-process run.
+    assert data_objects(celery.s3, spec) == reference_run(celery, KILL)
+    # The killed worker comes back for the checks after this one.
+    celery.deployment.start_worker(victim.split("@")[0], DEPLOY / "celery-worker.yaml")
+
+
+def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance, main_run) -> None:
+    deployment = celery.deployment
+    celery.gate.unlink()
+    try:
+        run_id = deployment.launch_run(RESTART)
+        wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(RESTART)), 300, "the shard step to start", 1)
+        before = [entry_id(r) for r in instance.all_logs(run_id)]
+        for name in ("daemon", "webserver"):
+            celery.procs.get(name).kill9()
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED
+        deployment.start_webserver()
+        deployment.start_daemon()
+    finally:
+        celery.gate.touch()
+    assert deployment.wait_run(run_id, timeout=600) == "SUCCESS"
+    records = instance.all_logs(run_id)
+    assert before == [entry_id(r) for r in records][: len(before)]
+    types = [r.dagster_event.event_type for r in records if r.dagster_event]
+    assert types.count(dg.DagsterEventType.RUN_SUCCESS) == 1 and dg.DagsterEventType.RUN_START in types
+    assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery, instance, main_run) -> None:
+    spec = celery.specs[MAIN]
+    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)}
+    deployment = celery.deployment
+    deployment.start_schedule(MAIN)  # cron every minute: the daemon's next tick is at most a minute away
+    try:
+        runs = wait_for(lambda: deployment.scheduled_runs(MAIN), 150, "a run launched by the schedule's tick", 2)
+    finally:
+        deployment.stop_schedule(MAIN)
+    run_id = runs[-1]["runId"]
+    assert deployment.wait_run(run_id) == "SUCCESS"
+    # Nothing written: every shard reused, the same approval record reused.
+    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)} == before
+    shards = [r.dagster_event.step_materialization_data.materialization
+              for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+              if r.dagster_event.asset_key == dg.AssetKey([MAIN, "dataset_shards"]) and r.dagster_event.partition]
+    assert len(shards) == len(spec.partition_keys())
+    assert not any(m.metadata["written"].value for m in shards)
+    assert f"{MAIN}/approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
+    checks = check_results(instance, run_id)
+    assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
