@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.examples.spec import key_fields
 from services import Process, Processes, free_port, port_open, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +53,10 @@ LOCATION_LOADED = """
   locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 MATERIALIZED = """
 query($id: ID!) { runOrError(runId: $id) { ... on Run { assetMaterializations { assetKey { path } partition } } } }"""
+FAILURES = """
+query($id: ID!) { logsForRun(runId: $id, limit: 10000) { ... on EventConnection { events { __typename
+  ... on ExecutionStepFailureEvent { stepKey error { message } }
+  ... on RunFailureEvent { message } } } } }"""
 ASSET_KEYS = "{ assetNodes { assetKey { path } isPartitioned } }"
 DAEMONS = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
 
@@ -79,13 +84,12 @@ def write_home(home: Path, instance_yaml: Path | None) -> Path:
 def dataset_entry(name: str, root_uri: str, keys: Path, *, shards_per_stage: int, records: int,
                   generator: str, cron: str = "* * * * *", enabled: bool = False) -> dict[str, Any]:
     """A catalog entry: the shipped demo_curriculum entry with these settings (3 train stages of
-    `shards_per_stage` shards, one valid and one test shard)."""
+    `shards_per_stage` shards, one valid and one test shard), signed and scanned with `keys`."""
     demo = yaml.safe_load((REPO / "pipelines" / "datasets.yaml").read_text())["datasets"][0]
     return {**demo, "name": name, "root_uri": root_uri, "generator": generator, "records_per_shard": records,
             "splits": [{"name": "train", "stages": ["easy", "medium", "hard"], "shards": shards_per_stage},
                        {"name": "valid", "shards": 1}, {"name": "test", "shards": 1}],
-            "signing_key_path": f"{keys}.key", "trusted_keys_path": f"{keys}.pub",
-            "schedule": {"cron": cron, "enabled": enabled}}
+            **key_fields(keys), "schedule": {"cron": cron, "enabled": enabled}}
 
 
 def write_catalog(path: Path, entries: list[dict[str, Any]]) -> Path:
@@ -189,7 +193,17 @@ class Deployment:
 
     def wait_run(self, run_id: str, timeout: float = 300) -> str:
         """The run's final status (bounded wait)."""
-        return wait_for(lambda: (s := self.run_status(run_id)) in DONE and s, timeout, f"run {run_id} to finish", 1)
+        status = wait_for(lambda: (s := self.run_status(run_id)) in DONE and s, timeout, f"run {run_id} to finish", 1)
+        if status != "SUCCESS":
+            # Printed, so a failed assertion on the status shows why the run failed.
+            print(f"run {run_id} ended {status}:", *self.failures(run_id), sep="\n  ")
+        return status
+
+    def failures(self, run_id: str) -> list[str]:
+        """The run's step and run failure messages, from its event log."""
+        events = self.graphql(FAILURES, id=run_id)["logsForRun"].get("events", [])
+        return [f"{e.get('stepKey') or 'run'}: {(e.get('error') or {}).get('message') or e.get('message')}"
+                for e in events if e["__typename"] in ("ExecutionStepFailureEvent", "RunFailureEvent")]
 
     def materialized(self, run_id: str) -> list[tuple[str, str | None]]:
         """(asset key, partition) of every materialization the run recorded."""

@@ -19,20 +19,23 @@ from trainvault.approval import write_keypair  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
 GENERATOR = "pipelines.examples.curriculum:generate_records"
-LAUNCHED, TICKED = "launched", "ticked"
+LAUNCHED, TICKED, BACKFILLED = "launched", "ticked", "backfilled"
 
 
 @pytest.fixture(scope="module")
-def location(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, dict]]:
-    """Code server, webserver and daemon on a sqlite instance; two datasets of 8 shards of 20
-    records in a local store, one of them rebuilt every minute from the start."""
+def location(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, dict, str]]:
+    """Code server, webserver and daemon on a sqlite instance; three datasets of 8 shards of 20
+    records in a local store: one launched by hand, one rebuilt every minute from the start, and
+    one backfilled from the start (the backfill daemon acts every 30 s, so its five waves of
+    runs proceed while the other tests run; the last test checks how it ended)."""
     tmp = tmp_path_factory.mktemp("launch")
     keys = tmp / "approver"
     write_keypair(keys)
     store = str(tmp / "store")
     catalog = write_catalog(tmp / "datasets.yaml", [
         dataset_entry(LAUNCHED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
-        dataset_entry(TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True)])
+        dataset_entry(TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True),
+        dataset_entry(BACKFILLED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR)])
     specs = {s.name: s for s in load_datasets(catalog)}
     home = write_home(tmp / "home", None)
     env = base_env(DAGSTER_HOME=str(home), PYTHONPATH=str(REPO), TRAINVAULT_DATASETS=str(catalog))
@@ -41,7 +44,8 @@ def location(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         deployment.start_code_server()
         deployment.start_webserver()
         deployment.start_daemon()
-        yield deployment, specs
+        backfill_id = deployment.launch_backfill(deployment.asset_keys(BACKFILLED))
+        yield deployment, specs, backfill_id
 
 
 def shard_partitions(deployment: Deployment, run_id: str) -> list[str]:
@@ -54,7 +58,7 @@ def shard_descriptors(spec) -> list[str]:
 
 
 def test_the_daemon_s_schedule_tick_launches_a_run_that_completes(location) -> None:
-    deployment, specs = location
+    deployment, specs, _ = location
     # One-minute cron, enabled in the catalog: the daemon's first tick is at most a minute away.
     runs = wait_for(lambda: deployment.scheduled_runs(TICKED), 150, "a run launched by the schedule's tick", 2)
     deployment.stop_schedule(TICKED)  # one tick is the test; no more runs competing for the CPUs
@@ -65,7 +69,7 @@ def test_the_daemon_s_schedule_tick_launches_a_run_that_completes(location) -> N
 
 
 def test_launch_run_without_partitions_builds_every_shard(location) -> None:
-    deployment, specs = location
+    deployment, specs, _ = location
     spec = specs[LAUNCHED]
     run_id = deployment.launch_run(LAUNCHED)
     assert deployment.wait_run(run_id) == "SUCCESS"
@@ -75,10 +79,9 @@ def test_launch_run_without_partitions_builds_every_shard(location) -> None:
 
 
 def test_materialize_all_backfill_completes_in_as_few_runs_as_the_policy_allows(location) -> None:
-    deployment, specs = location
-    spec = specs[LAUNCHED]
-    keys = deployment.asset_keys(LAUNCHED)
-    backfill_id = deployment.launch_backfill(keys)
+    deployment, specs, backfill_id = location
+    spec = specs[BACKFILLED]
+    keys = deployment.asset_keys(BACKFILLED)
     final = wait_for(lambda: (b := deployment.backfill(backfill_id))["status"] not in ("REQUESTED", "CANCELING", "FAILING") and b,
                      300, f"backfill {backfill_id} to finish", 1)
     assert final["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), final
@@ -90,7 +93,7 @@ def test_materialize_all_backfill_completes_in_as_few_runs_as_the_policy_allows(
     materialized = [(key, p) for r in runs for key, p in deployment.materialized(r["runId"])]
     assert len(materialized) == len(set(materialized))
     assert {"/".join(k) for k in keys} == {key for key, _ in materialized}
-    for asset in (f"{LAUNCHED}/dataset_shards", f"{LAUNCHED}/contamination_scan"):
+    for asset in (f"{BACKFILLED}/dataset_shards", f"{BACKFILLED}/contamination_scan"):
         (run,) = [r["runId"] for r in runs if any(k == asset for k, _ in deployment.materialized(r["runId"]))]
         assert sorted(p for k, p in deployment.materialized(run) if k == asset and p) == sorted(spec.partition_keys())
     assert len(runs) <= 5, [deployment.materialized(r["runId"]) for r in runs]
