@@ -31,6 +31,8 @@ from trainvault.approval import (
 from trainvault.approval.rescan import sample_shards
 from trainvault.canonical import canonical_json
 from trainvault.contamination import (
+    DEFAULT_CONTRACT,
+    V1_CONTRACT,
     ContaminationReport,
     exclusions_from_report,
     jsonl_benchmark,
@@ -271,3 +273,24 @@ def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_pa
         ref = chain.publish(f"{field}.json", ContaminationReport.from_obj(obj))
         with pytest.raises(ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"):
             approve_dataset(chain.vault, chain.request(contamination_report=ref))
+
+
+@pytest.mark.parametrize("bound, scanned", [(DEFAULT_CONTRACT, V1_CONTRACT), (V1_CONTRACT, DEFAULT_CONTRACT)])
+def test_a_report_made_under_the_other_method_is_refused(tmp_path: Path, bound: Any, scanned: Any) -> None:
+    """A v1 report bound with a v2 contract (or the reverse), even when it names the bound
+    contract's digest, is not judged: its hits and counts mean another normalisation."""
+    chain = build_chain(TrainVault(), str(tmp_path / "cross"), shards=2, contaminate=True, contract=bound)
+    contract = chain.refs["verifier_contract"]
+    release = chain.refs["evaluation_release"]
+    other = chain.publish("other-contract.json", scanned)
+    index = load_index(chain.vault, release_uri=release.uri, contract_uri=other.uri, release_sha256=release.sha256,
+                       contract_sha256=other.sha256)
+    report, ref = chain.rescan("other-method.json", index=index)
+    assert report.method.id == scanned.method.id != bound.method.id
+    with pytest.raises(ApprovalError, match="judged verifier contract"):
+        approve_dataset(chain.vault, chain.request(contamination_report=ref))
+    obj = report.model_dump(mode="json", by_alias=True)
+    obj["verifier_contract"]["sha256"] = contract.sha256
+    relabelled = chain.publish("relabelled-method.json", ContaminationReport.from_obj(obj))
+    with pytest.raises(ApprovalError, match="made with another method"):
+        approve_dataset(chain.vault, chain.request(contamination_report=relabelled))
