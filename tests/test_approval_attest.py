@@ -8,6 +8,7 @@ keys the gate re-scans every shard, so it is always refused.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,17 @@ def test_a_report_made_under_the_other_method_is_refused(tmp_path: Path, bound: 
     relabelled = chain.publish("relabelled-method.json", ContaminationReport.from_obj(obj))
     with pytest.raises(ApprovalError, match="made with another method"):
         approve_dataset(chain.vault, chain.request(contamination_report=relabelled))
+
+
+def test_duplicate_keys_in_a_signed_report_or_in_exclusions_are_refused(dirty: Any) -> None:
+    policy = trusting(allow_exclusions=True, max_excluded_fraction=(1, 10))
+    report = dirty.refs["contamination_report"]
+    excl = exclusions_from_report(dirty.extra["report"], report_sha256=report.sha256).to_json_bytes()
+    hidden = dirty.put_raw("dup-exclusions.json", excl[:-1] + b',"records":[]}')
+    with pytest.raises(ApprovalError, match="exclusions is not a readable .*key 'records' appears more than once"):
+        approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": hidden}), policy=policy)
+    # Signed by the trusted scanner key: the signature holds, the statement still means two things.
+    payload = base64.b64decode(json.loads(dirty.vault.storage.get(report.uri))["payload"])
+    twice = dirty.put_raw("dup-report.dsse.json", sign_envelope(payload[:-1] + b',"_type":"x"}', [SCANNER]).to_json_bytes())
+    with pytest.raises(ApprovalError, match="its signed statement\\): key '_type' appears more than once"):
+        approve_dataset(dirty.vault, dirty.request(contamination_report=twice), policy=policy)
