@@ -184,10 +184,11 @@ def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.Captur
 
 
 @pytest.mark.parametrize(("options", "says"), [
-    (["--max-excluded", "abc"], "--max-excluded (N/D) takes a whole number, got 'abc'"),
-    (["--max-excluded", "0.01"], "takes a whole number, got '0.01'"),
-    (["--max-excluded", "2/1"], "max_excluded_fraction must be"),
-    (["--max-excluded", "1/0"], "max_excluded_fraction must be"),
+    (["--allow-exclusions", "--max-excluded", "abc"], "--max-excluded (N/D) takes a whole number, got 'abc'"),
+    (["--allow-exclusions", "--max-excluded", "0.01"], "takes a whole number, got '0.01'"),
+    (["--allow-exclusions", "--max-excluded", "2/1"], "max_excluded_fraction must be"),
+    (["--allow-exclusions", "--max-excluded", "1/0"], "max_excluded_fraction must be"),
+    (["--max-excluded", "1/10"], "pass --allow-exclusions as well"),
     (["--rescan-seed", "x"], "--rescan-seed takes a whole number"),
     (["--rescan", "2", "2"], "pass --scanner-key as well"),
     (["--scanner-threshold", "1"], "pass --scanner-key as well"),

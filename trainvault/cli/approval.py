@@ -71,6 +71,8 @@ def policy_from_args(args: argparse.Namespace) -> Any:
         threshold = 1 if args.scanner_threshold is None else _int(args.scanner_threshold, "--scanner-threshold")
         options.update(scanner_keys=args.scanner_key, scanner_threshold=threshold)
     if args.max_excluded is not None:
+        if not args.allow_exclusions:
+            raise TrainVaultError("--max-excluded applies to exclusions: pass --allow-exclusions as well")
         options["max_excluded_fraction"] = _fraction(args.max_excluded, "--max-excluded (N/D)")
     if args.rescan is not None:
         least, percent = (_int(v, "--rescan (MIN_SHARDS PERCENT)") for v in args.rescan)
