@@ -8,18 +8,20 @@ keys the gate re-scans every shard, so it is always refused.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
+from approval_chain import ITEMS, build_chain
 
 from trainvault import ApprovalError, ManifestError, TrainVault, UntrustedSignerError
 from trainvault.approval import (
     ApprovalPolicy,
     SigningKey,
     TrainingScanManifest,
+    ArtifactRef,
     approve_dataset,
     attestation_statement,
     open_approved,
@@ -29,7 +31,15 @@ from trainvault.approval import (
 )
 from trainvault.approval.rescan import sample_shards
 from trainvault.canonical import canonical_json
-from trainvault.contamination import ContaminationReport, exclusions_from_report
+from trainvault.contamination import (
+    DEFAULT_CONTRACT,
+    V1_CONTRACT,
+    ContaminationReport,
+    exclusions_from_report,
+    jsonl_benchmark,
+    load_index,
+    publish_release,
+)
 from trainvault.publication.pinned import Publication
 
 SCANNER = SigningKey.generate()
@@ -221,3 +231,81 @@ def test_malformed_signed_statements_are_refused(signed: Any, edit: Any, match: 
     bad = signed.put_raw("bad.dsse.json", data)
     with pytest.raises(ApprovalError, match=f"contamination_report is not a readable .*{match}"):
         approve_dataset(signed.vault, signed.request(contamination_report=bad), policy=trusting())
+
+
+def test_a_report_that_calls_uncheckable_items_checkable_is_refused(tmp_path: Path) -> None:
+    """The uncheckable items are what the bound contract makes of the bound release, not the
+    report's say: a self-consistent report hiding them would pass the uncheckable limit, and
+    no re-scan of shards (here: every shard, even with it disabled) would notice."""
+    chain = build_chain(TrainVault(), str(tmp_path / "short"), shards=2)
+    items = [*ITEMS, {"id": "tiny-short", "text": "zulu yankee xray"}]
+    release = publish_release(chain.vault.storage, str(tmp_path / "release2"), "evals-test",
+                              [jsonl_benchmark("tiny", b"".join(json.dumps(it).encode() + b"\n" for it in items))])
+    contract = chain.refs["verifier_contract"]
+    index = load_index(chain.vault, release_uri=release.uri, contract_uri=contract.uri,
+                       release_sha256=release.sha256, contract_sha256=contract.sha256)
+    honest, honest_ref = chain.rescan("honest.json", index=index)
+    bound = {"evaluation_release": ArtifactRef(uri=release.uri, sha256=release.sha256)}
+    assert [(u.item_id, u.reason) for u in honest.uncheckable_items] == [("tiny-short", "too-short")]
+    with pytest.raises(ApprovalError, match=r"fails under the contract's policy \(tiny: 0 of 4 checkable items "
+                       r"contaminated, 1 of 5 uncheckable\)"):
+        approve_dataset(chain.vault, chain.request(contamination_report=honest_ref, **bound))
+    obj = honest.model_dump(mode="json", by_alias=True)
+    obj["uncheckable_items"] = []
+    obj["benchmarks"][0].update(n_checkable=5, n_uncheckable=0, uncheckable_fraction=[0, 5],
+                                contaminated_fraction=[0, 5], **{"pass": True})
+    obj["pass"] = True
+    hidden = chain.publish("hidden.json", ContaminationReport.from_obj(obj))
+    with pytest.raises(ApprovalError, match="has 0 uncheckable items and 0 hot n-grams; the bound contract makes 1"):
+        approve_dataset(chain.vault, chain.request(contamination_report=hidden, **bound))
+    # An uncheckable item with another reason.
+    obj = honest.model_dump(mode="json", by_alias=True)
+    obj["uncheckable_items"][0]["reason"] = "template-only"
+    relabelled = chain.publish("relabelled.json", ContaminationReport.from_obj(obj))
+    with pytest.raises(ApprovalError, match="lists tiny item 'tiny-short' as uncheckable"):
+        approve_dataset(chain.vault, chain.request(contamination_report=relabelled, **bound))
+
+
+def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_path: Path) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, contaminate=True)
+    for field, value in (("total_ngrams", 7), ("item_sha256", "0" * 64)):
+        obj = chain.extra["report"].model_dump(mode="json", by_alias=True)
+        obj["contaminated_items"][0][field] = value
+        ref = chain.publish(f"{field}.json", ContaminationReport.from_obj(obj))
+        with pytest.raises(ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"):
+            approve_dataset(chain.vault, chain.request(contamination_report=ref))
+
+
+@pytest.mark.parametrize("bound, scanned", [(DEFAULT_CONTRACT, V1_CONTRACT), (V1_CONTRACT, DEFAULT_CONTRACT)])
+def test_a_report_made_under_the_other_method_is_refused(tmp_path: Path, bound: Any, scanned: Any) -> None:
+    """A v1 report bound with a v2 contract (or the reverse), even when it names the bound
+    contract's digest, is not judged: its hits and counts mean another normalisation."""
+    chain = build_chain(TrainVault(), str(tmp_path / "cross"), shards=2, contaminate=True, contract=bound)
+    contract = chain.refs["verifier_contract"]
+    release = chain.refs["evaluation_release"]
+    other = chain.publish("other-contract.json", scanned)
+    index = load_index(chain.vault, release_uri=release.uri, contract_uri=other.uri, release_sha256=release.sha256,
+                       contract_sha256=other.sha256)
+    report, ref = chain.rescan("other-method.json", index=index)
+    assert report.method.id == scanned.method.id != bound.method.id
+    with pytest.raises(ApprovalError, match="judged verifier contract"):
+        approve_dataset(chain.vault, chain.request(contamination_report=ref))
+    obj = report.model_dump(mode="json", by_alias=True)
+    obj["verifier_contract"]["sha256"] = contract.sha256
+    relabelled = chain.publish("relabelled-method.json", ContaminationReport.from_obj(obj))
+    with pytest.raises(ApprovalError, match="made with another method"):
+        approve_dataset(chain.vault, chain.request(contamination_report=relabelled))
+
+
+def test_duplicate_keys_in_a_signed_report_or_in_exclusions_are_refused(dirty: Any) -> None:
+    policy = trusting(allow_exclusions=True, max_excluded_fraction=(1, 10))
+    report = dirty.refs["contamination_report"]
+    excl = exclusions_from_report(dirty.extra["report"], report_sha256=report.sha256).to_json_bytes()
+    hidden = dirty.put_raw("dup-exclusions.json", excl[:-1] + b',"records":[]}')
+    with pytest.raises(ApprovalError, match="exclusions is not a readable .*key 'records' appears more than once"):
+        approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": hidden}), policy=policy)
+    # Signed by the trusted scanner key: the signature holds, the statement still means two things.
+    payload = base64.b64decode(json.loads(dirty.vault.storage.get(report.uri))["payload"])
+    twice = dirty.put_raw("dup-report.dsse.json", sign_envelope(payload[:-1] + b',"_type":"x"}', [SCANNER]).to_json_bytes())
+    with pytest.raises(ApprovalError, match="its signed statement\\): key '_type' appears more than once"):
+        approve_dataset(dirty.vault, dirty.request(contamination_report=twice), policy=policy)

@@ -181,3 +181,33 @@ def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.Captur
     code, _, err = run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10",
                        "--scanner-key", str(tmp_path / "k.pub"))
     assert code == 1 and "is not signed" in err
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    (["--allow-exclusions", "--max-excluded", "abc"], "--max-excluded (N/D) takes a whole number, got 'abc'"),
+    (["--allow-exclusions", "--max-excluded", "0.01"], "takes a whole number, got '0.01'"),
+    (["--allow-exclusions", "--max-excluded", "2/1"], "max_excluded_fraction must be"),
+    (["--allow-exclusions", "--max-excluded", "1/0"], "max_excluded_fraction must be"),
+    (["--max-excluded", "1/10"], "pass --allow-exclusions as well"),
+    (["--rescan-seed", "x"], "--rescan-seed takes a whole number"),
+    (["--rescan", "2", "2"], "pass --scanner-key as well"),
+    (["--scanner-threshold", "1"], "pass --scanner-key as well"),
+    (["--scanner-key", "{pub}", "--rescan", "a", "b"], "--rescan (MIN_SHARDS PERCENT) takes a whole number"),
+    (["--scanner-key", "{pub}", "--rescan", "-1", "2"], "rescan_min_shards must be a non-negative int"),
+    (["--scanner-key", "{pub}", "--rescan", "2", "200"], "rescan_fraction must be"),
+    (["--scanner-key", "{pub}", "--scanner-threshold", "x"], "--scanner-threshold takes a whole number"),
+    (["--scanner-key", "{pub}", "--scanner-threshold", "2"], "threshold must be an int from 1"),
+    (["--scanner-key", "{dir}"], "cannot read public key"),
+    (["--scanner-key", "{dir}/missing.pub"], "cannot read public key"),
+])
+def test_bad_policy_options_fail_with_one_line(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], says: str
+) -> None:
+    run(capsys, "keygen", "--out", str(tmp_path / "k"))
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    argv = [o.format(pub=tmp_path / "k.pub", dir=tmp_path) for o in options]
+    approval = tmp_path / "approval.json"
+    code, out, err = run(capsys, "approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(approval), *argv)
+    assert (code, out) == (1, "") and not approval.exists()
+    assert err.startswith("trainvault: error: ") and err.count("\n") == 1 and says in err, err

@@ -16,6 +16,7 @@ from trainvault.approval.scan_manifest import (
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.release import LoadedRelease
 from trainvault.contamination.exclusions import Exclusions, truncated_items
+from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
 from trainvault.errors import ApprovalError, ManifestError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
@@ -103,12 +104,13 @@ def check_report(
     report: ContaminationReport,
     refs: Mapping[str, ArtifactRef],
     scan: TrainingScanManifest,
-    release: LoadedRelease,
-    contract: VerifierContract,
+    index: EvalIndex,
     exclusions: Exclusions | None = None,
 ) -> None:
-    """The report judged exactly the bound artifacts and passes the contract's policy (after
-    `exclusions`, already checked with `check_exclusions`)."""
+    """The report judged exactly the bound artifacts (`index`: the bound release under the
+    bound contract) and passes the contract's policy (after `exclusions`, already checked
+    with `check_exclusions`)."""
+    release, contract = index.release, index.contract
     backrefs = (
         ("data manifest", report.training.data_manifest_sha256, refs["data_manifest"].sha256, "other data"),
         ("scan manifest", report.training.scan_manifest_sha256, refs["training_scan_manifest"].sha256, "another scan"),
@@ -135,7 +137,34 @@ def check_report(
     got = {b.name: b.n_items for b in report.benchmarks}
     if got != expected:
         deny(f"the report covers benchmarks {got}, the bound release holds {expected}: stale benchmarks; rescan")
+    _check_items(report, index)
     _check_verdict(report, contract, excluded=exclusions is not None)
+
+
+def _check_items(report: ContaminationReport, index: EvalIndex) -> None:
+    """What the report says of the release itself (which items are uncheckable and why, item
+    digests and n-gram totals, hot n-grams) is what the bound contract makes of the bound
+    release: otherwise a self-consistent report could call uncheckable items checkable and
+    pass a policy the data fails, which no re-scan of shards would notice."""
+    items = {(b.name, it.item_id): it for b in index.benchmarks for it in b.items}
+    mine = {b.name: b for b in index.benchmarks}
+    for b in report.benchmarks:
+        ib = mine[b.name]  # check_report: the report's benchmarks are the release's
+        unc = sum(it.uncheckable is not None for it in ib.items)
+        if (b.split, b.n_uncheckable, b.n_hot_ngrams_excluded) != (ib.split, unc, ib.n_hot_ngrams_excluded):
+            deny(f"the report says benchmark {b.name!r} (split {b.split!r}) has {b.n_uncheckable} uncheckable items and "
+                 f"{b.n_hot_ngrams_excluded} hot n-grams; the bound contract makes {unc} and {ib.n_hot_ngrams_excluded} "
+                 f"of the bound release (split {ib.split!r}): the report does not describe this release; rescan")
+    for u in report.uncheckable_items:
+        it = items.get((u.benchmark, u.item_id))
+        if it is None or (it.uncheckable, it.item_sha256, it.n_tokens) != (u.reason, u.item_sha256, u.tokens):
+            deny(f"the report lists {u.benchmark} item {u.item_id!r} as uncheckable ({u.reason}, {u.tokens} tokens), "
+                 "which is not what the bound contract makes of the bound release; rescan")
+    for c in report.contaminated_items:
+        it = items.get((c.benchmark, c.item_id))
+        if it is None or it.uncheckable is not None or (it.item_sha256, it.total_ngrams) != (c.item_sha256, c.total_ngrams):
+            deny(f"the report lists {c.benchmark} item {c.item_id!r} (sha256 {c.item_sha256}, {c.total_ngrams} n-grams) "
+                 "as contaminated, which is not a checkable item of the bound release under the bound contract; rescan")
 
 
 def _check_verdict(report: ContaminationReport, contract: VerifierContract, *, excluded: bool) -> None:

@@ -47,6 +47,7 @@ from trainvault.approval.scan_manifest import (
 from trainvault.components.verify import LedgerChecks, LedgerRefusal
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
+from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document, StrictModel
@@ -182,7 +183,7 @@ def _gate(
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
-    rescan = rescan_report(storage, publication, chain.report, chain.contract, chain.release, policy)
+    rescan = rescan_report(storage, publication, chain.report, chain.index, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
@@ -202,8 +203,8 @@ class _Chain:
     report: ContaminationReport
     pins: ProducerPins
     release: LoadedRelease
-    #: The contract and the sha256 it is bound by (the re-scan runs under it).
-    contract: tuple[VerifierContract, str]
+    #: The bound release indexed under the bound contract (the re-scan runs under it).
+    index: EvalIndex
     signers: dict[str, tuple[str, ...]]
     exclusions: Exclusions | None
 
@@ -245,15 +246,15 @@ def _judge_chain(
     check_contract(contract, refs["verifier_contract"], release, policy)
     if exclusions is not None:
         check_exclusions(exclusions, report.document, refs, publication.manifest, policy)
-    check_report(report.document, refs, scan.document, release, contract, exclusions)
+    index = EvalIndex(contract, release, contract_sha256=refs["verifier_contract"].sha256)
+    check_report(report.document, refs, scan.document, index, exclusions)
     check_pins_allowed(pins, policy)
     if policy.evaluation_release_sha256 is not None and release.sha256 != policy.evaluation_release_sha256:
         deny(
             f"evaluation_release {release.release.id!r} (sha256 {release.sha256}) is not the release this trainer "
             f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
         )
-    return _Chain(publication, declared, totals, scanned, report.document, pins, release,
-                  (contract, refs["verifier_contract"].sha256),
+    return _Chain(publication, declared, totals, scanned, report.document, pins, release, index,
                   {"report": report.signers, "scan": scan.signers}, exclusions)
 
 

@@ -14,8 +14,7 @@ from collections.abc import Mapping
 
 from trainvault.approval.checks import deny
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.contamination.contract import VerifierContract
-from trainvault.contamination.release import LoadedRelease
+from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
 from trainvault.contamination.scan import ShardItemHits, ShardScanResult, scan_shard
 from trainvault.documents import StrictModel
@@ -49,21 +48,16 @@ def rescan_report(
     storage: Storage,
     publication: Publication,
     report: ContaminationReport,
-    contract: tuple[VerifierContract, str],
-    release: LoadedRelease,
+    index: EvalIndex,
     policy: ApprovalPolicy,
 ) -> RescanSummary:
-    """Re-scan the policy's sample of shards under `contract` (the document and its sha256)
-    and deny a report that disagrees with any of them."""
+    """Re-scan the policy's sample of shards with `index` (the bound release under the bound
+    contract) and deny a report that disagrees with any of them."""
     seed, drawn = sample_shards(publication, policy)
-    if drawn:
-        from trainvault.contamination.index import EvalIndex
-
-        index = EvalIndex(contract[0], release, contract_sha256=contract[1])
-        for group in drawn:
-            result = scan_shard(storage, publication.manifest.data_format, group[0][1], index)
-            for split, entry in group:
-                _compare(report, split, entry.key, result)
+    for group in drawn:
+        result = scan_shard(storage, publication.manifest.data_format, group[0][1], index)
+        for split, entry in group:
+            _compare(report, split, entry.key, result)
     return RescanSummary(seed=seed, shards_total=len({e.sha256 for _, e in publication.entries()}),
                          shards=[f"{split}/{entry.key}" for group in drawn for split, entry in group])
 

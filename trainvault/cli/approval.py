@@ -44,38 +44,52 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fraction(text: str) -> tuple[int, int]:
-    n, sep, d = text.partition("/")
+def _int(text: str, flag: str) -> int:
     try:
-        return int(n), int(d) if sep else 1
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N/D, got {text!r}") from None
+        raise TrainVaultError(f"{flag} takes a whole number, got {text!r}") from None
+
+
+def _fraction(text: str, flag: str) -> tuple[int, int]:
+    n, sep, d = text.partition("/")
+    return _int(n, flag), _int(d, flag) if sep else 1
 
 
 def policy_from_args(args: argparse.Namespace) -> Any:
-    """The `ApprovalPolicy` the scanner and exclusion options ask for."""
+    """The `ApprovalPolicy` the scanner and exclusion options ask for. Option values are
+    parsed here, not by argparse, so a bad one fails like any other error: one line, exit 1."""
     from trainvault.approval.policy import ApprovalPolicy
 
-    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": args.rescan_seed}
+    seed = None if args.rescan_seed is None else _int(args.rescan_seed, "--rescan-seed")
+    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": seed}
+    if not args.scanner_key and (args.scanner_threshold is not None or args.rescan is not None):
+        # Without scanner keys the gate re-scans every shard; ignoring these would mislead.
+        raise TrainVaultError("--scanner-threshold and --rescan apply to scanner keys: pass --scanner-key as well "
+                              "(without scanner keys the gate re-scans every shard)")
     if args.scanner_key:
-        options.update(scanner_keys=args.scanner_key, scanner_threshold=args.scanner_threshold)
+        threshold = 1 if args.scanner_threshold is None else _int(args.scanner_threshold, "--scanner-threshold")
+        options.update(scanner_keys=args.scanner_key, scanner_threshold=threshold)
     if args.max_excluded is not None:
-        options["max_excluded_fraction"] = args.max_excluded
+        if not args.allow_exclusions:
+            raise TrainVaultError("--max-excluded applies to exclusions: pass --allow-exclusions as well")
+        options["max_excluded_fraction"] = _fraction(args.max_excluded, "--max-excluded (N/D)")
     if args.rescan is not None:
-        options.update(rescan_min_shards=args.rescan[0], rescan_fraction=(args.rescan[1], 100))
+        least, percent = (_int(v, "--rescan (MIN_SHARDS PERCENT)") for v in args.rescan)
+        options.update(rescan_min_shards=least, rescan_fraction=(percent, 100))
     return ApprovalPolicy(**options)
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scanner-key", action="append", help="public key trusted to sign reports and scan manifests "
                    "(repeatable); without one the gate re-scans every shard")
-    p.add_argument("--scanner-threshold", type=int, default=1, help="signatures required from distinct scanner keys")
-    p.add_argument("--rescan", type=int, nargs=2, metavar=("MIN_SHARDS", "PERCENT"),
+    p.add_argument("--scanner-threshold", metavar="N",
+                   help="signatures required from distinct scanner keys (default 1)")
+    p.add_argument("--rescan", nargs=2, metavar=("MIN_SHARDS", "PERCENT"),
                    help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)")
-    p.add_argument("--rescan-seed", type=int, help="seed of the re-scan sample (default: random, recorded)")
+    p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
-    p.add_argument("--max-excluded", type=_fraction, metavar="N/D", help="largest fraction of records excluded "
-                   "(default 1/100)")
+    p.add_argument("--max-excluded", metavar="N/D", help="largest fraction of records excluded (default 1/100)")
 
 
 def cmd_exclusions(args: argparse.Namespace) -> int:
