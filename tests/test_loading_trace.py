@@ -222,6 +222,12 @@ def test_a_version_1_state_is_taken_as_an_uninterrupted_run(small: Any) -> None:
     assert [resumed.trace(s) for s in range(len(got))] == [expected(b, keys) for b in got]
     nxt = list(resumed)
     assert resumed.trace(len(got)) == expected(nxt[0], keys)
+    # A damaged version 1 state (no batch, no ranks) is refused, not a division by zero.
+    from trainvault import ResumeStateError
+
+    for field in ("batch_size", "world_size"):
+        with pytest.raises(ResumeStateError, match="it is damaged"):
+            make(uri, CFG, 1, 2, 3, 0).load_state_dict({**old, field: 0})
 
 
 def test_bad_steps_and_ranks(small: Any) -> None:
@@ -255,6 +261,18 @@ def test_bad_steps_and_ranks(small: Any) -> None:
     ({"step": 0, "history": [{"step": 3, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1,
                               "remainder": "pad"}]}, "out of order"),
     ({"manifest_uri": None}, "must be str"),
+    ({"batch_size": 0}, "must be >= 1, >= 1 and pad or drop"),
+    ({"world_size": -1}, "must be >= 1, >= 1 and pad or drop"),
+    ({"remainder": "keep"}, "must be >= 1, >= 1 and pad or drop"),
+    # Well-typed but impossible histories would name other records: a point past the epoch's end,
+    # one that goes back, one past where the run stands.
+    ({"history": [{"step": 0, "epoch": 0, "position": 71, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
+    ({"step": 2, "history": [{"step": 0, "epoch": 1, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"},
+                             {"step": 1, "epoch": 0, "position": 8, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
+    ({"history": [{"step": 0, "epoch": 3, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
 ])
 def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any], match: str) -> None:
     from trainvault import ResumeStateError
