@@ -102,7 +102,7 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     path = tmp_path / "state.json"
 
     def refused(doc: Any, *extra: str) -> str:
-        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        path.write_bytes(doc if isinstance(doc, bytes) else (doc if isinstance(doc, str) else json.dumps(doc)).encode())
         code, out, err = run(capsys, "trace", "--state", str(path), "--step", "0", *extra)
         assert code == 1 and out == "" and err.startswith("trainvault: error: ") and err.count("\n") == 1
         return err
@@ -115,6 +115,8 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     excl.write_text(json.dumps({"easy/s0": [1]}))
     assert "same exclusions" in refused(state, "--exclude", str(excl))
     assert "not JSON" in refused("{")
+    assert "not JSON" in refused(b"\xff{")  # not UTF-8
+    assert "not JSON" in refused("[" * 100_000)  # nested past the parser's depth
     assert "holds a JSON list" in refused([])
     assert "not the loaded manifest" in refused({**state, "manifest_sha256": "0" * 64}, "--exclude", str(excl))
     v1 = {k: v for k, v in state.items() if k not in ("step", "history", "manifest_uri")}

@@ -17,8 +17,8 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{path} is not JSON ({exc}); it should hold {what}") from None
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
+        raise ConfigurationError(f"{path} is not JSON ({type(exc).__name__}: {exc}); it should hold {what}") from None
     if not isinstance(value, dict):
         raise ConfigurationError(f"{path} holds a JSON {type(value).__name__}; it should hold {what}")
     return value
