@@ -122,10 +122,11 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     gone = {n * 1000 + k for key, ks in (cfg["exclude_map"] or {}).items() for n in keys if keys[n] == key for k in ks}
     # Traced before any batch is yielded: the steps an uninterrupted run will yield.
     first_step = loaders[0].trace(0)
-    got = [run(loader, 2 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
+    # Three epochs: from the third on, a step's epoch and batch come from `// ` and `%` of whole epochs.
+    got = [run(loader, 3 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
     assert first_step == expected(got[0][0], keys)
     assert not gone & {i for batches in got for b in batches for i in b}
-    for step in range(2 * per_epoch):
+    for step in range(3 * per_epoch):
         for r in range(world):
             assert loaders[0].trace(step, rank=r) == expected(got[r][step], keys), (step, r)
     assert [t.id for t in loaders[-1].trace(0, read=False)] == [None] * len(got[-1][0])
