@@ -94,6 +94,11 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     assert [r["id"] for r in json.loads(out)["records"]] == got[2]
     code, _, err = run(capsys, "trace", approval, "--sha256", sha, "--step", "0")
     assert code == 1 and "needs --sha256" in err
+    # An approval binds its exclusions: another exclude mapping beside it is refused, not ignored.
+    excl = tmp_path / "exclude.json"
+    excl.write_text(json.dumps({"easy/s0": [1]}))
+    code, out, err = run(capsys, *pinned, "--step", "0", "--exclude", str(excl))
+    assert (code, out) == (1, "") and "binds its own exclusions" in err
 
 
 def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,3 +129,6 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--batch-size and --world-size" in refused(state, "--batch-size", "0")
     code, _, err = run(capsys, "trace", "--step", "0")
     assert code == 1 and "APPROVAL or --state" in err
+    with pytest.raises(SystemExit):  # read the records and read no data: contradictory
+        main(["trace", "--state", str(path), "--step", "0", "--records", "--positions"])
+    assert "not allowed with argument" in capsys.readouterr().err
