@@ -282,3 +282,28 @@ def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any]
     ld = make(uri, CFG, 0, 1, 4, 0)
     with pytest.raises(ResumeStateError, match=match):
         ld.load_state_dict({**ld.state_dict(), **change})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_step_not_yet_yielded_continues_the_iteration_in_progress(small: Any, workers: int) -> None:
+    uri, keys = small
+    ld = make(uri, CFG, 0, 1, 4, workers)
+    per_epoch = len(ld)
+    it = iter(ld)
+    assert ld.trace(0) == expected(next(it), keys)  # an iteration begun, then traced ahead of it
+    for step in range(1, per_epoch):
+        assert ld.trace(step) == expected(next(it), keys), step
+    # Dropped part-way, the iteration is over: the next steps are the next iter()'s (epoch 1).
+    it = iter(ld)
+    first = [next(it) for _ in range(2)]
+    assert ld.trace(per_epoch + 2) == expected(next(it), keys)
+    del it
+    assert ld.trace(per_epoch + 3) == expected(next(iter(ld)), keys)
+    assert [ld.trace(per_epoch + s) for s in range(2)] == [expected(b, keys) for b in first]
+    # A state loaded while an iteration runs: the next steps are the resumed run's (here batch 3, not 4).
+    other = make(uri, CFG, 0, 1, 3, workers)
+    live = iter(other)
+    next(live)
+    other.load_state_dict(ld.state_dict())
+    step = ld.state_dict()["step"]
+    assert other.trace(step) == expected(next(iter(other)), keys)
