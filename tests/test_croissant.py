@@ -235,6 +235,10 @@ def test_command_writes_the_card_of_a_verified_approval_only(tmp_path: Path, cap
         code, out, err = run(capsys, *argv)
         assert (code, out) == (1, "") and err.startswith("trainvault: error: ") and says in err
         assert not out_path.exists()
+    # mlcroissant refuses a datePublished that is not ISO 8601, and a card is create-only: refused before writing.
+    for date in ("yesterday", "2026-13-45", "01/12/2026"):
+        code, out, err = run(capsys, *args, "--date-published", date)
+        assert (code, out) == (1, "") and "not an ISO 8601 date" in err and not out_path.exists()
 
     code, out, err = run(capsys, *args)
     assert code == 0, err

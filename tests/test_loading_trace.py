@@ -122,10 +122,11 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     gone = {n * 1000 + k for key, ks in (cfg["exclude_map"] or {}).items() for n in keys if keys[n] == key for k in ks}
     # Traced before any batch is yielded: the steps an uninterrupted run will yield.
     first_step = loaders[0].trace(0)
-    got = [run(loader, 2 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
+    # Three epochs: from the third on, a step's epoch and batch come from `// ` and `%` of whole epochs.
+    got = [run(loader, 3 * per_epoch, cfg["infinite"], per_epoch) for loader in loaders]
     assert first_step == expected(got[0][0], keys)
     assert not gone & {i for batches in got for b in batches for i in b}
-    for step in range(2 * per_epoch):
+    for step in range(3 * per_epoch):
         for r in range(world):
             assert loaders[0].trace(step, rank=r) == expected(got[r][step], keys), (step, r)
     assert [t.id for t in loaders[-1].trace(0, read=False)] == [None] * len(got[-1][0])
@@ -222,6 +223,12 @@ def test_a_version_1_state_is_taken_as_an_uninterrupted_run(small: Any) -> None:
     assert [resumed.trace(s) for s in range(len(got))] == [expected(b, keys) for b in got]
     nxt = list(resumed)
     assert resumed.trace(len(got)) == expected(nxt[0], keys)
+    # A damaged version 1 state (no batch, no ranks) is refused, not a division by zero.
+    from trainvault import ResumeStateError
+
+    for field in ("batch_size", "world_size"):
+        with pytest.raises(ResumeStateError, match="it is damaged"):
+            make(uri, CFG, 1, 2, 3, 0).load_state_dict({**old, field: 0})
 
 
 def test_bad_steps_and_ranks(small: Any) -> None:
@@ -255,6 +262,18 @@ def test_bad_steps_and_ranks(small: Any) -> None:
     ({"step": 0, "history": [{"step": 3, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1,
                               "remainder": "pad"}]}, "out of order"),
     ({"manifest_uri": None}, "must be str"),
+    ({"batch_size": 0}, "must be >= 1, >= 1 and pad or drop"),
+    ({"world_size": -1}, "must be >= 1, >= 1 and pad or drop"),
+    ({"remainder": "keep"}, "must be >= 1, >= 1 and pad or drop"),
+    # Well-typed but impossible histories would name other records: a point past the epoch's end,
+    # one that goes back, one past where the run stands.
+    ({"history": [{"step": 0, "epoch": 0, "position": 71, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
+    ({"step": 2, "history": [{"step": 0, "epoch": 1, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"},
+                             {"step": 1, "epoch": 0, "position": 8, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
+    ({"history": [{"step": 0, "epoch": 3, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+     "it is damaged"),
 ])
 def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any], match: str) -> None:
     from trainvault import ResumeStateError
@@ -263,3 +282,28 @@ def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any]
     ld = make(uri, CFG, 0, 1, 4, 0)
     with pytest.raises(ResumeStateError, match=match):
         ld.load_state_dict({**ld.state_dict(), **change})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_step_not_yet_yielded_continues_the_iteration_in_progress(small: Any, workers: int) -> None:
+    uri, keys = small
+    ld = make(uri, CFG, 0, 1, 4, workers)
+    per_epoch = len(ld)
+    it = iter(ld)
+    assert ld.trace(0) == expected(next(it), keys)  # an iteration begun, then traced ahead of it
+    for step in range(1, per_epoch):
+        assert ld.trace(step) == expected(next(it), keys), step
+    # Dropped part-way, the iteration is over: the next steps are the next iter()'s (epoch 1).
+    it = iter(ld)
+    first = [next(it) for _ in range(2)]
+    assert ld.trace(per_epoch + 2) == expected(next(it), keys)
+    del it
+    assert ld.trace(per_epoch + 3) == expected(next(iter(ld)), keys)
+    assert [ld.trace(per_epoch + s) for s in range(2)] == [expected(b, keys) for b in first]
+    # A state loaded while an iteration runs: the next steps are the resumed run's (here batch 3, not 4).
+    other = make(uri, CFG, 0, 1, 3, workers)
+    live = iter(other)
+    next(live)
+    other.load_state_dict(ld.state_dict())
+    step = ld.state_dict()["step"]
+    assert other.trace(step) == expected(next(iter(other)), keys)

@@ -94,6 +94,11 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     assert [r["id"] for r in json.loads(out)["records"]] == got[2]
     code, _, err = run(capsys, "trace", approval, "--sha256", sha, "--step", "0")
     assert code == 1 and "needs --sha256" in err
+    # An approval binds its exclusions: another exclude mapping beside it is refused, not ignored.
+    excl = tmp_path / "exclude.json"
+    excl.write_text(json.dumps({"easy/s0": [1]}))
+    code, out, err = run(capsys, *pinned, "--step", "0", "--exclude", str(excl))
+    assert (code, out) == (1, "") and "binds its own exclusions" in err
 
 
 def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,7 +107,7 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     path = tmp_path / "state.json"
 
     def refused(doc: Any, *extra: str) -> str:
-        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        path.write_bytes(doc if isinstance(doc, bytes) else (doc if isinstance(doc, str) else json.dumps(doc)).encode())
         code, out, err = run(capsys, "trace", "--state", str(path), "--step", "0", *extra)
         assert code == 1 and out == "" and err.startswith("trainvault: error: ") and err.count("\n") == 1
         return err
@@ -115,6 +120,8 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     excl.write_text(json.dumps({"easy/s0": [1]}))
     assert "same exclusions" in refused(state, "--exclude", str(excl))
     assert "not JSON" in refused("{")
+    assert "not JSON" in refused(b"\xff{")  # not UTF-8
+    assert "not JSON" in refused("[" * 100_000)  # nested past the parser's depth
     assert "holds a JSON list" in refused([])
     assert "not the loaded manifest" in refused({**state, "manifest_sha256": "0" * 64}, "--exclude", str(excl))
     v1 = {k: v for k, v in state.items() if k not in ("step", "history", "manifest_uri")}
@@ -122,3 +129,6 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--batch-size and --world-size" in refused(state, "--batch-size", "0")
     code, _, err = run(capsys, "trace", "--step", "0")
     assert code == 1 and "APPROVAL or --state" in err
+    with pytest.raises(SystemExit):  # read the records and read no data: contradictory
+        main(["trace", "--state", str(path), "--step", "0", "--records", "--positions"])
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -14,6 +14,7 @@ Shard URLs are relative to the card's folder when the card is on the same store,
 
 from __future__ import annotations
 
+import datetime
 import json
 import posixpath
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from urllib.parse import quote
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
-from trainvault.errors import ApprovalError, ManifestError
+from trainvault.errors import ApprovalError, ConfigurationError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -215,6 +216,7 @@ def croissant_card(
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
+    _check_date(date_published)
     folder = parent_uri(normalize_uri(card_uri or default_card_uri(approved)))
     manifest = approved.manifest
     distribution: list[dict[str, Any]] = [
@@ -246,6 +248,19 @@ def croissant_card(
         "recordSet": record_sets,
         "tv:approval": _approval(approved, record),
     }
+
+
+def _check_date(date_published: str | None) -> None:
+    """Croissant readers refuse a ``datePublished`` that is not ISO 8601; a card is create-only, so check first."""
+    if date_published is None:
+        return
+    try:
+        datetime.datetime.fromisoformat(date_published)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"date_published {date_published!r} is not an ISO 8601 date; give YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS[+HH:MM] "
+            "(Croissant readers refuse other forms)"
+        ) from None
 
 
 def _check_unique_ids(nodes: list[dict[str, Any]]) -> None:

@@ -17,8 +17,8 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{path} is not JSON ({exc}); it should hold {what}") from None
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
+        raise ConfigurationError(f"{path} is not JSON ({type(exc).__name__}: {exc}); it should hold {what}") from None
     if not isinstance(value, dict):
         raise ConfigurationError(f"{path} holds a JSON {type(value).__name__}; it should hold {what}")
     return value
@@ -38,6 +38,8 @@ def _trace_loader(args: argparse.Namespace, state: Any) -> Any:
 
         if not args.sha256 or not args.key:
             raise TrainVaultError("trace APPROVAL needs --sha256 (the approval's pinned sha256) and --key")
+        if args.exclude is not None:
+            raise TrainVaultError("--exclude is for --state without an APPROVAL: an approval binds its own exclusions")
         with waiting(f"verifying {args.approval}: hashing every file it binds"):
             approved = open_approved(vault_from_env(), args.approval, args.sha256, trusted_keys=args.key,
                                      threshold=args.threshold, policy=policy_from_args(args))
@@ -117,8 +119,9 @@ def add_trace_parser(sub: Any) -> None:
     p.add_argument("--drop-last", action="store_true", help="without --state: the run dropped each epoch's tail")
     p.add_argument("--step", type=int, required=True, help="the step (0: the run's first batch)")
     p.add_argument("--rank", type=int, help="the rank (default 0)")
-    p.add_argument("--records", action="store_true", help="print each record too, read and verified")
-    p.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
+    reads = p.add_mutually_exclusive_group()
+    reads.add_argument("--records", action="store_true", help="print each record too, read and verified")
+    reads.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_policy_options(p)
     p.set_defaults(run=cmd_trace)

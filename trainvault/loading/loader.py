@@ -10,6 +10,7 @@ the records of any step. Imports torch: import it through `SplitDataLoader`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -49,6 +50,9 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
         self._position = 0
         self._started_epoch: int | None = None
         self._resume = False
+        # The iteration in progress (token, weak reference to it) until it ends, is closed or is
+        # dropped unstarted: trace continues it.
+        self._live: tuple[object, weakref.ref[Any]] | None = None
         # Persistent workers keep the dataset copy they started with: (first start, iterations).
         self._workers_first: tuple[int, int] | None = None
         self._workers_iterations = 0
@@ -113,27 +117,36 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
                 self._workers_first, self._workers_iterations = (epoch, position), 0
             self._workers_iterations += 1
         ds.set_start(epoch, position)
+        live = object()
         if self.num_workers == 0 and not self.pin_memory:
             # In-process without pinning, the DataLoader's iterator only passes the items
             # through (collate is `passthrough`), at ~0.1 ms a batch (its profiler scope
             # and fetcher). Iterate the dataset directly; draw the base seed it would draw,
             # so the caller's torch RNG stream is the same either way.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-            return self._reorder(iter(ds))
-        return self._reorder(super().__iter__())
+            return self._follow(self._reorder(iter(ds), live), live)
+        return self._follow(self._reorder(super().__iter__(), live), live)
 
-    def _reorder(self, items: Iterator[Item]) -> Iterator[Any]:
+    def _follow(self, batches: Iterator[Any], live: object) -> Iterator[Any]:
+        self._live = (live, weakref.ref(batches))
+        return batches
+
+    def _reorder(self, items: Iterator[Item], live: object) -> Iterator[Any]:
         waiting: dict[int, Item] = {}
         expected = 0
-        for item in items:
-            waiting[item[0]] = item
-            while expected in waiting:
-                _, epoch, after, batch = waiting.pop(expected)
-                expected += 1
-                # Counted before the trainer sees the batch: a state taken now includes it.
-                self._epoch, self._position = epoch, after
-                self._step += 1
-                yield batch
+        try:
+            for item in items:
+                waiting[item[0]] = item
+                while expected in waiting:
+                    _, epoch, after, batch = waiting.pop(expected)
+                    expected += 1
+                    # Counted before the trainer sees the batch: a state taken now includes it.
+                    self._epoch, self._position = epoch, after
+                    self._step += 1
+                    yield batch
+        finally:
+            if self._live is not None and self._live[0] is live:
+                self._live = None
         if waiting:
             raise RuntimeError(
                 f"trainvault loader: batch {expected} never arrived while {len(waiting)} later ones did; "
@@ -180,6 +193,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             )
         self._epoch, self._position = parsed.epoch, parsed.position
         self._resume = True
+        self._live = None  # the next batches are the resumed run's, not the old iteration's
         if parsed.history is not None and parsed.step is not None:
             self._step, self._history = parsed.step, list(parsed.history)
         else:
@@ -197,14 +211,17 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
         """The records of `step`'s batch (step 0: the first batch this run yielded; steps
         count on across epochs and resumes) for this loader's rank or `rank`, in batch
         order. `read=False` skips reading the records: ``id`` is then None. A step not yet
-        yielded is the one an uninterrupted iteration would yield."""
+        yielded is the one an uninterrupted iteration would yield (the one in progress, else
+        the next ``iter()``)."""
         return list(self.trace_step(step, rank, read=read).records)
 
     def trace_step(self, step: int, rank: int | None = None, *, read: bool = True) -> StepTrace:
         """`trace` with the step's epoch and, when `read`, the records themselves (verified)."""
         ds = self.split_dataset
-        return trace_batch(ds, self._identity.split, self._history_now(), step, ds.rank if rank is None else rank,
-                          read=read)
+        # While an iteration runs, its next batches continue it; else they are the next iter()'s.
+        running = self._live is not None and self._live[1]() is not None
+        history = self._history if running else self._history_now()
+        return trace_batch(ds, self._identity.split, history, step, ds.rank if rank is None else rank, read=read)
 
     def describe_state(self) -> str:
         """Where the run is, for people: epoch, position, selection and digests."""

@@ -119,6 +119,12 @@ class LoaderState:
             raise ResumeStateError(
                 f"loader state position {out.position} of epoch {out.epoch} is outside 0..{out.epoch_records}"
             )
+        if min(out.batch_size, out.world_size) < 1 or out.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
+            raise ResumeStateError(
+                f"loader state batch_size {out.batch_size}, world_size {out.world_size} and remainder "
+                f"{out.remainder!r} must be >= 1, >= 1 and pad or drop; it is damaged"
+            )
+        _check_history(out)
         return out
 
     def check_identity(self, expected: OrderIdentity) -> None:
@@ -201,6 +207,20 @@ def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
             f"loader state history steps {[p.step for p in points]} and step {step} are out of order"
         )
     return {"step": step, "history": tuple(points), "manifest_uri": _typed(state, "manifest_uri", str)}
+
+
+def _check_history(state: LoaderState) -> None:
+    """Re-dealing points lie within an epoch, never go back, and none is past where the run stands."""
+    if state.history is None:
+        return
+    points = [(h.epoch, h.position) for h in state.history]
+    if any(position > state.epoch_records for _, position in points) or points != sorted(points) or (
+        points[-1] > (state.epoch, state.position)
+    ):
+        raise ResumeStateError(
+            f"loader state history points (epoch, position) {points} must be in order, within 0..{state.epoch_records} "
+            f"records and not past epoch {state.epoch} position {state.position}; it is damaged"
+        )
 
 
 def _optional(state: Mapping[str, Any], name: str, kind: type) -> Any:
