@@ -29,7 +29,9 @@ from pydantic import ValidationError
 from resources.dataset import NO_STAGE, DatasetSpec, ScheduleSpec
 from resources.policy import PolicySpec
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ConfigurationError
+from trainvault.errors import ConfigurationError, StorageError
+from trainvault.formats import FORMATS
+from trainvault.storage import normalize_uri
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "pipelines/datasets.yaml"
@@ -175,6 +177,15 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
     check_partitions(spec, where)
     if spec.records_per_shard < 1:
         raise ConfigurationError(f"{where}: field 'records_per_shard' must be at least 1")
+    if spec.ngram_n < 1:
+        raise ConfigurationError(f"{where}: field 'ngram_n' must be at least 1")
+    if spec.data_format not in FORMATS:
+        raise ConfigurationError(f"{where}: field 'data_format' is {spec.data_format!r}, expected one of "
+                                 f"{', '.join(FORMATS)}")
+    try:
+        normalize_uri(spec.root_uri)
+    except StorageError as exc:
+        raise ConfigurationError(f"{where}: field 'root_uri': {exc}") from None
     try:
         spec.policy.check()
     except ConfigurationError as exc:
