@@ -205,6 +205,12 @@ def check_partitions(spec: DatasetSpec, where: str) -> None:
         if twice:
             raise ConfigurationError(f"{where}: field '{field}' names {twice[0]!r} twice; each shard needs its own "
                                      "partition key")
+    stages = {s.name: s.stages for s in spec.splits}
+    for cur in spec.curricula:
+        missing = [s for s in cur.stages if s not in stages.get(cur.split, [])]
+        if cur.split not in stages or missing or not cur.stages:
+            raise ConfigurationError(f"{where}: field 'curricula.{cur.name}' orders stages {cur.stages} of split "
+                                     f"{cur.split!r}; give stages the split declares ({stages.get(cur.split, 'no such split')})")
 
 
 def interpolate(value: Any, where: str, field: str) -> Any:
