@@ -53,6 +53,9 @@ def test_the_shipped_catalog_serves_two_demo_datasets() -> None:
     assert (curriculum.data_format, text.data_format) == ("msgpack.zst", "jsonl.gz")
     assert all(not s.stages for s in text.splits)
     assert not curriculum.schedule.enabled and curriculum.schedule.cron == "0 3 * * *"
+    # README: demo_curriculum allows exclusions (up to 1/100), contamination blocks demo_text.
+    assert (curriculum.policy.allow_exclusions, curriculum.policy.max_excluded_fraction) == (True, "1/100")
+    assert not text.policy.allow_exclusions
 
 
 def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> None:
