@@ -19,6 +19,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
@@ -97,6 +98,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader refuses it below ("found unhashable key"), a YAMLError
             if key in seen:
                 raise DuplicateKey(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
             seen.add(key)
@@ -193,7 +196,8 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
 
 
 def check_partitions(spec: DatasetSpec, where: str) -> None:
-    """Split, stage and shard ids that make one partition key per shard, which parses back to it."""
+    """Split, stage and shard ids that make one partition key per shard, which parses back to it; curricula
+    over declared stages."""
     for field, names in [("splits", [s.name for s in spec.splits])] + [
             (f"splits.{s.name}.{kind}", values) for s in spec.splits
             for kind, values in (("stages", s.stages), ("shard_ids", s.shard_ids))]:
@@ -209,8 +213,9 @@ def check_partitions(spec: DatasetSpec, where: str) -> None:
     for cur in spec.curricula:
         missing = [s for s in cur.stages if s not in stages.get(cur.split, [])]
         if cur.split not in stages or missing or not cur.stages:
+            declared = stages.get(cur.split, "no such split")
             raise ConfigurationError(f"{where}: field 'curricula.{cur.name}' orders stages {cur.stages} of split "
-                                     f"{cur.split!r}; give stages the split declares ({stages.get(cur.split, 'no such split')})")
+                                     f"{cur.split!r}; give stages the split declares ({declared})")
 
 
 def interpolate(value: Any, where: str, field: str) -> Any:

@@ -178,6 +178,7 @@ def test_a_malformed_entry_names_the_dataset_and_the_field(tmp_path, fields, mes
         ("datasets: [", r"not valid YAML"),
         ("other: 1", r"expected a non-empty list under 'datasets:'"),
         ("datasets: [3]", r"entry 0 is not a mapping"),
+        ("datasets:\n  - {? [a, b] : 1}\n", r"(?s)not valid YAML .*unhashable key"),
         ("datasets:\n  - name: a\n    policy: {}\n    policy: {allow_exclusions: true}\n",
          r"key 'policy' is given twice .*line 4"),
     ],
