@@ -19,15 +19,20 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
+# Dagster's own test of a schedule's cron, so an entry it would refuse fails here, naming the dataset.
+from dagster._utils.schedules import is_valid_cron_string
 from pydantic import ValidationError
 
-from resources.dataset import DatasetSpec, ScheduleSpec
+from resources.dataset import NO_STAGE, DatasetSpec, ScheduleSpec
 from resources.policy import PolicySpec
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ConfigurationError
+from trainvault.errors import ConfigurationError, StorageError
+from trainvault.formats import FORMATS
+from trainvault.storage import normalize_uri
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "pipelines/datasets.yaml"
@@ -38,6 +43,8 @@ OWNER = re.compile(r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 TAG = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 CRON = re.compile(r"^(@(hourly|daily|weekly|monthly|yearly)|\S+( \S+){4})$")
 CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+#: A split, stage or shard id is one segment of a partition key ``<split>/<stage or _>/<shard id>``.
+SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 #: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
 NESTED = {"policy": PolicySpec, "schedule": ScheduleSpec}
@@ -60,11 +67,13 @@ def load_datasets(path: str | Path) -> list[DatasetSpec]:
     """Every dataset of the catalog at `path`, validated; `ConfigurationError` names what is wrong."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=UniqueKeyLoader)
     except OSError as exc:
         raise ConfigurationError(f"dataset catalog {path}: cannot read it ({exc.strerror}); set ${ENV} to the file") from None
     except yaml.YAMLError as exc:
         raise ConfigurationError(f"dataset catalog {path}: not valid YAML ({exc})") from None
+    except DuplicateKey as exc:
+        raise ConfigurationError(f"dataset catalog {path}: {exc}; each field may appear once per mapping") from None
     entries = doc.get("datasets") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ConfigurationError(f"dataset catalog {path}: expected a non-empty list under 'datasets:'")
@@ -76,6 +85,25 @@ def load_datasets(path: str | Path) -> list[DatasetSpec]:
         seen.add(spec.name)
         specs.append(spec)
     return specs
+
+
+class DuplicateKey(Exception):
+    """A mapping that names one key twice (PyYAML would silently keep the last value)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader refuses it below ("found unhashable key"), a YAMLError
+            if key in seen:
+                raise DuplicateKey(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
@@ -145,16 +173,49 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
         if not TAG.match(k) or not (v == "" or TAG.match(v)):
             raise ConfigurationError(f"{where}: field 'tags' has {k!r}: {v!r}; keys and values are up to 63 of "
                                      "letters, digits, _ . -")
-    if not CRON.match(spec.schedule.cron.strip()):
+    if not CRON.match(spec.schedule.cron.strip()) or not is_valid_cron_string(spec.schedule.cron.strip()):
         raise ConfigurationError(f"{where}: field 'schedule.cron' is {spec.schedule.cron!r}, expected five cron fields")
     if not spec.shards():
         raise ConfigurationError(f"{where}: field 'splits' declares no shard")
+    check_partitions(spec, where)
     if spec.records_per_shard < 1:
         raise ConfigurationError(f"{where}: field 'records_per_shard' must be at least 1")
+    if spec.ngram_n < 1:
+        raise ConfigurationError(f"{where}: field 'ngram_n' must be at least 1")
+    if spec.data_format not in FORMATS:
+        raise ConfigurationError(f"{where}: field 'data_format' is {spec.data_format!r}, expected one of "
+                                 f"{', '.join(FORMATS)}")
+    try:
+        normalize_uri(spec.root_uri)
+    except StorageError as exc:
+        raise ConfigurationError(f"{where}: field 'root_uri': {exc}") from None
     try:
         spec.policy.check()
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def check_partitions(spec: DatasetSpec, where: str) -> None:
+    """Split, stage and shard ids that make one partition key per shard, which parses back to it; curricula
+    over declared stages."""
+    for field, names in [("splits", [s.name for s in spec.splits])] + [
+            (f"splits.{s.name}.{kind}", values) for s in spec.splits
+            for kind, values in (("stages", s.stages), ("shard_ids", s.shard_ids))]:
+        for value in names:
+            if not SEGMENT.match(value) or (field.endswith(".stages") and value == NO_STAGE):
+                raise ConfigurationError(f"{where}: field '{field}' has {value!r}; a name is 1 to 63 of letters, "
+                                         f"digits, _ . - (no '/'; a stage is not {NO_STAGE!r})")
+        twice = sorted({v for v in names if names.count(v) > 1})
+        if twice:
+            raise ConfigurationError(f"{where}: field '{field}' names {twice[0]!r} twice; each shard needs its own "
+                                     "partition key")
+    stages = {s.name: s.stages for s in spec.splits}
+    for cur in spec.curricula:
+        missing = [s for s in cur.stages if s not in stages.get(cur.split, [])]
+        if cur.split not in stages or missing or not cur.stages:
+            declared = stages.get(cur.split, "no such split")
+            raise ConfigurationError(f"{where}: field 'curricula.{cur.name}' orders stages {cur.stages} of split "
+                                     f"{cur.split!r}; give stages the split declares ({declared})")
 
 
 def interpolate(value: Any, where: str, field: str) -> Any:

@@ -53,6 +53,9 @@ def test_the_shipped_catalog_serves_two_demo_datasets() -> None:
     assert (curriculum.data_format, text.data_format) == ("msgpack.zst", "jsonl.gz")
     assert all(not s.stages for s in text.splits)
     assert not curriculum.schedule.enabled and curriculum.schedule.cron == "0 3 * * *"
+    # README: demo_curriculum allows exclusions (up to 1/100), contamination blocks demo_text.
+    assert (curriculum.policy.allow_exclusions, curriculum.policy.max_excluded_fraction) == (True, "1/100")
+    assert not text.policy.allow_exclusions
 
 
 def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> None:
@@ -132,6 +135,24 @@ def test_the_catalog_path_comes_from_the_environment_else_pyproject() -> None:
         ({"owners": ["somebody"]}, r"dataset 'tiny': field 'owners' has 'somebody'"),
         ({"tags": {"a key": "x"}}, r"dataset 'tiny': field 'tags'"),
         ({"schedule": {"cron": "nightly"}}, r"dataset 'tiny': field 'schedule.cron'"),
+        ({"data_format": "csv"}, r"dataset 'tiny': field 'data_format' is 'csv', expected one of msgpack.zst"),
+        ({"root_uri": "ftp://host/store"}, r"dataset 'tiny': field 'root_uri': ftp://host/store: unsupported scheme"),
+        ({"curricula": [{"split": "test", "name": "c", "stages": ["a"]}]},
+         r"dataset 'tiny': field 'curricula.c' orders stages \['a'\] of split 'test'"),
+        ({"splits": [{"name": "train", "stages": ["a"], "shards": 1}],
+          "curricula": [{"split": "train", "name": "c", "stages": ["a", "b"]}]}, r"field 'curricula.c' orders stages"),
+        ({"ngram_n": 0}, r"dataset 'tiny': field 'ngram_n' must be at least 1"),
+        ({"schedule": {"cron": "99 99 * * *"}}, r"dataset 'tiny': field 'schedule.cron' is '99 99"),
+        ({"splits": [{"name": "train", "shards": 2}, {"name": "train", "shards": 1}]},
+         r"dataset 'tiny': field 'splits' names 'train' twice"),
+        ({"splits": [{"name": "train", "stages": ["a", "a"], "shards": 1}]},
+         r"dataset 'tiny': field 'splits.train.stages' names 'a' twice"),
+        ({"splits": [{"name": "train", "shard_ids": ["0", "0"]}]},
+         r"dataset 'tiny': field 'splits.train.shard_ids' names '0' twice"),
+        ({"splits": [{"name": "tr/ain", "shards": 1}]}, r"dataset 'tiny': field 'splits' has 'tr/ain'"),
+        ({"splits": [{"name": "train", "stages": ["_"], "shards": 1}]},
+         r"dataset 'tiny': field 'splits.train.stages' has '_'"),
+        ({"splits": [{"name": "train", "shard_ids": ["a/b"]}]}, r"dataset 'tiny': field 'splits.train.shard_ids' has 'a/b'"),
         ({"schedule": {"cron": "0 3 * * *", "enabled": "sometimes"}}, r"dataset 'tiny': field schedule.enabled"),
         ({"colour": "blue"}, r"dataset 'tiny': field colour"),
         ({"policy": {"rescan_fraction": "2%"}}, r"dataset 'tiny': field 'policy.rescan_fraction' is '2%', expected N/D"),
@@ -157,6 +178,9 @@ def test_a_malformed_entry_names_the_dataset_and_the_field(tmp_path, fields, mes
         ("datasets: [", r"not valid YAML"),
         ("other: 1", r"expected a non-empty list under 'datasets:'"),
         ("datasets: [3]", r"entry 0 is not a mapping"),
+        ("datasets:\n  - {? [a, b] : 1}\n", r"(?s)not valid YAML .*unhashable key"),
+        ("datasets:\n  - name: a\n    policy: {}\n    policy: {allow_exclusions: true}\n",
+         r"key 'policy' is given twice .*line 4"),
     ],
 )
 def test_a_malformed_file_is_refused(tmp_path, text, message) -> None:
