@@ -27,6 +27,11 @@ if cur.fetchone() is None:
     cur.execute(f'CREATE DATABASE "{os.environ["DAGSTER_PG_DB"]}"')
 PY
 
+# The demo catalog's approver and scanner key pairs (.demo/keys/), made once, as `make demo` does.
+python -c 'from pipelines.catalog import datasets_path, load_datasets
+from pipelines.examples.demo import prepare_keys
+prepare_keys(load_datasets(datasets_path()))'
+
 pids=()
 start() {
     # Each process in its own session, so stopping its group stops its children too; SIGINT
