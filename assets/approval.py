@@ -23,6 +23,7 @@ from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.errors import ObjectNotFoundError
 from trainvault.refs import ObjectRef
 
 DESCRIPTION = ("The signed (DSSE, Ed25519) approval record: the library's gate re-hashes every bound document "
@@ -107,14 +108,23 @@ def trusted_keys(spec: DatasetSpec) -> list:
     return [load_verifying_key(spec.trusted_keys_path)] if spec.trusted_keys_path else []
 
 
+def stored_ref(vault, uri: str) -> ObjectRef | None:
+    """The object already at `uri` (read once: its bytes give the sha256), or None."""
+    try:
+        data = vault.storage.get(uri)
+    except ObjectNotFoundError:
+        return None
+    return ObjectRef(uri=uri, sha256=sha256_hex(data))
+
+
 def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tuple[ObjectRef, bool]:
     """The approval record at `uri` (named by the request's digest: the one already there is
     reused, and opened after), else signed now (with the Dagster run and asset as provenance)
     and written create-only."""
     from trainvault.approval import load_signing_key, write_approval
 
-    if vault.storage.exists(uri):
-        return ObjectRef(uri=uri, sha256=sha256_hex(vault.storage.get(uri))), False
+    if (existing := stored_ref(vault, uri)) is not None:
+        return existing, False
     key = load_signing_key(spec.signing_key_path, env=spec.signing_key_env)
     provenance = {
         "orchestrator": "dagster",
@@ -142,8 +152,8 @@ def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -
     from trainvault.cards import write_croissant
 
     uri = pub.croissant_uri(request_sha256)
-    if vault.storage.exists(uri):
-        return ObjectRef(uri=uri, sha256=sha256_hex(vault.storage.get(uri))), False
+    if (existing := stored_ref(vault, uri)) is not None:
+        return existing, False
     card = write_croissant(vault, opened, uri, name=spec.name, description=spec.description or None,
                            version=pub.version)
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
