@@ -152,6 +152,34 @@ def test_progress_bar_on_a_terminal(chain: Any) -> None:
     assert "hashing [" in out.getvalue() and "100.0%" in out.getvalue() and out.getvalue().endswith("\n")
 
 
+def test_the_hashing_bar_counts_the_files_the_summary_counts(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import re
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    prefix = str(tmp_path / "approver")
+    run(capsys, "keygen", "--out", prefix)
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    approval = str(tmp_path / "approval.json")
+    code, out, _ = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    sha = out.split("sha256")[1].split()[0]
+    terminal = Tty()
+    monkeypatch.setattr("sys.stderr", terminal)
+    code = main(["verify", approval, "--sha256", sha, "--key", prefix + ".pub"])
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert code == 0, terminal.getvalue()
+    done, total = re.findall(r"files (\d+)/(\d+)", terminal.getvalue())[-1]
+    hashed = re.search(r"; (\d+) files hashed;", out)
+    assert hashed is not None and done == total == hashed.group(1), (terminal.getvalue(), out)
+
+
 def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, records_per_shard=10, contaminate=True)
     request, bound = tmp_path / "request.json", str(tmp_path / "request-excl.json")
