@@ -14,6 +14,7 @@ from typing import Any
 
 from trainvault.cli.approval import add_policy_options, policy_from_args
 from trainvault.cli.console import gate_progress, vault_from_env
+from trainvault.cli.recognize import approved_manifest, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
 #: Options that describe the run when no state does; a state names all of them itself.
@@ -89,20 +90,18 @@ def _check_selection_first(storage: Any, args: argparse.Namespace, run: _Run) ->
     """Refuse an unknown split or stage before the gate hashes every file: check them against the
     manifest the pinned approval record names. Its signatures are not checked here (the gate
     does that next), so anything unreadable is left for the gate to report."""
-    from trainvault.approval.dsse import Envelope, unverified_payload
-    from trainvault.approval.gate import coerce_request
-    from trainvault.canonical import loads_strict, sha256_hex
+    from trainvault.canonical import sha256_hex
     from trainvault.loading.selection import select
     from trainvault.publication.pinned import Publication
 
     try:
         raw = storage.get_document(args.approval)
-        if sha256_hex(raw) != args.sha256:
+        statement = unverified_statement(raw, args.approval) if sha256_hex(raw) == args.sha256 else None
+        bound = None if statement is None else approved_manifest(statement)
+        if bound is None:
             return
-        statement = loads_strict(unverified_payload(Envelope.from_json_bytes(raw)), source=args.approval)
-        bound = coerce_request(statement["predicate"]["request"]).data_manifest
         manifest = Publication.load(storage, bound.uri, sha256=bound.sha256).manifest
-    except (TrainVaultError, ValueError, KeyError, TypeError):
+    except TrainVaultError:
         return
     select(manifest, run.split, None, run.stages)
 
