@@ -40,6 +40,18 @@ def _loader(chain: Any, rank: int, world: int, **kw: Any) -> Any:
                            dataloader_args={"batch_size": 3}, **kw).load("train", curriculum_stages=["hard", "easy"])
 
 
+def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """`trace APPROVAL --sha256 ... --key ...` of a fresh approval of `chain`."""
+    prefix = str(tmp_path / "approver")
+    assert run(capsys, "keygen", "--out", prefix)[0] == 0
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    approval = str(tmp_path / "approval.json")
+    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    assert code == 0, err
+    return ["trace", approval, "--sha256", out.split("sha256")[1].split()[0], "--key", prefix + ".pub"]
+
+
 def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ld = _loader(chain, 1, 2, shuffle=True, seed=5)
     got = list(ld)
@@ -66,15 +78,8 @@ def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.Cap
 
 
 def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    prefix = str(tmp_path / "approver")
-    assert run(capsys, "keygen", "--out", prefix)[0] == 0
-    request = tmp_path / "request.json"
-    request.write_bytes(chain.request().to_json_bytes())
-    approval = str(tmp_path / "approval.json")
-    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
-    assert code == 0, err
-    sha = out.split("sha256")[1].split()[0]
-    pinned = ["trace", approval, "--sha256", sha, "--key", prefix + ".pub"]
+    pinned = _approved(chain, tmp_path, capsys)
+    approval, sha, public = pinned[1], pinned[3], pinned[5]
     # A run of batch 3 on 2 ranks, rank 1, step 4: the unshuffled order the approved loader deals.
     code, out, err = run(capsys, *pinned, "--stage", "hard", "--stage", "easy", "--batch-size", "3",
                          "--world-size", "2", "--step", "4", "--rank", "1", "--json")
@@ -84,7 +89,7 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     # With a state the approved loader wrote.
     from trainvault.approval.record import open_approved
 
-    approved = open_approved(TrainVault(), approval, sha, trusted_keys=[prefix + ".pub"])
+    approved = open_approved(TrainVault(), approval, sha, trusted_keys=[public])
     ld = approved.split_data_loader(collate_fn=ids, dataloader_args={"batch_size": 3}).load("train")
     got = list(ld)
     state = tmp_path / "approved-state.json"
@@ -175,18 +180,6 @@ def test_trace_from_a_state_saved_after_an_elastic_resume(tmp_path: Path, capsys
         assert [r["id"] for r in doc["records"]] == batch, (step, rank)
     code, out, err = run(capsys, "trace", "--state", str(state), "--step", "9", "--rank", "1")
     assert (code, out) == (1, "") and "step 9 ran on 1 rank(s)" in err
-
-
-def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    """`trace APPROVAL --sha256 ... --key ...` of a fresh approval of `chain`."""
-    prefix = str(tmp_path / "approver")
-    assert run(capsys, "keygen", "--out", prefix)[0] == 0
-    request = tmp_path / "request.json"
-    request.write_bytes(chain.request().to_json_bytes())
-    approval = str(tmp_path / "approval.json")
-    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
-    assert code == 0, err
-    return ["trace", approval, "--sha256", out.split("sha256")[1].split()[0], "--key", prefix + ".pub"]
 
 
 def test_trace_of_an_approval_needs_the_run_s_batch_size(
