@@ -27,11 +27,11 @@ _OS_HINTS = {
 
 #: How obstore reports a range that starts or ends past the object. Not a bare "416": it
 #: also appears inside timings such as "in 16.416158ms".
+_RANGE_REFUSED = re.compile(r"status code: 416\b|Range Not Satisfiable|InvalidRange|Invalid range")
 #: The S3 error code of a request to a bucket that does not exist (in the response body obstore quotes).
 _NO_SUCH_BUCKET = "<Code>NoSuchBucket</Code>"
-#: Operations on the bucket rather than on one object in it.
+#: Operations that name no object a missing bucket could be reported as absent.
 _BUCKET_OPS = ("write", "create", "list", "delete")
-_RANGE_REFUSED = re.compile(r"status code: 416\b|Range Not Satisfiable|InvalidRange|Invalid range")
 
 
 class translate:
