@@ -192,7 +192,8 @@ def test_inspect_says_what_another_trainvault_file_is_and_what_reads_it(
     code, out, err = run(capsys, "inspect", approval)
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert "is a signed approval record (a DSSE envelope), not a data manifest" in err
-    assert f"the data manifest it approves is {chain.manifest_uri}" in err and f"`trainvault verify file://{approval}" in err
+    assert f"the data manifest it approves is {chain.manifest_uri}" in err
+    assert f"`trainvault verify file://{approval}" in err
     code, _, err = run(capsys, "inspect", str(request))
     assert code == 1 and "is an approval request, not a data manifest; `trainvault approve" in err
     code, _, err = run(capsys, "inspect", chain.refs["contamination_report"].uri)

@@ -474,7 +474,8 @@ def test_cli_inspect_and_gc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     for dry in ([], ["--dry-run"]):
         assert main(["archive", "gc", str(tmp_path), "--grace", "0", *dry]) == 1
         err = capsys.readouterr().err
-        assert err.startswith(f"trainvault: error: file://{tmp_path} is not a rollout pool: it holds ") and err.count("\n") == 1
+        assert err.startswith(f"trainvault: error: file://{tmp_path} is not a rollout pool: it holds ")
+        assert err.count("\n") == 1
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before and not (tmp_path / "gc").exists()
     with pytest.raises(ConfigurationError, match="is not a rollout pool"):
         gc(str(tmp_path), grace=0)

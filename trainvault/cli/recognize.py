@@ -40,7 +40,9 @@ def _plain_kinds() -> dict[str, tuple[str, str]]:
     from trainvault.rollouts.documents import ArchiveIndex
 
     return {
-        ApprovalRequest.KIND: ("an approval request", "`trainvault approve {uri} --out APPROVAL.json` runs the gate on it"),
+        ApprovalRequest.KIND: (
+            "an approval request", "`trainvault approve {uri} --out APPROVAL.json` runs the gate on it",
+        ),
         ContaminationReport.KIND: (
             "a contamination report", "`trainvault exclusions {uri} --out EXCLUSIONS.json` lists the records it names",
         ),

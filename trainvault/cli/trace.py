@@ -186,7 +186,8 @@ def add_trace_parser(sub: Any) -> None:
     p.add_argument("approval", nargs="?", help="approval record URI or path (else --state names the manifest)")
     p.add_argument("--sha256", help="the approval's pinned sha256")
     p.add_argument("--key", "--keys", dest="key", action="append", help="trusted public key file (repeatable)")
-    p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys (default 1)")
+    p.add_argument("--threshold", type=int, default=1,
+                   help="signatures required from distinct trusted keys (default 1)")
     p.add_argument("--state", help="a loader state_dict saved as JSON: the run's selection, order and history")
     p.add_argument("--exclude", help="with --state and no APPROVAL: the loader's exclude mapping as JSON")
     p.add_argument("--split", help="without --state: the split (default train)")
