@@ -3,6 +3,7 @@ trainvault yields (jsonl.gz, parquet); a msgpack.zst card validates; bad approva
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -170,6 +171,16 @@ def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path)
     dataset = mlc.Dataset(jsonld=card)  # a card without recommended properties: warnings, no errors
     errors, warnings = issues(dataset)
     assert not errors and {w.split('"')[1].rsplit("/", 1)[1] for w in warnings} == RECOMMENDED
+
+
+def test_every_file_object_states_the_sha256_and_size_of_its_bytes(tmp_path: Path) -> None:
+    chain, approved = opened_chain(tmp_path, "jsonl.gz", profile=False)
+    card = croissant_card(chain.vault, approved)
+    objects = [node for node in card["distribution"] if node["@type"] == "cr:FileObject"]
+    assert {"files/custody/approval", "files/custody/data-manifest"} <= {node["@id"] for node in objects}
+    for node in objects:
+        data = Path(chain.root, "ds", node["contentUrl"]).read_bytes()
+        assert (node["sha256"], node["contentSize"]) == (hashlib.sha256(data).hexdigest(), f"{len(data)} B"), node["@id"]
 
 
 def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: Path) -> None:

@@ -98,10 +98,12 @@ def _url(uri: str, folder: str) -> str:
 
 
 def _file_object(node_id: str, name: str, url: str, ref: ObjectRef, formats: list[str], note: str) -> dict[str, Any]:
-    out = {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url}
-    if ref.size is not None:
-        out["contentSize"] = f"{ref.size} B"
-    return {**out, "encodingFormat": formats if len(formats) > 1 else formats[0], "sha256": ref.sha256}
+    """A ``cr:FileObject``: every one states the sha256 and size of the bytes it names."""
+    if ref.size is None:
+        raise ManifestError(f"{ref.uri}: a card's file object needs the object's size; this is a trainvault bug")
+    return {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url,
+            "contentSize": f"{ref.size} B", "encodingFormat": formats if len(formats) > 1 else formats[0],
+            "sha256": ref.sha256}
 
 
 def _shard_id(split: str, entry: ShardEntry) -> str:
@@ -223,7 +225,8 @@ def croissant_card(
         _file_object("files/custody/approval", "approval record", _url(record.uri, folder), record.ref, [DSSE_MEDIA_TYPE],
                      "the signed trainvault approval (in-toto statement in a DSSE envelope) this card describes"),
         _file_object("files/custody/data-manifest", "data manifest", _url(approved.manifest_uri, folder),
-                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256), ["application/json"],
+                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256, size=approved.manifest_size),
+                     ["application/json"],
                      "the trainvault data manifest the approval binds (canonical JSON)"),
     ]
     record_sets = []
