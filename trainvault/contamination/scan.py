@@ -321,7 +321,7 @@ def scan_shard(
 
 def _add_block(
     acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str,
-    survey: TextFieldSurvey | None,
+    survey: TextFieldSurvey | None = None,
 ) -> None:
     """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`);
     `survey` observes them."""
