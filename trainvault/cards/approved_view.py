@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset
+from trainvault.approval.guard import CustodyStorage
 from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -36,11 +37,13 @@ class ViewShard:
     excluded: int
 
 
-def approved_rows(approved: ApprovedDataset, entry: ShardEntry, excluded: frozenset[int]) -> Iterator[dict[str, Any]]:
-    """The records of `entry` the approval keeps, in shard order, read through its custody."""
+def approved_rows(
+    custody: CustodyStorage, data_format: str, entry: ShardEntry, excluded: frozenset[int]
+) -> Iterator[dict[str, Any]]:
+    """The records of `entry` the approval keeps, in shard order, read through its `custody`."""
     if not entry.record_count:
         return
-    reader = ShardReader(approved.custody_storage(), entry, approved.manifest.data_format)
+    reader = ShardReader(custody, entry, data_format)
     for index, row in enumerate(reader.iter_records()):
         if index not in excluded:
             yield row
@@ -55,16 +58,19 @@ def excluded_by_shard(approved: ApprovedDataset, split: str) -> Mapping[str, fro
 def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
     """Every shard of `split` in manifest order as the approved view holds it, writing the clean
     copy of each shard with excluded records under `folder` (create-only; the same copy again is a no-op)."""
-    fmt = get_format(approved.manifest.data_format)
+    manifest = approved.manifest
+    fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
+    custody = approved.custody_storage()
     out = []
-    for entry in approved.manifest.splits[split].shards:
+    for entry in manifest.splits[split].shards:
         dropped = excluded.get(entry.key, frozenset())
         if not dropped:
             ref = ObjectRef(uri=entry.uri, sha256=entry.sha256, size=entry.size_bytes)
             out.append(ViewShard(entry, ref, entry.record_count, 0))
             continue
-        copy = encode_shard(fmt, approved_rows(approved, entry, dropped), name=f"{split}/{entry.key} (approved view)")
+        rows = approved_rows(custody, manifest.data_format, entry, dropped)
+        copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
         storage_of(vault).put_create(uri, data)

@@ -157,8 +157,10 @@ def _split_nodes(
             "includes": filled,
         })
     excluded = excluded_by_shard(approved, split)
+    custody = approved.custody_storage()
     surveys, records = survey_fields(
-        row for v in shards for row in approved_rows(approved, v.entry, excluded.get(v.entry.key, frozenset()))
+        row for v in shards
+        for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
     )
     dropped = sum(v.excluded for v in shards)
     record_set: dict[str, Any] = {
