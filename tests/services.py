@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -178,6 +179,26 @@ def processes(log_dir: Path, env: dict[str, str], request: pytest.FixtureRequest
             sys.stderr.write(procs.report())
     finally:
         procs.stop_all()
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost(name: str) -> Iterator[str]:
+    """A RabbitMQ vhost of its own for one deployment (guest may use it), deleted afterwards with
+    its queues; yields the broker URL. Made with `rabbitmqctl`, which must be on PATH."""
+    require_services("RabbitMQ")
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        pytest.fail("rabbitmqctl is not on PATH: a deployment test makes its own vhost with it", pytrace=False)
+
+    def run(*args: str) -> None:
+        subprocess.run([ctl, "-q", *args], check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
+
+    run("add_vhost", name)
+    try:
+        run("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+        yield f"amqp://guest:guest@127.0.0.1:{SERVICES['RabbitMQ']}/{name}"
+    finally:
+        run("delete_vhost", name)
 
 
 def base_env(**extra: str) -> dict[str, str]:
