@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ import pytest
 SERVICES = {"PostgreSQL": 5432, "Redis": 6379, "RabbitMQ": 5672}
 REQUIRE_ENV = "TRAINVAULT_REQUIRE_SERVICES"
 BIN = Path(sys.executable).parent
+VHOST_SCRIPT = Path(__file__).resolve().parent.parent / "pipelines" / "deploy" / "rabbitmq-vhost.sh"
 T = TypeVar("T")
 
 
@@ -183,22 +183,22 @@ def processes(log_dir: Path, env: dict[str, str], request: pytest.FixtureRequest
 
 @contextlib.contextmanager
 def rabbitmq_vhost(name: str) -> Iterator[str]:
-    """A RabbitMQ vhost of its own for one deployment (guest may use it), deleted afterwards with
-    its queues; yields the broker URL. Made with `rabbitmqctl`, which must be on PATH."""
+    """A RabbitMQ vhost of its own for one deployment, deleted afterwards with its queues; yields
+    the broker URL. Made by pipelines/deploy/rabbitmq-vhost.sh, as `make deploy-local` makes its own."""
     require_services("RabbitMQ")
-    ctl = shutil.which("rabbitmqctl")
-    if ctl is None:
-        pytest.fail("rabbitmqctl is not on PATH: a deployment test makes its own vhost with it", pytrace=False)
 
-    def run(*args: str) -> None:
-        subprocess.run([ctl, "-q", *args], check=True, timeout=60, stdin=subprocess.DEVNULL, capture_output=True)
+    def run(action: str) -> str:
+        done = subprocess.run([str(VHOST_SCRIPT), action, name], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode:
+            pytest.fail(f"rabbitmq-vhost.sh {action} {name}: {done.stderr.strip()}", pytrace=False)
+        return done.stdout.strip()
 
-    run("add_vhost", name)
+    broker = run("add")
     try:
-        run("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-        yield f"amqp://guest:guest@127.0.0.1:{SERVICES['RabbitMQ']}/{name}"
+        yield broker
     finally:
-        run("delete_vhost", name)
+        run("delete")
 
 
 def base_env(**extra: str) -> dict[str, str]:

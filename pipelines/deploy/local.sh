@@ -19,13 +19,8 @@ export TRAINVAULT_EXECUTOR=celery
 # never takes its steps. A broker URL given in TRAINVAULT_CELERY_BROKER is used as it is.
 VHOST=${TRAINVAULT_CELERY_VHOST:-$DAGSTER_PG_DB}
 if [ -z "${TRAINVAULT_CELERY_BROKER:-}" ]; then
-    if ! command -v rabbitmqctl >/dev/null; then
-        echo "error: rabbitmqctl not found, so the vhost '$VHOST' cannot be made: set TRAINVAULT_CELERY_BROKER to an amqp:// URL whose vhost exists" >&2
-        exit 1
-    fi
-    rabbitmqctl -q add_vhost "$VHOST"
-    rabbitmqctl -q set_permissions -p "$VHOST" guest '.*' '.*' '.*'
-    export TRAINVAULT_CELERY_BROKER="amqp://guest:guest@127.0.0.1:5672/$VHOST"
+    broker=$(pipelines/deploy/rabbitmq-vhost.sh add "$VHOST")
+    export TRAINVAULT_CELERY_BROKER=$broker
 fi
 
 mkdir -p "$DAGSTER_HOME"
