@@ -29,7 +29,9 @@ class ReportsRedelivery(Task):
 
     def before_start(self, task_id: str, args: tuple, kwargs: dict[str, Any]) -> None:
         if (self.request.delivery_info or {}).get("redelivered"):
-            report_redelivery(unpack_value(args[0], as_type=ExecuteStepArgs), self.request.hostname)
+            # The executor sends its arguments by keyword (dagster_celery.executor._submit_task).
+            packed = kwargs["execute_step_args_packed"] if "execute_step_args_packed" in kwargs else args[0]
+            report_redelivery(unpack_value(packed, as_type=ExecuteStepArgs), self.request.hostname)
 
 
 def report_redelivery(step_args: ExecuteStepArgs, hostname: str) -> None:
