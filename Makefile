@@ -57,8 +57,9 @@ ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 # The Celery deployment on this machine's PostgreSQL and RabbitMQ (README "Deploy"): code server,
 # two dagster-celery workers (restarted when one dies), daemon and webserver on
 # http://127.0.0.1:$(UI_PORT), steps through its own RabbitMQ vhost; Ctrl-C stops them.
+CODE_PORT ?= 4266
 deploy-local: $(STAMP)
-	VENV=$(VENV) UI_PORT=$(UI_PORT) pipelines/deploy/local.sh
+	VENV=$(VENV) UI_PORT=$(UI_PORT) CODE_PORT=$(CODE_PORT) pipelines/deploy/local.sh
 
 # Benchmarks run in their own venv: the peers pin numpy<2.2 and pull packages the
 # project's own venv must not carry.
