@@ -80,7 +80,9 @@ start_worker w2
 # The webserver and the daemon load the location from the code server: they start once it answers.
 deadline=$((SECONDS + 300))
 until (exec 3<>"/dev/tcp/127.0.0.1/$CODE_PORT") 2>/dev/null && dagster api grpc-health-check -h 127.0.0.1 -p "$CODE_PORT" >/dev/null 2>&1; do
-    kill -0 "${pid_of[code-server]}" 2>/dev/null || { echo "error: the code server exited before it answered (see its output above)" >&2; exit 1; }
+    # An exited child stays a zombie until waited for: its state, not kill -0, says it is gone.
+    state=$(ps -o stat= -p "${pid_of[code-server]}" || true)
+    [[ -n $state && $state != Z* ]] || { echo "error: the code server exited before it answered (see its output above)" >&2; exit 1; }
     [ "$SECONDS" -lt "$deadline" ] || { echo "error: the code server did not answer on 127.0.0.1:$CODE_PORT within 300 s" >&2; exit 1; }
     sleep 1
 done
