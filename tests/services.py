@@ -182,6 +182,23 @@ def processes(log_dir: Path, env: dict[str, str], request: pytest.FixtureRequest
 
 
 @contextlib.contextmanager
+def postgres_db(name: str) -> Iterator[str]:
+    """A fresh PostgreSQL database `name` for one instance's run, event log and schedule storage;
+    dropped afterwards (also while its processes still hold connections)."""
+    require_services("PostgreSQL")
+    import psycopg2
+
+    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f'CREATE DATABASE "{name}"')
+        yield name
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@contextlib.contextmanager
 def rabbitmq_vhost(name: str) -> Iterator[str]:
     """A RabbitMQ vhost of its own for one deployment, deleted afterwards with its queues; yields
     the broker URL. Made by pipelines/deploy/rabbitmq-vhost.sh, as `make deploy-local` makes its own."""

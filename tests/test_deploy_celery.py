@@ -32,7 +32,7 @@ from pipelines.celery_app import LOST_KEY  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from services import (  # noqa: E402
-    Processes, base_env, free_port, port_open, processes, rabbitmq_vhost, require_services, wait_for)
+    Processes, base_env, free_port, port_open, postgres_db, processes, rabbitmq_vhost, require_services, wait_for)
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
@@ -62,22 +62,6 @@ class Celery:
     s3: TrainVault
     reference_s3: TrainVault
     gate: Path
-
-
-@contextmanager
-def postgres_db(prefix: str) -> Iterator[str]:
-    """A fresh database for an instance's run, event log and schedule storage; dropped afterwards."""
-    import psycopg2
-
-    name = unique_name(prefix)
-    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
-    admin.autocommit = True
-    try:
-        admin.cursor().execute(f'CREATE DATABASE "{name}"')
-        yield name
-    finally:
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 @dataclass
@@ -119,7 +103,8 @@ def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
     require_services("PostgreSQL", "RabbitMQ")
     site = make_site(tmp_path_factory.mktemp("deploy"), SHARDS_PER_STAGE)
     home = write_home(site.tmp / "home", DEPLOY / "dagster-celery.yaml")
-    with (postgres_db("trainvault_deploy") as db, rabbitmq_vhost(unique_name("trainvault_deploy")) as broker,
+    name = unique_name("trainvault_deploy")  # the database's and the vhost's, as local.sh names them
+    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
           processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
         reference = start_moto(procs)
         for server in (s3_server, reference):
@@ -396,7 +381,8 @@ def local(celery, s3_server, tmp_path_factory, request) -> Iterator[Local]:
     S3 server as `celery` (both deployments run at once)."""
     site = make_site(tmp_path_factory.mktemp("local"), LOCAL_SHARDS_PER_STAGE)
     make_bucket(s3_server, site.bucket)
-    with (postgres_db("trainvault_local") as db, rabbitmq_vhost(unique_name("trainvault_local")) as broker,
+    name = unique_name("trainvault_local")  # the database's and the vhost's, as local.sh names them
+    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
           processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
         deployment = Deployment(procs, site.tmp / "home", site.tmp / "home" / "workspace.yaml", broker=broker)
         script = deployment.start_local()
