@@ -4,6 +4,8 @@ dagster-celery's own tasks, with one addition: a step task that the broker deliv
 time (its worker died or lost the broker before acknowledging it: steps are acknowledged
 only when done, pipelines/deploy/celery-worker.yaml) first writes an engine event into the
 run's log naming the lost worker, so the step's second STEP_START has its reason beside it.
+(Dagster's run monitoring watches run workers, not Celery's step workers, and the default run
+launcher has no run-worker health check: only the worker that gets the step again can tell.)
 """
 
 from __future__ import annotations
