@@ -32,13 +32,14 @@ test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The Dagster instance lives in the project (.dagster_home/, telemetry off), never in ~/.dagster.
+# The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
+# modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster_home
 UI_PORT ?= 3000
 
 $(DAGSTER_HOME_DIR)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME_DIR)
-	printf 'telemetry:\n  enabled: false\n' > $@
+	printf 'telemetry:\n  enabled: false\nnux:\n  enabled: false\n' > $@
 
 # Every dataset of pipelines/datasets.yaml through its lifecycle job with the Dagster CLI, then a
 # trainer opens each approval. TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted into

@@ -194,7 +194,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "dagster/row_count": summary.records - excluded_count(summary),
                 "excluded records": excluded_count(summary),
                 "records in the shards": summary.records,
-                "approves contamination report": request.contamination_report.sha256,
+                # After a blocked run the UI shows this beside "Failed": the policy says which run's rules made it.
+                "approval policy": dg.MetadataValue.json(spec.policy.model_dump()),
                 "bytes hashed": summary.bytes_hashed,
                 **gate_metadata(summary),
                 "croissant uri": card.uri,

@@ -185,8 +185,8 @@ def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str
 
 
 #: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).
-NOT_APPROVED = ("nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's "
-                "(its 'approves contamination report' is not this report)")
+NOT_APPROVED = ("nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
+                "made under that run's policy (its 'approval policy' metadata)")
 
 
 def exclusion_note(spec: DatasetSpec, report: ContaminationReport, contract: VerifierContract) -> str:

@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("dagster")
 
+import dagster as dg  # noqa: E402
+
 from trainvault.approval import write_keypair  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,12 @@ def test_demo_runs_both_datasets_with_the_cli_and_a_trainer_reads_both_approvals
     assert "format     jsonl.gz" in notes and "train   _             1       40" in notes
     assert "batch 2: 8 records, train-0-00008" in notes
     assert "/store/demo_text/v-" in notes and "/approvals/approval-" in notes
-    assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+    assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
+    make = subprocess.run(["make", "-n", "-o", ".venv/.installed", f"DAGSTER_HOME_DIR={tmp_path / 'make_home'}", "demo"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "printf 'telemetry:\\n  enabled: false\\nnux:\\n  enabled: false\\n'" in make  # the Makefile's is the same
+    with dg.DagsterInstance.from_config(str(home)) as instance:  # the UI's "Join the Dagster community" modal: off
+        assert not instance.nux_enabled and not instance.telemetry_enabled
     for part in (curriculum, notes):
         assert "/croissant-" in part and "trainvault trace " in part and "--allow-exclusions" not in part
 
@@ -114,7 +121,8 @@ def test_with_exclusions_off_planted_items_block_the_approval(tmp_path) -> None:
                              TRAINVAULT_DEMO_RECORDS="40", TRAINVAULT_DEMO_EXECUTOR="in_process"))
     curriculum, notes = text.split("== demo_text ")
     assert "check within_contract FAILED" in curriculum and "approved_dataset was not executed" in curriculum
-    assert "approval records for demo_curriculum: 0" in curriculum
+    assert "approval records written by this run for demo_curriculum: 0 (0 from earlier runs)" in curriculum
+    assert "the policy of demo_curriculum forbids exclusions (allow_exclusions: false)" in curriculum
     assert "as expected: contaminated data is never approved" in curriculum
     assert "check approval_opens PASSED" in notes
 
@@ -133,10 +141,8 @@ def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkey
     assert "as expected: contaminated data is never approved" in curriculum
     assert "check approval_opens PASSED" in notes
 
-    # What the UI reads, from the demo's own instance: the current approval is the planted run's, it
-    # approves another report than the blocked run's, and its row count is what the trainer gets.
-    import dagster as dg
-
+    # What the UI reads, from the demo's own instance: the current approval is the planted run's, made
+    # under that run's policy (the blocked run's check says so), and its row count is what the trainer gets.
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     instance = dg.DagsterInstance.get()
     approval = instance.get_latest_materialization_event(dg.AssetKey(["demo_curriculum", "approved_dataset"]))
@@ -148,6 +154,5 @@ def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkey
         blocked_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
         if r.event_log_entry.dagster_event.event_specific_data.check_name == "within_contract"]
     assert not check.passed and "an approval it shows is an earlier run's" in check.description
-    report = instance.get_latest_materialization_event(dg.AssetKey(["demo_curriculum", "contamination_report"]))
-    assert report.run_id == blocked_run.run_id
-    assert meta["approves contamination report"] != report.asset_materialization.metadata["sha256"].value
+    assert "the policy of demo_curriculum forbids exclusions" in check.description
+    assert meta["approval policy"]["allow_exclusions"] is True  # the earlier run's policy, not today's

@@ -46,11 +46,12 @@ BATCH_SIZE = 8
 
 
 def prepare_home(home: Path) -> None:
-    """A Dagster instance folder with telemetry off (kept between demos: run history stays)."""
+    """A Dagster instance folder with telemetry and the UI's first-visit modal off, as the Makefile makes
+    it (kept between demos: run history stays)."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n")
+        config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
 
 
 def prepare_keys(specs) -> None:
