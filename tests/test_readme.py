@@ -82,9 +82,21 @@ def free_names(code: str) -> set[str]:
 EARLIER_PATHS = ("readme-example/", ".demo/", ".dagster_home", "request.json", "approver.", "make deploy-local running")
 
 
+def indented_blocks(text: str) -> list[int]:
+    """Lines opening an indented (unfenced) code block: four spaces after a blank line, outside fences."""
+    lines, fenced, out = text.splitlines(), False, []
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("    ") and i and not lines[i - 1].strip():
+            out.append(i + 1)
+    return out
+
+
 def test_every_block_declares_its_language_and_what_it_needs() -> None:
     blocks = readme_blocks()
     assert all(b.lang for b in blocks), [b.line for b in blocks if not b.lang]  # no untagged block hides from the run
+    assert not indented_blocks(README.read_text())  # nor an indented one
     for b in blocks:
         first = b.code.splitlines()[0]
         if b.lang == "python" and free_names(b.code):
@@ -125,6 +137,7 @@ def test_a_marker_skips_only_what_it_names() -> None:
     a, c, py = readme_blocks(text)
     assert (a.runnable_code(), a.skip_block, c.skip_block, py.skip_block) == ("make a\n", None, "services", None)
     assert free_names("import os\nx = os.sep + y\n[z for z in w]\n") == {"y", "w"}
+    assert indented_blocks("text\n\n    code\n\n```\n\n    fenced\n```\n- item\n  more\n") == [3]
 
 
 SHELL = '''
@@ -203,7 +216,8 @@ def test_readme_blocks_run_as_written_in_order(tmp_path, s3_server, s3_bucket, m
     assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
     assert lines[4] == "3200"  # every easy record through the approved loader
     assert lines[5] == uri.replace("approval-v1.dsse.json", "croissant.json")  # the card the CLI wrote, same options
-    assert len(lines) == 6
+    assert lines[6] == "16"  # Component ranges: one range per document, two documents in each of 8 packed records
+    assert len(lines) == 7
     assert (repo / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
 
     shell = {blocks[n].first_command(): (repo / f"readme-shell-{n}.out").read_text() for n in shells}
