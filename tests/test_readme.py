@@ -227,8 +227,9 @@ def test_readme_blocks_run_as_written_in_order(tmp_path, s3_server, s3_bucket, m
     approve = next(v for k, v in shell.items() if k.startswith(".venv/bin/trainvault approve request.json"))
     assert "approval " in approve and "approval-cli.dsse.json" in approve
     trace = next(v for k, v in shell.items() if k.startswith("approval=$(ls -t .demo/store/demo_curriculum"))
-    assert trace.splitlines()[0] == "step 0 rank 0 epoch 0: 8 records"
-    assert trace.splitlines()[1].startswith('train\teasy/0\t0\t"train-easy-0-00000"\t{')
+    trace_lines = [line for line in trace.splitlines() if not line.startswith("trainvault: ")]  # stderr's progress
+    assert trace_lines[0] == "step 0 rank 0 epoch 0: 8 records" and len(trace_lines) == 9
+    assert trace_lines[1].startswith('train\teasy/0\t0\t"train-easy-0-00000"\t{')
 
     # The Dagster CLI lines wrote to the project's instance (the one `make ui` serves), not ~/.dagster.
     assert not (tmp_path / "home" / ".dagster").exists()
