@@ -1,6 +1,6 @@
 """`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
 
-1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry off) and the
+1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry and the UI's first-visit modal off) and the
    demo's approver and scanner key pairs (``.demo/keys/approver.key`` / ``.pub``,
    ``scanner.key`` / ``.pub``, made once).
 2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
@@ -8,17 +8,20 @@
    producer pins, every shard partition, the manifest, profile and (signed) training
    scan, the evaluation release, one contamination scan per shard, the signed report and
    its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
-   card and its check, in one run (multiprocess executor).
+   card and its check, in one run (multiprocess executor). While they run, a progress line per
+   dataset (steps done, steps running) whenever a step starts or ends, at least every 10 s.
 3. The trainer's side, with the library only: open each signed approval by URI and
    SHA-256 with the trusted public keys and the dataset's policy, iterate a few batches
    through the approved loader (every block verified before its records are yielded),
-   and print the Croissant card's path and the ``trainvault trace`` command for step 0.
+   and print the Croissant card's path and the ``.venv/bin/trainvault trace`` command for step 0;
+   at the end, what to do next (``make ui``, and those trace commands).
 
 ``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into demo_curriculum's train/hard/0.
 Its policy allows exclusions: it is approved with the planted records excluded, and the
 demo reads the whole train split through the approved loader and checks that none of
 them is yielded. With ``TRAINVAULT_DEMO_EXCLUSIONS=0`` too, contamination blocks: its
-check fails, its approval never runs and no approval record is written. demo_text is
+check fails (saying the policy forbids exclusions), its approval never runs and this run writes
+no approval record (one an earlier planted run left in the same version folder stays). demo_text is
 approved either way. The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
 ``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every
 step in one process (what bench/lifecycle.py compares against).
