@@ -181,7 +181,9 @@ def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str
     if passed:
         return f"within contract after exclusions: {items}, every hit excluded" if contaminated else \
             "within contract: no benchmark over its limits"
-    return (f"{items}; {note}" if note else items) if contaminated else f"benchmarks over their limits: {', '.join(failing)}"
+    if not contaminated:
+        return f"benchmarks over their limits: {', '.join(failing)}"
+    return f"{items}; {note}" if note else items
 
 
 #: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).

@@ -91,7 +91,8 @@ def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_fi
     assert "the trainer's batches: 300 records of train, 0 planted (as expected: no excluded record reaches the trainer)" \
         in curriculum
     assert "max_excluded_fraction=(1, 100)" in curriculum
-    assert "check within_contract PASSED: within contract after exclusions: " in curriculum and "every hit excluded" in curriculum
+    assert "check within_contract PASSED: within contract after exclusions: " in curriculum
+    assert "every hit excluded" in curriculum
     assert "excluded: the approval leaves out the 5 records that hold them" in curriculum
     # Progress while the runs go: which dataset, which step, runs done; then what to do next.
     progress = [line for line in text.splitlines() if line.startswith("  [") and " s] " in line]
@@ -130,7 +131,8 @@ def test_with_exclusions_off_planted_items_block_the_approval(tmp_path) -> None:
 def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkeypatch) -> None:
     # README's order: the planted demo (approved with exclusions), then the same with exclusions off, in the
     # same store: the second run's version folder already holds the first run's approval.
-    env = demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100", TRAINVAULT_DEMO_EXECUTOR="in_process")
+    env = demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100",
+                   TRAINVAULT_DEMO_EXECUTOR="in_process")
     first = run_demo(env).split("== demo_text ")[0]
     assert "HumanEval" in first and "excluded: the approval leaves out the 5 records that hold them" in first
     text = run_demo({**env, "TRAINVAULT_DEMO_EXCLUSIONS": "0"})

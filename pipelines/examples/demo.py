@@ -238,7 +238,8 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
     if m := made.get(("data_manifest", None)):
         print_manifest(vault, m["uri"], m["sha256"])
     if m := made.get(("contamination_report", None)):
-        print_report(vault, m["uri"], m["sha256"], made.get(("contamination_exclusions", None), {}).get("excluded records"))
+        exclusions = made.get(("contamination_exclusions", None), {})
+        print_report(vault, m["uri"], m["sha256"], exclusions.get("excluded records"))
     if rc != 0 and checks.get("within_contract", ("", True))[1] is not False:
         print(f"\nthe lifecycle did not finish; the last lines of {log}:")
         print("\n".join(log.read_text(errors="replace").splitlines()[-25:]))
