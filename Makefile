@@ -32,8 +32,8 @@ test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The Dagster instance lives in the project (.dagster_home/, telemetry and the "Join the Dagster
-# community" dialog off), never in ~/.dagster.
+# The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
+# modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster_home
 UI_PORT ?= 3000
 
