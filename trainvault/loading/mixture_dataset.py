@@ -1,0 +1,178 @@
+"""The IterableDataset of a mixture run: one rank's batches, formed inside the workers.
+
+From the run's last re-dealing point the slots are cut into rounds of ``world_size x
+batch_size`` (`RankSchedule`, the split loader's dealing), rank r takes the r-th slice of
+each round, and a rank's batches go to workers in chunks. For each batch the schedule
+names every slot's component and draw, the component names its window and member. A
+planner walks the worker's batches ahead of it and queues, per component, the windows in
+the order the worker will need them; each component's fetcher reads those ahead, so a
+worker decodes a window once and holds one window per component. Imports torch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS, Item
+from trainvault.loading.mixture_schedule import Timeline
+from trainvault.loading.mixture_source import ComponentSource, WindowKey
+from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_batches
+
+#: The schedule of a stream that never ends counts this many records.
+ENDLESS = 1 << 62
+#: How many batches the read-ahead plans past the batch being formed: a component absent
+#: from them (rare, or removed by a revision) is read when it is next needed.
+PLAN_HORIZON_BATCHES = 64
+_END = object()
+
+#: Per batch: slot count, and per component its positions in the batch and (pass, window, member) arrays.
+BatchPlan = tuple[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]
+
+
+class MixtureIterableDataset(torch.utils.data.IterableDataset):
+    """One rank's batches of a mixture run from its last re-dealing point."""
+
+    def __init__(self, *, sources: Sequence[ComponentSource], batch_size: int, drop_last: bool, rank: int,
+                 world_size: int, collate_fn: Callable[[list[Any]], Any]):
+        super().__init__()
+        self.sources = list(sources)
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.rank, self.world_size = rank, world_size
+        self.collate_fn = collate_fn
+        self.timeline = Timeline([], [], [])
+        self.point = Redeal(0, 0, 0, batch_size, world_size, drop_last)
+
+    def set_run(self, sources: Sequence[ComponentSource], timeline: Timeline, point: Redeal) -> None:
+        """Deal from `point` (a step and slot) under `timeline`, over `sources` (by index)."""
+        self.sources, self.timeline, self.point = list(sources), timeline, point
+
+    def schedule(self, point: Redeal, rank: int | None = None) -> RankSchedule:
+        end = self.timeline.end
+        return point.schedule(point.position, ENDLESS if end is None else end, self.rank if rank is None else rank)
+
+    def plan(self, batch: RankBatch) -> BatchPlan:
+        """Which component, pass, window and member each record of `batch` is."""
+        comps, draws, _ = self.timeline.assign(batch.start, batch.count)
+        out = []
+        for c in dict.fromkeys(comps.tolist()):
+            at = np.flatnonzero(comps == c)
+            out.append((c, at, *self.sources[c].locate(draws[at])))
+        return batch.count, out
+
+    def chunk(self, num_workers: int) -> int:
+        """Batches per worker chunk: about two windows of every component, so a window is
+        decoded by at most about two workers of a rank; 1 without workers."""
+        if num_workers <= 1:
+            return 1
+        per = sum(s.size / max(1, s.order(0).windows) for s in self.sources if s.size)
+        shuffle = any(s.shuffle for s in self.sources)
+        return max(1, round(2 * per * (1 if shuffle else 8) / (self.batch_size * self.world_size)))
+
+    def __iter__(self) -> Iterator[Item]:
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        schedule = self.schedule(self.point)
+        chunk = self.chunk(num_workers)
+
+        def mine() -> Iterator[int]:
+            return worker_batches(len(schedule), chunk, num_workers, worker)
+
+        return self._generate(schedule, mine(), _Planner(self, schedule, mine()))
+
+    def _generate(self, schedule: RankSchedule, batches: Iterator[int], planner: _Planner) -> Iterator[Item]:
+        streams: dict[int, Iterator[list[Any]]] = {}
+        cache: dict[WindowKey, list[Any]] = {}
+        try:
+            for t in batches:
+                planner.consumed += 1
+                batch = schedule.batch(t)
+                count, parts = self.plan(batch)
+                records: list[Any] = [None] * count
+                for c, at, epochs, windows, members in parts:
+                    for key, sel in _groups(c, epochs, windows):
+                        while key not in cache:
+                            self._load_next(c, planner, streams, cache)
+                        window = cache[key]
+                        for i, m in zip(at[sel].tolist(), members[sel].tolist()):
+                            records[i] = window[m]
+                yield t, 0, batch.after, self.collate_fn(records)
+        finally:
+            for stream in streams.values():
+                stream.close()  # type: ignore[attr-defined]
+
+    def _load_next(self, c: int, planner: _Planner, streams: dict[int, Iterator[list[Any]]],
+                   cache: dict[WindowKey, list[Any]]) -> None:
+        """Read component c's next planned window into `cache`, dropping its older one."""
+        key = planner.next_load(c)
+        source = self.sources[c]
+        for old in [k for k in cache if k[0] == c]:
+            del cache[old]  # windows of a component are needed in order: an older one never again
+        window: list[Any] = []
+        for i in source.window_plan_blocks(key[1], key[2]):
+            block = next(streams[c], _END) if c in streams else _END
+            if block is _END:  # its read-ahead stopped at the plan horizon: read on from here
+                lookahead = source.window_blocks if source.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
+                streams[c] = source.fetcher.iter_blocks(planner.fetch_blocks(c), lookahead)
+                block = next(streams[c])
+            window.extend(source.plan.keep(i, block))
+        cache[key] = window
+
+
+def _groups(c: int, epochs: np.ndarray, windows: np.ndarray) -> Iterator[tuple[WindowKey, np.ndarray]]:
+    """Each (component, pass, window) of a batch's draws of c, in order, with its draws."""
+    for e, k in dict.fromkeys(zip(epochs.tolist(), windows.tolist())):
+        yield (c, e, k), (epochs == e) & (windows == k)
+
+
+class _Planner:
+    """Walks a worker's batches ahead of it, queueing per component the windows it will
+    need: one queue for what to read, one for what to load, in the same order."""
+
+    def __init__(self, dataset: MixtureIterableDataset, schedule: RankSchedule, batches: Iterator[int]):
+        self.dataset, self.schedule, self.batches = dataset, schedule, batches
+        self.fetch: dict[int, deque[WindowKey]] = {}
+        self.load: dict[int, deque[WindowKey]] = {}
+        self.last: dict[int, WindowKey] = {}
+        self.planned = 0
+        self.consumed = 0
+
+    def advance(self, force: bool) -> bool:
+        """Plan one more batch; without `force`, only within the horizon."""
+        if not force and self.planned >= self.consumed + PLAN_HORIZON_BATCHES:
+            return False
+        t = next(self.batches, None)
+        if t is None:
+            return False
+        self.planned += 1
+        if t is None:
+            return False
+        _, parts = self.dataset.plan(self.schedule.batch(t))
+        for c, _, epochs, windows, _ in parts:
+            for key, _ in _groups(c, epochs, windows):
+                if self.last.get(c) != key:
+                    self.last[c] = key
+                    self.fetch.setdefault(c, deque()).append(key)
+                    self.load.setdefault(c, deque()).append(key)
+        return True
+
+    def _next(self, queues: dict[int, deque[WindowKey]], c: int, force: bool) -> WindowKey | None:
+        while not queues.get(c):
+            if not self.advance(force):
+                return None
+        return queues[c].popleft()
+
+    def next_load(self, c: int) -> WindowKey:
+        key = self._next(self.load, c, True)
+        if key is None:
+            raise RuntimeError(f"trainvault mixture: component {c} has no planned window left; the plan and the batches disagree")
+        return key
+
+    def fetch_blocks(self, c: int) -> Iterator[tuple[int, int]]:
+        source = self.dataset.sources[c]
+        while (key := self._next(self.fetch, c, False)) is not None:
+            yield from source.wanted(key[1], key[2])
