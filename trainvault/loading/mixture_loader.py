@@ -134,6 +134,19 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         except IndexError:
             raise SelectionError(f"step {step} never happens: the mixture stream ends before it") from None
 
+    def _revision_slot(self, step: int, history: Sequence[Redeal]) -> int:
+        """The slot a revision at `step` starts at: whole rounds from the last re-dealing point
+        (a revision that extends a finite stream turns its last partial round into a whole one)."""
+        point = history[bisect.bisect_right([h.step for h in history], step) - 1]
+        slot = point.position + (step - point.step) * point.batch_size * point.world_size
+        end = self._timeline.end
+        if end is not None and slot > end:
+            raise SelectionError(
+                f"a revision at step {step} (record slot {slot:,}) comes after the mixture stream's end at record "
+                f"slot {end:,}; revise at a step before the stream ends"
+            )
+        return slot
+
     def set_mixture(self, mixture: Mixture, *, at_step: int) -> None:
         """From step `at_step` on, draw by `mixture` (new weights, added or removed components).
 
@@ -151,7 +164,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
                 f"a revision at step {at_step} is not after the last revision (step {self._revisions[-1].at_step}); "
                 "revisions go forward"
             )
-        slot = self.slot_of_step(at_step)
+        slot = self._revision_slot(at_step, self._history)
         self._add_components(mixture)
         self._revisions.append(Revision(at_step, slot, mixture))
         self._retime()
@@ -288,8 +301,8 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
             expected = self.slot_of_step(state.step, history)
         except SelectionError:
             expected = None
-        if expected != state.position or any(r.at_slot != self.slot_of_step(r.at_step, history)
-                                             for r in self._revisions if r.at_step <= state.step):
+        if expected != state.position or any(r.at_slot != self._revision_slot(r.at_step, history)
+                                             for r in self._revisions[1:] if r.at_step <= state.step):
             raise ResumeStateError(
                 f"mixture state: step {state.step} at record slot {state.position} does not follow from its "
                 f"re-dealing points (last: step {last.step} slot {last.position}, batch {last.batch_size} x "
