@@ -248,22 +248,37 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
             )
         parsed = MixtureState.parse(state)
         self._check_identity(parsed)
+        kept = (list(self._names), dict(self._specs), list(self._sources), dict(self._identities))
+        try:
+            self._adopt(parsed)
+        except BaseException:
+            # Nothing of a refused state stays: the loader deals what it dealt before.
+            self._names, self._specs, self._sources, self._identities = kept
+            self._retime()
+            raise
+
+    def _adopt(self, parsed: MixtureState) -> None:
         mixtures = parsed.mixtures()
-        for r, m in enumerate(mixtures):
+        for m in mixtures:
             self._add_components(m)
         for name, identity in parsed.components.items():
-            if self._identities[name] != identity:
+            mine = self._identities[name]
+            if mine != identity:
                 raise ResumeStateError(
                     f"mixture component {name!r} of this state counts {identity.records} records (selection "
                     f"{identity.selection_sha256[:12]}..., exclusions {identity.exclude_sha256}); here it holds "
-                    f"{self._identities[name].records} (selection {self._identities[name].selection_sha256[:12]}..., "
-                    f"exclusions {self._identities[name].exclude_sha256}): resume over the same data and exclusions"
+                    f"{mine.records} (selection {mine.selection_sha256[:12]}..., exclusions {mine.exclude_sha256}): "
+                    "resume over the same data and exclusions"
                 )
         history = [h.redeal() for h in parsed.history]
-        revisions = [Revision(r.at_step, r.at_slot, m) for r, m in zip(parsed.revisions, mixtures)]
-        self._revisions = revisions
-        self._retime()
-        self._check_position(parsed, history)
+        revisions, self._revisions = self._revisions, [Revision(r.at_step, r.at_slot, m)
+                                                        for r, m in zip(parsed.revisions, mixtures)]
+        try:
+            self._retime()
+            self._check_position(parsed, history)
+        except BaseException:
+            self._revisions = revisions
+            raise
         self._step, self._position = parsed.step, parsed.position
         here = self._point(parsed.step, parsed.position)
         last = history[-1]
