@@ -129,10 +129,10 @@ CASES: dict[str, tuple[type[TrainVaultError], str, Callable[[str, str], None]]] 
     "a mixture state into a split loader": (ResumeStateError, "loader state", _into_split_loader),
     "position off its history": (ResumeStateError, "does not follow", resume(tampered(_set_field("position", 21)))),
     "step past the stream's end": (ResumeStateError, "does not follow", resume(tampered(_set_field("step", 10**6)))),
-    "revision slot moved": (ResumeStateError, "does not follow", resume(
-        tampered(lambda s: s["revisions"][1].__setitem__("at_slot", 8)))),
+    "a revision at the first slot": (ResumeStateError, "out of order", resume(
+        tampered(lambda s: s["revisions"][1].__setitem__("at_slot", 0)))),
     "revisions out of order": (ResumeStateError, "out of order", resume(
-        tampered(lambda s: s["revisions"].append({**s["revisions"][1], "at_step": 1})))),
+        tampered(lambda s: s["revisions"].append({**s["revisions"][1], "at_step": 100, "at_slot": 1})))),
     "a newer state version": (ResumeStateError, "version", resume(tampered(_set_field("version", 2)))),
     "a component its revisions do not name": (ResumeStateError, "components", resume(
         tampered(lambda s: s["components"].pop("c")))),

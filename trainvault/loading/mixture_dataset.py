@@ -51,8 +51,9 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         """Deal from `point` (a step and slot) under `timeline`, over `sources` (by index)."""
         self.sources, self.timeline, self.point = list(sources), timeline, point
 
-    def schedule(self, point: Redeal, rank: int | None = None) -> RankSchedule:
-        end = self.timeline.end
+    def schedule(self, point: Redeal, rank: int | None = None, until: int | None = None) -> RankSchedule:
+        """`rank`'s batches from `point` up to slot `until` (default: the stream's end)."""
+        end = self.timeline.end if until is None else until
         return point.schedule(point.position, ENDLESS if end is None else end, self.rank if rank is None else rank)
 
     def plan(self, batch: RankBatch) -> BatchPlan:

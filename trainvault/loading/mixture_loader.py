@@ -26,7 +26,7 @@ from trainvault.loading.mixture_schedule import Timeline
 from trainvault.loading.mixture_source import ComponentSource
 from trainvault.loading.mixture_state import ComponentIdentity, MixtureState, RedealEntry, RevisionEntry
 from trainvault.loading.mixture_trace import trace_mixture_batch
-from trainvault.loading.order import Redeal
+from trainvault.loading.order import RankBatch, Redeal
 from trainvault.loading.trace import TracedRecord
 
 if TYPE_CHECKING:
@@ -123,16 +123,24 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         ds = self._mixture_dataset
         ds.set_run(self._sources, self._timeline, ds.point)
 
+    def _batch(self, step: int, rank: int, history: Sequence[Redeal] | None = None) -> RankBatch:
+        """`rank`'s batch at `step`: dealt from the re-dealing point in force then, up to the
+        next point's slot (where an earlier stream ended, its last round was partial)."""
+        history = self._history if history is None else history
+        i = bisect.bisect_right([h.step for h in history], step) - 1
+        point = history[i]
+        until = history[i + 1].position if i + 1 < len(history) else None
+        try:
+            return self._mixture_dataset.schedule(point, rank, until).batch(step - point.step)
+        except IndexError:
+            raise SelectionError(f"step {step} never happens: the mixture stream ends before it") from None
+
     def slot_of_step(self, step: int, history: Sequence[Redeal] | None = None) -> int:
         """The first record slot of `step` (all ranks together)."""
         history = self._history if history is None else history
-        point = history[bisect.bisect_right([h.step for h in history], step) - 1]
-        if step == point.step:
-            return point.position
-        try:
-            return self._mixture_dataset.schedule(point, 0).batch(step - point.step - 1).after
-        except IndexError:
-            raise SelectionError(f"step {step} never happens: the mixture stream ends before it") from None
+        if step == 0:
+            return 0
+        return self._batch(step - 1, 0, history).after
 
     def _revision_slot(self, step: int, history: Sequence[Redeal]) -> int:
         """The slot a revision at `step` starts at: whole rounds from the last re-dealing point
@@ -159,12 +167,13 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
                 f"a revision at step {at_step} is in the past: this run has yielded {self._step} steps; revise from "
                 f"step {self._step} on"
             )
-        if at_step <= self._revisions[-1].at_step:
-            raise SelectionError(
-                f"a revision at step {at_step} is not after the last revision (step {self._revisions[-1].at_step}); "
-                "revisions go forward"
-            )
         slot = self._revision_slot(at_step, self._history)
+        last = self._revisions[-1]
+        if slot <= last.at_slot:
+            raise SelectionError(
+                f"a revision at step {at_step} (record slot {slot:,}) is not after the last revision (set for step "
+                f"{last.at_step}, record slot {last.at_slot:,}); revisions go forward"
+            )
         self._add_components(mixture)
         self._revisions.append(Revision(at_step, slot, mixture))
         self._retime()
@@ -316,12 +325,11 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
             expected = self.slot_of_step(state.step, history)
         except SelectionError:
             expected = None
-        if expected != state.position or any(r.at_slot != self._revision_slot(r.at_step, history)
-                                             for r in self._revisions[1:] if r.at_step <= state.step):
+        if expected != state.position:
             raise ResumeStateError(
                 f"mixture state: step {state.step} at record slot {state.position} does not follow from its "
                 f"re-dealing points (last: step {last.step} slot {last.position}, batch {last.batch_size} x "
-                f"{last.world_size}) or its revisions; it is damaged"
+                f"{last.world_size}); it is damaged"
             )
 
     # -- provenance ------------------------------------------------------------------------
@@ -335,10 +343,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         rank = self._mixture_dataset.rank if rank is None else rank
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < point.world_size:
             raise ConfigurationError(f"step {step} ran on {point.world_size} rank(s); rank {rank!r} is not one of them")
-        try:
-            batch = self._mixture_dataset.schedule(point, rank).batch(step - point.step)
-        except IndexError:
-            raise SelectionError(f"step {step} never happens: the mixture stream ends before it") from None
+        batch = self._batch(step, rank)
         return trace_mixture_batch(self._split, self._timeline, self._sources, self._names, batch, read=read)
 
     def mixture_report(self) -> list[ComponentReport]:
