@@ -4,7 +4,6 @@ are never dealt, and a PositionBudget per component counts what the mixture repo
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest

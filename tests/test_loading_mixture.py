@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
