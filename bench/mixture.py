@@ -10,9 +10,9 @@ the median of `--repeats` runs over one epoch's worth of records (`--records`):
 - plain: `load("train", curriculum_stages=[all three])`, one epoch;
 - mixture: `load_mixture` over the three stages, weights 3:2:1 (their sizes), the same
   number of records;
-- sampling: the schedule and component lookups alone (`MixtureIterableDataset.plan`) for
-  every batch of that run, counted twice (the worker's read-ahead planner and its batch
-  loop each call it), as a share of the mixture leg's time.
+- sampling: the schedule and component lookups alone (`MixtureIterableDataset.plan`, which
+  the worker's read-ahead planner runs once per batch) for every batch of that run, as a
+  share of the mixture leg's time.
 
     python bench/mixture.py --records 60000
 """
@@ -84,13 +84,15 @@ def mixed(uri: str, batch: int, records: int) -> int:
 
 
 def sampling(uri: str, batch: int, records: int) -> int:
+    from trainvault.loading.mixture_dataset import PLAN_BATCHES
+
     ld = loader(uri, batch).load_mixture(mixture())
     ds = ld._mixture_dataset
     schedule = ds.schedule(ds.point)
-    for t in range(records // batch):
-        ds.plan(schedule.batch(t))
-        ds.plan(schedule.batch(t))
-    return records // batch * batch
+    n = records // batch
+    for lo in range(0, n, PLAN_BATCHES):
+        ds.plan(list(range(lo, min(n, lo + PLAN_BATCHES))), schedule)
+    return n * batch
 
 
 def timed(fn: Any, *args: Any) -> tuple[float, int]:

@@ -11,8 +11,10 @@ worker decodes a window once and holds one window per component. Imports torch.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,24 @@ from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_bat
 
 #: The schedule of a stream that never ends counts this many records.
 ENDLESS = 1 << 62
-#: How many batches the read-ahead plans past the batch being formed: a component absent
+#: How many batches the read-ahead plans past the batch being formed (at least): a component absent
 #: from them (rare, or removed by a revision) is read when it is next needed.
 PLAN_HORIZON_BATCHES = 64
 _END = object()
 
-#: Per batch: slot count, and per component its positions in the batch and (pass, window, member) arrays.
-BatchPlan = tuple[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]
+#: Batches planned together: the schedule and lookups run vectorised over all their slots.
+PLAN_BATCHES = 32
+
+
+@dataclass
+class ChunkPlan:
+    """Consecutive batches of a worker: their indices and batches, and for every record
+    (batches concatenated) its window key and member."""
+
+    ts: list[int]
+    batches: list[RankBatch]
+    keys: list[WindowKey]
+    members: list[int]
 
 
 class MixtureIterableDataset(torch.utils.data.IterableDataset):
@@ -56,14 +69,17 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         end = self.timeline.end if until is None else until
         return point.schedule(point.position, ENDLESS if end is None else end, self.rank if rank is None else rank)
 
-    def plan(self, batch: RankBatch) -> BatchPlan:
-        """Which component, pass, window and member each record of `batch` is."""
-        comps, draws, _ = self.timeline.assign(batch.start, batch.count)
-        out = []
-        for c in dict.fromkeys(comps.tolist()):
-            at = np.flatnonzero(comps == c)
-            out.append((c, at, *self.sources[c].locate(draws[at])))
-        return batch.count, out
+    def plan(self, ts: list[int], schedule: RankSchedule) -> ChunkPlan:
+        """Which component window and member each record of batches `ts` is."""
+        batches = [schedule.batch(t) for t in ts]
+        slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
+        comps, draws, _ = self.timeline.assign_slots(slots)
+        epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
+        for c in np.unique(comps).tolist():
+            sel = comps == c
+            epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
+        keys = list(zip(comps.tolist(), epochs.tolist(), windows.tolist()))
+        return ChunkPlan(ts, batches, keys, members.tolist())
 
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
@@ -78,30 +94,26 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         schedule = self.schedule(self.point)
-        chunk = self.chunk(num_workers)
+        mine = worker_batches(len(schedule), self.chunk(num_workers), num_workers, worker)
+        return self._generate(_Planner(self, schedule, mine))
 
-        def mine() -> Iterator[int]:
-            return worker_batches(len(schedule), chunk, num_workers, worker)
-
-        return self._generate(schedule, mine(), _Planner(self, schedule, mine()))
-
-    def _generate(self, schedule: RankSchedule, batches: Iterator[int], planner: _Planner) -> Iterator[Item]:
+    def _generate(self, planner: _Planner) -> Iterator[Item]:
         streams: dict[int, Iterator[list[Any]]] = {}
         cache: dict[WindowKey, list[Any]] = {}
         try:
-            for t in batches:
-                planner.consumed += 1
-                batch = schedule.batch(t)
-                count, parts = self.plan(batch)
-                records: list[Any] = [None] * count
-                for c, at, epochs, windows, members in parts:
-                    for key, sel in _groups(c, epochs, windows):
-                        while key not in cache:
-                            self._load_next(c, planner, streams, cache)
-                        window = cache[key]
-                        for i, m in zip(at[sel].tolist(), members[sel].tolist()):
-                            records[i] = window[m]
-                yield t, 0, batch.after, self.collate_fn(records)
+            while (plan := planner.next_plan()) is not None:
+                at = 0
+                for t, batch in zip(plan.ts, plan.batches):
+                    planner.consumed += 1
+                    records: list[Any] = []
+                    for key, m in zip(plan.keys[at : at + batch.count], plan.members[at : at + batch.count]):
+                        window = cache.get(key)
+                        while window is None:
+                            self._load_next(key[0], planner, streams, cache)
+                            window = cache.get(key)
+                        records.append(window[m])
+                    at += batch.count
+                    yield t, 0, batch.after, self.collate_fn(records)
         finally:
             for stream in streams.values():
                 stream.close()  # type: ignore[attr-defined]
@@ -124,18 +136,14 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         cache[key] = window
 
 
-def _groups(c: int, epochs: np.ndarray, windows: np.ndarray) -> Iterator[tuple[WindowKey, np.ndarray]]:
-    """Each (component, pass, window) of a batch's draws of c, in order, with its draws."""
-    for e, k in dict.fromkeys(zip(epochs.tolist(), windows.tolist())):
-        yield (c, e, k), (epochs == e) & (windows == k)
-
-
 class _Planner:
-    """Walks a worker's batches ahead of it, queueing per component the windows it will
-    need: one queue for what to read, one for what to load, in the same order."""
+    """Walks a worker's batches ahead of it, PLAN_BATCHES at a time, keeping the plans for
+    the batch loop and queueing per component the windows it will need: one queue for what
+    to read, one for what to load, in the same order."""
 
     def __init__(self, dataset: MixtureIterableDataset, schedule: RankSchedule, batches: Iterator[int]):
         self.dataset, self.schedule, self.batches = dataset, schedule, batches
+        self.plans: deque[ChunkPlan] = deque()
         self.fetch: dict[int, deque[WindowKey]] = {}
         self.load: dict[int, deque[WindowKey]] = {}
         self.last: dict[int, WindowKey] = {}
@@ -143,23 +151,28 @@ class _Planner:
         self.consumed = 0
 
     def advance(self, force: bool) -> bool:
-        """Plan one more batch; without `force`, only within the horizon."""
+        """Plan the next batches; without `force`, only within the horizon."""
         if not force and self.planned >= self.consumed + PLAN_HORIZON_BATCHES:
             return False
-        t = next(self.batches, None)
-        if t is None:
+        ts = list(itertools.islice(self.batches, PLAN_BATCHES))
+        if not ts:
             return False
-        self.planned += 1
-        if t is None:
-            return False
-        _, parts = self.dataset.plan(self.schedule.batch(t))
-        for c, _, epochs, windows, _ in parts:
-            for key, _ in _groups(c, epochs, windows):
-                if self.last.get(c) != key:
-                    self.last[c] = key
-                    self.fetch.setdefault(c, deque()).append(key)
-                    self.load.setdefault(c, deque()).append(key)
+        plan = self.dataset.plan(ts, self.schedule)
+        self.planned += len(ts)
+        self.plans.append(plan)
+        for key in dict.fromkeys(plan.keys):
+            c = key[0]
+            if self.last.get(c) != key:
+                self.last[c] = key
+                self.fetch.setdefault(c, deque()).append(key)
+                self.load.setdefault(c, deque()).append(key)
         return True
+
+    def next_plan(self) -> ChunkPlan | None:
+        while not self.plans:
+            if not self.advance(True):
+                return None
+        return self.plans.popleft()
 
     def _next(self, queues: dict[int, deque[WindowKey]], c: int, force: bool) -> WindowKey | None:
         while not queues.get(c):

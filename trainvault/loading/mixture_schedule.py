@@ -161,26 +161,26 @@ class Timeline:
 
     def assign(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Component, draw number (over the run) and revision of slots start..start+count-1."""
-        comps, draws, revs = [], [], []
-        slot, stop = start, start + count
-        while slot < stop:
-            k = bisect.bisect_right(self.starts, slot) - 1
+        return self.assign_slots(np.arange(start, start + count, dtype=np.int64))
+
+    def assign_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Component, draw number (over the run) and revision of each slot (any order)."""
+        n = len(slots)
+        comps, draws, revs = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        which = np.searchsorted(np.asarray(self.starts, dtype=np.int64), slots, side="right") - 1
+        for k in np.unique(which).tolist():
             seg = self.segments[k]
-            nxt = self.starts[k + 1] if k + 1 < len(self.segments) else stop
-            hi = min(stop, nxt)
             if seg.tree is None:
-                raise IndexError(f"slot {slot} is past the mixture stream's end at {seg.start}")
-            x = np.arange(slot - seg.start, hi - seg.start, dtype=np.int64)
-            if (hi - seg.start + 1) * _max_b(seg.tree) * 2 >= _INT64_SAFE:
+                raise IndexError(f"slot {int(slots[which == k].min())} is past the mixture stream's end at {seg.start}")
+            sel = slice(None) if k == which[0] == which[-1] else which == k
+            x = slots[sel] - seg.start
+            if (int(x.max()) + 2) * _max_b(seg.tree) * 2 >= _INT64_SAFE:
                 x = x.astype(object)  # exact beyond int64, slower
             c, d = assign(seg.tree, x)
-            comps.append(c)
-            draws.append(d.astype(np.int64) + np.asarray(seg.base, dtype=np.int64)[c])
-            revs.append(np.full(hi - slot, seg.revision, dtype=np.int64))
-            slot = hi
-        if not comps:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate(comps), np.concatenate(draws), np.concatenate(revs)
+            comps[sel] = c
+            draws[sel] = d.astype(np.int64) + np.asarray(seg.base, dtype=np.int64)[c]
+            revs[sel] = seg.revision
+        return comps, draws, revs
 
     def depth(self) -> int:
         """The deepest tree of any segment: the share bound over L slots is depth / L."""

@@ -49,6 +49,7 @@ class ComponentSource:
     shuffle: bool
     window_blocks: int
     _orders: dict[int, EpochOrder] = field(default_factory=dict, repr=False)
+    _perms: dict[tuple[int, int], np.ndarray | None] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -59,7 +60,7 @@ class ComponentSource:
         return self.fetcher.shards
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_orders": {}}  # orders are cheap to rebuild in the worker
+        return {**self.__dict__, "_orders": {}, "_perms": {}}  # rebuilt in the worker when needed
 
     def order(self, epoch: int) -> EpochOrder:
         got = self._orders.get(epoch)
@@ -91,9 +92,18 @@ class ComponentSource:
         out = np.empty_like(local)
         for w in np.unique(k).tolist():
             sel = k == w
-            perm = order.record_permutation(w)
+            perm = self._permutation(order, w)
             out[sel] = local[sel] if perm is None else perm[local[sel]]
         return out
+
+    def _permutation(self, order: EpochOrder, window: int) -> np.ndarray | None:
+        """The window's record order, kept for the two latest windows (draws move forward)."""
+        key = (order.epoch, window)
+        if key not in self._perms:
+            if len(self._perms) >= 2:
+                self._perms.pop(min(self._perms))
+            self._perms[key] = order.record_permutation(window)
+        return self._perms[key]
 
     def window_plan_blocks(self, epoch: int, window: int) -> list[int]:
         return self.order(epoch).window_plan_blocks(window)
