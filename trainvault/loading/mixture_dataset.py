@@ -38,12 +38,14 @@ PLAN_BATCHES = 32
 
 @dataclass
 class ChunkPlan:
-    """Consecutive batches of a worker: their indices and batches, and for every record
-    (batches concatenated) its window key and member."""
+    """Consecutive batches of a worker: their indices and batches, the windows they draw
+    from (sorted, so each component's in the order it needs them), and for every record
+    (batches concatenated) the index of its window there and its member."""
 
     ts: list[int]
     batches: list[RankBatch]
-    keys: list[WindowKey]
+    windows: list[WindowKey]
+    kids: list[int]
     members: list[int]
 
 
@@ -75,11 +77,19 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
         comps, draws, _ = self.timeline.assign_slots(slots)
         epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
-        for c in np.unique(comps).tolist():
+        for c in range(len(self.sources)):
             sel = comps == c
+            if not sel.any():
+                continue
             epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
-        keys = list(zip(comps.tolist(), epochs.tolist(), windows.tolist()))
-        return ChunkPlan(ts, batches, keys, members.tolist())
+        if max(int(epochs.max()), int(windows.max())) < 1 << 26 and int(comps.max()) < 1 << 11:
+            # One int64 per record orders as (component, pass, window) does: a 1-D unique is fast.
+            codes, kids = np.unique((comps << 52) | (epochs << 26) | windows, return_inverse=True)
+            keys = [(c >> 52, (c >> 26) & (1 << 26) - 1, c & (1 << 26) - 1) for c in codes.tolist()]
+        else:
+            rows, kids = np.unique(np.stack([comps, epochs, windows], axis=1), axis=0, return_inverse=True)
+            keys = [(int(c), int(e), int(k)) for c, e, k in rows.tolist()]
+        return ChunkPlan(ts, batches, keys, kids.reshape(-1).tolist(), members.tolist())
 
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
@@ -103,15 +113,17 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         try:
             while (plan := planner.next_plan()) is not None:
                 at = 0
+                held: list[Any] = [None] * len(plan.windows)
                 for t, batch in zip(plan.ts, plan.batches):
                     planner.consumed += 1
-                    records: list[Any] = []
-                    for key, m in zip(plan.keys[at : at + batch.count], plan.members[at : at + batch.count]):
-                        window = cache.get(key)
-                        while window is None:
-                            self._load_next(key[0], planner, streams, cache)
-                            window = cache.get(key)
-                        records.append(window[m])
+                    kids = plan.kids[at : at + batch.count]
+                    for kid in sorted(set(kids)):
+                        if held[kid] is None:
+                            key = plan.windows[kid]
+                            while key not in cache:
+                                self._load_next(key[0], planner, streams, cache)
+                            held[kid] = cache[key]
+                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + batch.count])]
                     at += batch.count
                     yield t, 0, batch.after, self.collate_fn(records)
         finally:
@@ -160,7 +172,7 @@ class _Planner:
         plan = self.dataset.plan(ts, self.schedule)
         self.planned += len(ts)
         self.plans.append(plan)
-        for key in dict.fromkeys(plan.keys):
+        for key in plan.windows:
             c = key[0]
             if self.last.get(c) != key:
                 self.last[c] = key

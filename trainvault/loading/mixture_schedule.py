@@ -168,12 +168,17 @@ class Timeline:
         n = len(slots)
         comps, draws, revs = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
         which = np.searchsorted(np.asarray(self.starts, dtype=np.int64), slots, side="right") - 1
-        for k in np.unique(which).tolist():
+        # Slots come sorted, so segments are a range (np.unique costs more than the work here).
+        for k in range(int(which.min()), int(which.max()) + 1) if n else ():
             seg = self.segments[k]
             if seg.tree is None:
-                raise IndexError(f"slot {int(slots[which == k].min())} is past the mixture stream's end at {seg.start}")
+                if (which == k).any():
+                    raise IndexError(f"slot {int(slots[which == k].min())} is past the mixture stream's end at {seg.start}")
+                continue
             sel = slice(None) if k == which[0] == which[-1] else which == k
             x = slots[sel] - seg.start
+            if not len(x):
+                continue
             if (int(x.max()) + 2) * _max_b(seg.tree) * 2 >= _INT64_SAFE:
                 x = x.astype(object)  # exact beyond int64, slower
             c, d = assign(seg.tree, x)

@@ -75,8 +75,10 @@ class ComponentSource:
         epochs, pos = np.divmod(draws, self.size)
         windows = np.empty_like(draws)
         members = np.empty_like(draws)
-        for e in np.unique(epochs).tolist():
+        for e in range(int(epochs.min()), int(epochs.max()) + 1) if len(draws) else ():
             sel = epochs == e
+            if not sel.any():
+                continue
             order = self.order(e)
             k = np.searchsorted(order.window_start, pos[sel], side="right") - 1
             local = pos[sel] - order.window_start[k]
@@ -90,8 +92,10 @@ class ComponentSource:
 
     def _permuted(self, order: EpochOrder, k: np.ndarray, local: np.ndarray) -> np.ndarray:
         out = np.empty_like(local)
-        for w in np.unique(k).tolist():
+        for w in range(int(k.min()), int(k.max()) + 1) if len(k) else ():
             sel = k == w
+            if not sel.any():
+                continue
             perm = self._permutation(order, w)
             out[sel] = local[sel] if perm is None else perm[local[sel]]
         return out
