@@ -29,11 +29,11 @@ from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_bat
 ENDLESS = 1 << 62
 #: How many batches the read-ahead plans past the batch being formed (at least): a component absent
 #: from them (rare, or removed by a revision) is read when it is next needed.
-PLAN_HORIZON_BATCHES = 64
+PLAN_HORIZON_BATCHES = 256
 _END = object()
 
 #: Batches planned together: the schedule and lookups run vectorised over all their slots.
-PLAN_BATCHES = 32
+PLAN_BATCHES = 128
 
 
 @dataclass
@@ -74,7 +74,12 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
     def plan(self, ts: list[int], schedule: RankSchedule) -> ChunkPlan:
         """Which component window and member each record of batches `ts` is."""
         batches = [schedule.batch(t) for t in ts]
-        slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
+        counts = {b.count for b in batches}
+        if len(counts) == 1:  # whole rounds: one outer sum instead of an arange per batch
+            starts = np.fromiter((b.start for b in batches), dtype=np.int64, count=len(batches))
+            slots = np.add.outer(starts, np.arange(counts.pop(), dtype=np.int64)).reshape(-1)
+        else:
+            slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
         comps, draws, _ = self.timeline.assign_slots(slots)
         epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
         for c in range(len(self.sources)):
