@@ -46,18 +46,14 @@ def tree_depth(tree: Tree) -> int:
     return 0 if isinstance(tree, int) else 1 + max(tree_depth(tree[2]), tree_depth(tree[3]))
 
 
-def _left(a: int, b: int, x: np.ndarray) -> np.ndarray:
-    """round(a/b * x), half up: slots among the first x that go left."""
-    return (2 * a * x + b) // (2 * b)
-
-
 def assign(tree: Tree, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Component index and that component's local draw number of each local slot in `x`."""
     if isinstance(tree, int):
         return np.full(len(x), tree, dtype=np.int64), x
     a, b, lt, rt = tree
-    f0 = _left(a, b, x)
-    go_left = _left(a, b, x + 1) > f0
+    # round(p(x+1)) > round(p x) exactly when the remainder of (2ax + b) / 2b reaches 2b - 2a.
+    f0, rem = np.divmod(2 * a * x + b, 2 * b)
+    go_left = rem >= 2 * b - 2 * a
     comp = np.empty(len(x), dtype=np.int64)
     draw = np.empty_like(x)
     comp[go_left], draw[go_left] = assign(lt, f0[go_left])
