@@ -22,6 +22,7 @@ import shlex
 import dagster as dg
 
 from assets._common import APPROVE, asset_args, ins, key, link, object_metadata
+from assets.verified import surveys_of
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
@@ -154,12 +155,15 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
 def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest), else written."""
     from trainvault.cards import write_croissant
+    from trainvault.verification import split_surveys
 
     uri = pub.croissant_uri(request_sha256)
     if (existing := stored_ref(vault, uri)) is not None:
         return existing, False
+    # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
+    surveys = split_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(vault, opened, uri, name=spec.name, description=spec.description or None,
-                           version=pub.version)
+                           version=pub.version, surveys=surveys)
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
 

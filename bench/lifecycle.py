@@ -19,11 +19,13 @@ recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as
 Bytes read per byte stored (``--reads``): the lifecycle job run in this process
 (in-process executor, ephemeral instance) three times on one store: a fresh build, an
 unchanged rebuild, and a rebuild in which 1 of the N shards changed (the planted
-generator changes ``train/hard/0`` only, which makes a new version). Each row gives the
-bytes every `Storage` read returned in the run (``trainvault.storage.READS``: shards,
-descriptors, documents, hand-offs, the evaluation release) over the bytes of the shards
-the manifest binds, the read requests, the wall time, and how many shards the
-contamination scan and the profile read (the rest reused by content).
+generator changes ``train/hard/0`` only, which makes a new version). Each row gives, over
+the bytes of the shards the manifest binds, the bytes streamed (whole objects read
+without keeping them: how shards are read) and the bytes every `Storage` read returned
+(``trainvault.storage.READS``: shards, descriptors, documents, hand-offs, stored
+per-shard results, the evaluation release); the read requests, the wall time, and how
+many shards the verification pass (contamination_scan) and the profile read (the rest
+reused by content).
 
     .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200] [--celery]
     .venv/bin/python bench/lifecycle.py --reads --shards 50 --lifecycle-records 2000 --no-demo
@@ -290,7 +292,8 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
             if not result.success:
                 raise SystemExit(f"the {name} run failed")
             stored = sum(int(meta["bytes"]) for meta in partition_metadata(result, "dataset_shards").values())
-            rows.append({"run": name, "shards": total, "ratio": read.bytes / stored, "requests": read.requests,
+            rows.append({"run": name, "shards": total, "ratio": read.bytes / stored, "streamed": read.streamed / stored,
+                         "requests": read.requests,
                          "wall": wall, "stored": stored, "scanned": scanned(result, "contamination_scan"),
                          "profiled": scanned(result, "dataset_profile")})
     return rows
@@ -313,10 +316,13 @@ def scanned(result, asset: str) -> str:
 
 def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
     print(f"\nbytes read per shard byte stored (trainvault.storage.READS, in-process, {records} records a shard)\n")
-    print(f"{'shards':>6} {'run':<18} {'read/stored':>11} {'requests':>9} {'wall s':>7} {'scanned':>7} {'profiled':>8}")
+    print(f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
+          f"{'scanned':>7} {'profiled':>8}")
     for r in rows:
-        print(f"{r['shards']:>6} {r['run']:<18} {r['ratio']:>11.2f} {r['requests']:>9} {r['wall']:>7.1f} "
-              f"{r['scanned']:>7} {r['profiled']:>8}")
+        print(f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
+              f"{r['wall']:>7.1f} {r['scanned']:>7} {r['profiled']:>8}")
+    print("\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "
+          "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)")
 
 
 def demo_time() -> float:

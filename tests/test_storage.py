@@ -291,4 +291,4 @@ def test_reads_count_the_bytes_and_requests_every_read_returns(tmp_path, request
     storage.list(parent_uri(uri))
     got = READS.snapshot() - before
     # get + range + stream (bytes delivered), and one request each for the five calls.
-    assert (got.bytes, got.requests) == (2 * len(data) + 20, 5)
+    assert (got.bytes, got.requests, got.streamed) == (2 * len(data) + 20, 5, len(data))

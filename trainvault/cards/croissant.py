@@ -25,7 +25,7 @@ from urllib.parse import quote
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
-from trainvault.errors import ApprovalError, ConfigurationError, ManifestError
+from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -135,7 +135,8 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
 
 
 def _split_nodes(
-    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str
+    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str,
+    survey: tuple[list[FieldSurvey], int] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The split's file objects and file set, and its record set."""
     formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
@@ -156,10 +157,15 @@ def _split_nodes(
             "encodingFormat": formats if len(formats) > 1 else formats[0],
             "includes": filled,
         })
-    custody = approved.custody_storage()
-    surveys, records = survey_fields(
-        row for e in entries if e.record_count for row in ShardReader(custody, e, manifest.data_format).iter_records()
-    )
+    if survey is None:
+        custody = approved.custody_storage()
+        survey = survey_fields(
+            row for e in entries if e.record_count for row in ShardReader(custody, e, manifest.data_format).iter_records()
+        )
+    surveys, records = survey
+    if records != sum(e.record_count for e in entries):
+        raise IntegrityError(f"the field survey of split {split} counts {records} records, the approved manifest "
+                             f"{sum(e.record_count for e in entries)}: survey the approved shards")
     record_set: dict[str, Any] = {
         "@type": "cr:RecordSet", "@id": split, "name": split,
         "description": f"split {split}: {records} records in {len(entries)} shards ({manifest.data_format})",
@@ -207,12 +213,14 @@ def croissant_card(
     cite_as: str | None = None,
     version: str | None = None,
     date_published: str | None = None,
+    surveys: Mapping[str, tuple[list[FieldSurvey], int]] | None = None,
 ) -> dict[str, Any]:
     """The Croissant JSON-LD document of `approved` (opened from a signed record with
     `open_approved`), for a card stored at `card_uri` (default `default_card_uri`).
 
-    Reads every record once (blocks verified) to declare each split's fields, and each bound
-    ``<split>_metrics`` sidecar. Properties left None are omitted (Croissant recommends
+    Reads every record once (blocks verified) to declare each split's fields, unless
+    `surveys` gives a split's (field surveys, record count) from a verification pass over
+    exactly the approved shards; and reads each bound ``<split>_metrics`` sidecar. Properties left None are omitted (Croissant recommends
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
@@ -228,7 +236,7 @@ def croissant_card(
     ]
     record_sets = []
     for split in manifest.splits:
-        files, record_set = _split_nodes(vault, approved, manifest, split, folder)
+        files, record_set = _split_nodes(vault, approved, manifest, split, folder, (surveys or {}).get(split))
         distribution += files
         record_sets.append(record_set)
     _check_unique_ids([*distribution, *record_sets])

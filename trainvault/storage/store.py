@@ -128,7 +128,7 @@ class Storage:
         try:
             for chunk in resuming(self._clients, loc, start, end, chunk_size, limit):
                 pos += len(chunk)
-                READS.add(len(chunk))
+                READS.add(len(chunk), streamed=True)
                 if limit is not None and pos > limit:  # it grew after it was opened
                     raise size_error(loc.uri, TooLarge(None, limit), expected_size)
                 yield chunk
