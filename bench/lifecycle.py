@@ -5,9 +5,10 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 - library only: the same calls the assets make (pins, every shard, manifest, profile,
   training scan, evaluation release + contract, one contamination scan per shard reduced
   into the report, gate, signed approval), in one process with no Dagster;
-- Dagster CLI, multiprocess executor: exactly what `make demo` runs for a dataset
+- Dagster CLI, multiprocess executor: what `make demo` runs for a dataset with
+  ``TRAINVAULT_DEMO_EXECUTOR=multiprocess``
   (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
-- Dagster CLI, in-process executor: the same run with every step in one process;
+- Dagster CLI, in-process executor: the same run with every step in one process (`make demo`'s default);
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
 - with ``--celery``: the same CLI run through the Celery executor, steps on two
   ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, the settings
