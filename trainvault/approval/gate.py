@@ -34,7 +34,7 @@ from trainvault.approval.checks import (
 from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedObject, fed_by_hashing, hash_objects
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.progress import HashProgressCallback, continued
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.scan_manifest import (
@@ -178,7 +178,10 @@ def _gate(
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
     rescan = Rescan(storage, chain.publication, chain.index, policy)
-    hashed = _hash_declared(storage, chain, threads, progress, fed_by_hashing(ledgers.consumers(), rescan.consumers()))
+    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
+    # The bar counts the bound documents too, as the summary does.
+    shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
+    hashed = _hash_declared(storage, chain, threads, shown, fed_by_hashing(ledgers.consumers(), rescan.consumers()))
     descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in chain.publication.entries()}
     publication = chain.publication.with_descriptors(descriptors_raw)
     for uri, desc in publication.descriptors.items():
@@ -186,7 +189,6 @@ def _gate(
     checked = ledgers.finish()
     rescanned = rescan.finish(chain.report)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
-    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     summary = _summary(refs, chain, rescanned, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
     return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,
