@@ -64,4 +64,3 @@ def link(uri: str) -> dg.MetadataValue:
 def object_metadata(uri: str, sha256: str, version: str) -> dict[str, Any]:
     """Where an object is, for people: its URI (``dagster/uri``), a link, its digest and version."""
     return {"version": version, "uri": uri, "dagster/uri": uri, "open": link(uri), "sha256": sha256}
-

@@ -9,8 +9,8 @@ profile and its field survey. Both results are stored by content under the datas
 profile settings), so a later version reuses an unchanged shard's results without reading
 it. The scan result is published create-only beside the report
 (``contamination/<release>-<contract>/shards/``); a multiprocess, Celery or k8s executor
-spreads the partitions, and a run over many partitions verifies `shard_threads` at once. The report asset reduces every shard's result with
-`trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
+spreads the partitions, and a run over many partitions verifies `shard_threads` at once.
+The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
 the report is the one a serial scan makes; it binds the data manifest, scan manifest,
 release, contract and producer pins by SHA-256 and is published signed by the scanner's
 key (an in-toto statement in a DSSE envelope). The check re-reads the report by digest
@@ -47,8 +47,9 @@ from trainvault.errors import IntegrityError
 from trainvault.publication.pinned import Publication as PinnedManifest
 from trainvault.verification import VerifiedShard, verify_shard
 
-SCAN_DESCRIPTION = ("One shard scanned for evaluation items (n-gram overlap under the verifier contract); "
-                    "one partition per shard, reduced into the contamination report.")
+SCAN_DESCRIPTION = ("The verification pass, one partition per shard: one verified read of the shard serves its "
+                    "contamination scan (n-gram overlap under the verifier contract, reduced into the report), its "
+                    "profile and its field survey; a shard whose results are stored by content is not read again.")
 REPORT_DESCRIPTION = ("The contamination report: every shard's scan reduced against the evaluation release, "
                       "binding manifest, scan manifest, release, contract and pins by digest, signed by the scanner's key. "
                       "Blocking check: within_contract.")

@@ -5,8 +5,9 @@ shard: it merges, per split in manifest order, the per-shard profiles the verifi
 pass (contamination_scan) stored by content. With a schema or hook it reads every shard of
 the committed manifest (blocks verified), computes the metrics per shard on a thread pool,
 merges them the same way and checks rows against the schema. Either way it writes
-``<split>_metrics.json`` beside the manifest. The UI shows the metrics as tables; the hand-off names the manifest profiled and the
-sidecars by (uri, sha256), so `approved_dataset` binds them in the approval request.
+``<split>_metrics.json`` beside the manifest. The UI shows the metrics as tables; the
+hand-off names the manifest profiled and the sidecars by (uri, sha256), so
+`approved_dataset` binds them in the approval request.
 
 Validation runs in the configured mode; offending rows are recorded in the sidecars
 either way, and in ``error`` mode the blocking check fails, so nothing downstream in the

@@ -88,7 +88,7 @@ def stored_survey(storage: Storage, folder: str, data_format: str, entry: ShardE
     found = read_result(storage, ShardSurvey, uri, key)
     if found is None:
         raise IntegrityError(f"shard {entry.key} ({entry.sha256}) has no stored survey at {uri}: run the verification "
-                             "pass (contamination_scan) over it first")
+                             "pass (verify_shard) over it first")
     return found
 
 
