@@ -120,3 +120,27 @@ def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(tmp_path) -
     approved = clean.vault.approve_dataset(clean.request(), policy=ApprovalPolicy())  # no scanner keys: every shard
     assert (READS.snapshot() - before).streamed == shard_bytes
     assert approved.summary.shards == len(entries(clean)) and approved.summary.files_hashed > len(entries(clean))
+
+
+def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_record(tmp_path) -> None:
+    from trainvault.approval import SigningKey, with_record, write_approval
+    from trainvault.cards import croissant_card
+
+    clean = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40)
+    storage, folder = clean.vault.storage, str(tmp_path / "results")
+    by_split: dict[str, list] = {}
+    for split, e in entries(clean):
+        verify_shard(storage, folder, "msgpack.zst", split, e, clean.index)
+        by_split.setdefault(split, []).append((e, stored_survey(storage, folder, "msgpack.zst", e)))
+    key = SigningKey.generate()
+    approved = clean.vault.approve_dataset(clean.request())
+    record = write_approval(clean.vault, f"{clean.root}/approval.json", approved, signing_keys=[key])
+    opened = with_record(clean.vault, approved, record.uri, record.sha256, trusted_keys=[key.public_key])
+    surveys = split_surveys(by_split)
+    before = READS.snapshot()
+    card = croissant_card(clean.vault, opened, surveys=surveys)
+    assert (READS.snapshot() - before).streamed == 0  # no shard read
+    assert card == croissant_card(clean.vault, opened)
+    fields, records = surveys["train"]
+    with pytest.raises(IntegrityError, match="the field survey of split train counts"):
+        croissant_card(clean.vault, opened, surveys={**surveys, "train": (fields, records - 1)})
