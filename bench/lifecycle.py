@@ -26,7 +26,8 @@ without keeping them: how shards are read) and the bytes every `Storage` read re
 (``trainvault.storage.READS``: shards, descriptors, documents, hand-offs, stored
 per-shard results, the evaluation release); the read requests, the wall time, and how
 many shards the verification pass (contamination_scan) and the profile read (the rest
-reused by content).
+reused by content). CPU s is this process's CPU time (every thread): on a shared machine
+it is the steadier figure.
 
     .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200] [--celery]
     .venv/bin/python bench/lifecycle.py --reads --shards 50 --lifecycle-records 2000 --no-demo
@@ -287,14 +288,14 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
             spec = example_spec(f"{tmp}/store", shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
                                 plant=plant, **key_fields(keys))
             job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(f"lifecycle_{spec.name}")
-            before, start = READS.snapshot(), time.perf_counter()
+            before, start, cpu = READS.snapshot(), time.perf_counter(), time.process_time()
             result = job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
-            wall, read = time.perf_counter() - start, READS.snapshot() - before
+            wall, cpu, read = time.perf_counter() - start, time.process_time() - cpu, READS.snapshot() - before
             if not result.success:
                 raise SystemExit(f"the {name} run failed")
             stored = sum(int(meta["bytes"]) for meta in partition_metadata(result, "dataset_shards").values())
             rows.append({"run": name, "shards": total, "ratio": read.bytes / stored, "streamed": read.streamed / stored,
-                         "requests": read.requests,
+                         "requests": read.requests, "cpu": cpu,
                          "wall": wall, "stored": stored, "scanned": scanned(result, "contamination_scan"),
                          "profiled": scanned(result, "dataset_profile")})
     return rows
@@ -318,10 +319,10 @@ def scanned(result, asset: str) -> str:
 def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
     print(f"\nbytes read per shard byte stored (trainvault.storage.READS, in-process, {records} records a shard)\n")
     print(f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
-          f"{'scanned':>7} {'profiled':>8}")
+          f"{'CPU s':>6} {'scanned':>7} {'profiled':>8}")
     for r in rows:
         print(f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
-              f"{r['wall']:>7.1f} {r['scanned']:>7} {r['profiled']:>8}")
+              f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {r['scanned']:>7} {r['profiled']:>8}")
     print("\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "
           "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)")
 
