@@ -37,12 +37,10 @@ def shards_read(result, asset: str) -> dict[str | None, int]:
             for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == asset}
 
 
-def stored(spec) -> tuple[int, int]:
-    """(bytes of the shards, bytes of their descriptors) of the spec's publication."""
-    vault = TrainVault()
-    manifest = Publication.load(vault.storage, spec.publication().manifest_uri).manifest
-    entries = [e for sm in manifest.splits.values() for e in sm.shards]
-    return sum(e.size_bytes for e in entries), sum(len(vault.storage.get(e.descriptor_uri)) for e in entries)
+def stored(spec) -> int:
+    """Bytes of the shards of the spec's publication."""
+    manifest = Publication.load(TrainVault().storage, spec.publication().manifest_uri).manifest
+    return sum(e.size_bytes for sm in manifest.splits.values() for e in sm.shards)
 
 
 def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_changed_shard_alone_is_verified(
@@ -57,15 +55,15 @@ def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_change
 
     clean = spec_of(False)
     built, read = run(clean, instance)
-    shard_bytes, descriptor_bytes = stored(clean)
-    # Streamed: shards by the verification pass and the gate's hash pass (its re-scan fed from it),
-    # descriptors hashed by the training scan.
-    assert read.streamed <= 2 * shard_bytes + descriptor_bytes
+    shard_bytes = stored(clean)
+    # Streamed (documents are read whole): shards, by the verification pass and the gate's hash pass
+    # (its re-scan fed from it).
+    assert read.streamed <= 2 * shard_bytes
     assert sorted(shards_read(built, "contamination_scan").values()) == [1] * 8
     assert shards_read(built, "dataset_profile") == {None: 0}
 
     rebuilt, read = run(clean, instance)
-    assert read.streamed <= shard_bytes + descriptor_bytes
+    assert read.streamed <= shard_bytes
     assert sorted(shards_read(rebuilt, "contamination_scan").values()) == [0] * 8
     assert shards_read(rebuilt, "dataset_profile") == {None: 0}
 
@@ -74,7 +72,7 @@ def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_change
     scanned = shards_read(changed, "contamination_scan")
     assert {k for k, n in scanned.items() if n} == {"train/hard/0"} and len(scanned) == 8
     assert shards_read(changed, "dataset_profile") == {None: 0}
-    planted_bytes, planted_descriptors = stored(planted)
+    planted_bytes = stored(planted)
     hard0 = next(e.size_bytes for e in Publication.load(TrainVault().storage, planted.publication().manifest_uri)
                  .manifest.splits["train"].shards if e.key == "hard/0")
-    assert read.streamed <= planted_bytes + hard0 + planted_descriptors
+    assert read.streamed <= planted_bytes + hard0
