@@ -19,6 +19,8 @@ from trainvault.profile import profile_publication
 from trainvault.publication.pinned import Publication
 from trainvault.storage import READS
 from trainvault.verification import profile_from_surveys, split_surveys, stored_survey, verify_shard
+from trainvault.verification.fused import survey_key
+from trainvault.verification.results import key_uri
 
 
 #: build_chain keeps each shard's records by shard id, the valid shard's as "valid".
@@ -68,10 +70,8 @@ def test_a_damaged_or_misnamed_stored_result_is_refused_not_recomputed(chain, tm
     (split, a), (_, b) = entries(chain)[:2]
     verify_shard(storage, folder, "msgpack.zst", split, a, chain.index)
     verify_shard(storage, folder, "msgpack.zst", split, b, chain.index)
-    a_files = {p.name: p for p in Path(folder).iterdir()}
-    survey_a = next(p for name, p in a_files.items() if name.startswith("survey-")
-                    and stored_survey(storage, folder, "msgpack.zst", a).key.shard.shard_sha256 in p.read_text())
-    survey_b = next(p for p in Path(folder).iterdir() if p.name.startswith("survey-") and p != survey_a)
+    survey_a, survey_b = (Path(folder) / key_uri(folder, "survey", survey_key(e, "msgpack.zst")).rsplit("/", 1)[1]
+                          for e in (a, b))
     original = survey_a.read_bytes()
     survey_a.write_bytes(b"{not json")
     with pytest.raises(IntegrityError, match=f"{survey_a.name}: a stored per-shard result does not parse"):
@@ -98,7 +98,6 @@ def test_a_changed_shard_yields_no_result(chain, tmp_path) -> None:
 
 
 def test_the_scan_manifest_lists_verified_shards_without_reading_them(chain) -> None:
-    storage = chain.vault.storage
     shards = {e.uri for _, e in entries(chain)}
     before = READS.snapshot()
     full = build_training_scan_manifest(chain.vault, chain.manifest_uri)
@@ -108,7 +107,6 @@ def test_the_scan_manifest_lists_verified_shards_without_reading_them(chain) -> 
     streamed = (READS.snapshot() - before).streamed
     assert listed == full
     assert streamed_full - streamed == sum(e.size_bytes for _, e in entries(chain))
-    del storage
 
 
 def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(tmp_path) -> None:
