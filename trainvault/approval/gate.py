@@ -29,6 +29,7 @@ from trainvault.approval.checks import (
     check_producer,
     check_report,
     check_scan,
+    check_text_fields,
     deny,
 )
 from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedObject, fed_by_hashing, hash_objects
@@ -50,6 +51,7 @@ from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pinned import Publication
@@ -177,7 +179,8 @@ def _gate(
     docs = _hash_bound(storage, refs, threads)
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
-    rescan = Rescan(storage, chain.publication, chain.index, policy)
+    survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
+    rescan = Rescan(storage, chain.publication, chain.index, policy, survey)
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     # The bar counts the bound documents too, as the summary does.
     shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
@@ -188,6 +191,7 @@ def _gate(
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
     rescanned = rescan.finish(chain.report)
+    check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     summary = _summary(refs, chain, rescanned, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))

@@ -14,11 +14,12 @@ import secrets
 from collections.abc import Callable, Mapping
 
 from trainvault.approval.checks import deny
+from trainvault.approval.hashing import ChunkConsumer
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
-from trainvault.approval.hashing import ChunkConsumer
 from trainvault.contamination.scan import ScanFeed, ShardItemHits, ShardScanResult
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import StrictModel
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
@@ -48,13 +49,15 @@ def sample_shards(publication: Publication, policy: ApprovalPolicy) -> tuple[int
 
 class Rescan:
     """The policy's sample of shards, scanned from the bytes the gate's hash pass reads (no second
-    read): `consumers` for `hash_objects`, then `finish` compares each with the report."""
+    read): `consumers` for `hash_objects`, then `finish` compares each with the report. `survey`
+    observes the drawn shards' records."""
 
-    def __init__(self, storage: Storage, publication: Publication, index: EvalIndex, policy: ApprovalPolicy):
+    def __init__(self, storage: Storage, publication: Publication, index: EvalIndex, policy: ApprovalPolicy,
+                 survey: TextFieldSurvey | None = None):
         self.publication = publication
         self.seed, self.drawn = sample_shards(publication, policy)
         data_format = publication.manifest.data_format
-        self.feeds = {normalize_uri(group[0][1].uri): ScanFeed(storage, data_format, group[0][1], index)
+        self.feeds = {normalize_uri(group[0][1].uri): ScanFeed(storage, data_format, group[0][1], index, survey)
                       for group in self.drawn}
 
     def consumers(self) -> dict[str, Callable[[], ChunkConsumer]]:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from trainvault.contamination.block_text import BlockText, BlockTextReader
 from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, DecodeError, IntegrityError, TrainVaultError
 from trainvault.formats.cutter import BlockCutter
@@ -298,6 +299,7 @@ def scan_shard(
     index: EvalIndex,
     *,
     on_bytes: Callable[[int], None] | None = None,
+    survey: TextFieldSurvey | None = None,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> ShardScanResult:
     """Scan one published shard: read it once, verify it, and match every record.
@@ -305,14 +307,15 @@ def scan_shard(
     The whole object is streamed and hashed; each block is checked against its
     descriptor digest before it is decoded, and the object's SHA-256 and size must
     equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
-    number of shard bytes read since its last call; `on_records` each verified block's
-    decoded records, in order (other per-record work over the same single read).
+    number of shard bytes read since its last call; `survey` observes every block's records;
+    `on_records` gets each verified block's decoded records, in order (other per-record work
+    over the same single read).
     """
     reader = ShardReader(storage, entry, data_format)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
-        _add_block(acc, reader, text, k, data, entry.uri, on_records)
+        _add_block(acc, reader, text, k, data, entry.uri, survey, on_records)
     if acc.records != entry.record_count:
         raise IntegrityError(
             f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
@@ -322,28 +325,27 @@ def scan_shard(
 
 def _add_block(
     acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str,
+    survey: TextFieldSurvey | None = None,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> None:
     """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`);
-    hand the decoded records to `on_records`."""
-    if text is None:
-        records = reader.decode(k, data)
-        acc.add(records, uri)
-        if on_records is not None:
-            on_records(records)
-        return
-    payload = reader.inflate(k, data)
-    if on_records is not None:
-        on_records(reader.records(k, payload))
-    block = text.read(payload)
+    `survey` observes them; `on_records` gets them decoded."""
+    payload = reader.inflate(k, data) if text is not None else None
+    block = text.read(payload) if text is not None else None
     if block is None:
-        acc.add(reader.records(k, payload), uri)
-        return
-    try:
-        acc.add_text(block)
-    except UnicodeDecodeError as exc:
-        reader.records(k, payload)  # raises the decoder's own error for a string that is not UTF-8
-        raise DecodeError(f"{uri}: block {k} holds text that is not UTF-8 ({exc}); re-publish the shard") from None
+        records = reader.decode(k, data) if payload is None else reader.records(k, payload)
+        acc.add(records, uri)
+    else:
+        try:
+            acc.add_text(block)
+        except UnicodeDecodeError as exc:
+            reader.records(k, payload)  # raises the decoder's own error for a string that is not UTF-8
+            raise DecodeError(f"{uri}: block {k} holds text that is not UTF-8 ({exc}); re-publish the shard") from None
+        records = block.records
+    if survey is not None:
+        survey.observe(records, raw=block is not None)
+    if on_records is not None:
+        on_records(records if block is None else reader.records(k, payload))
 
 
 def _verified_blocks(
@@ -377,8 +379,9 @@ class ScanFeed:
     instead of raising, so the reader that owns the stream reports a changed shard first;
     `result` raises it."""
 
-    def __init__(self, storage: Storage, data_format: str, entry: ShardEntry, index: EvalIndex):
-        self.entry = entry
+    def __init__(self, storage: Storage, data_format: str, entry: ShardEntry, index: EvalIndex,
+                 survey: TextFieldSurvey | None = None):
+        self.entry, self.survey = entry, survey
         self.error: TrainVaultError | None = None
         self._acc = _Accumulator(index)
         self._text: BlockTextReader | None = None
@@ -397,7 +400,7 @@ class ScanFeed:
             return
         try:
             for k, data in self._cutter.feed(chunk):
-                _add_block(self._acc, self._reader, self._text, k, data, self.entry.uri)
+                _add_block(self._acc, self._reader, self._text, k, data, self.entry.uri, self.survey)
         except TrainVaultError as exc:
             self.error = exc
 
