@@ -236,7 +236,8 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
                 proc.wait()
 
 
-def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
+def measure(total: int, records: int, celery: bool = False,
+            executors: tuple[str, ...] = ("multiprocess", "in_process")) -> dict[str, float]:
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -251,7 +252,7 @@ def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
                                 plant=False, **key_fields(keys))
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
-        for executor in ("multiprocess", "in_process", *(("celery",) if celery else ())):
+        for executor in (*executors, *(("celery",) if celery else ())):
             root, home = f"{tmp}/{executor}", Path(tmp) / f"home-{executor}"
             home.mkdir()
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -340,6 +341,16 @@ def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
           "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)")
 
 
+def print_in_process(rows: list[dict[str, float]], records: int) -> None:
+    print(f"\nlifecycle wall time in-process, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
+    print(f"{'shards':>6} {'library only':>12} {'CLI in-proc':>11} {'overhead':>9} {'per shard':>10} {'in steps':>8} "
+          f"{'rebuild':>7}")
+    for r in rows:
+        over = r["in_process"] - r["library"]
+        print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['in_process']:>11.1f} {over:>9.1f} "
+              f"{1000 * over / r['shards']:>7.1f} ms {r['in_process_steps']:>8.1f} {r['rebuild']:>7.1f}")
+
+
 def demo_time() -> float:
     """Wall time of `make demo`'s program (every catalog dataset, default sizes) on a fresh store and instance."""
     import subprocess
@@ -371,12 +382,17 @@ def main() -> None:
                         help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
     parser.add_argument("--no-demo", action="store_true", help="skip timing the demo")
     parser.add_argument("--celery", action="store_true", help="also through the Celery executor, 2 workers (RabbitMQ)")
+    parser.add_argument("--in-process-only", action="store_true",
+                        help="only library-only, the in-process CLI run and its rebuild, with overhead per shard")
     parser.add_argument("--reads", action="store_true",
                         help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process")
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     if args.reads:
         print_reads([r for n in args.shards.split(",") for r in reads_of_runs(int(n), records)], records)
+        return
+    if args.in_process_only:
+        print_in_process([measure(int(n), records, executors=("in_process",)) for n in args.shards.split(",")], records)
         return
     rows = [measure(int(n), records, args.celery) for n in args.shards.split(",")]
     print(f"\nlifecycle wall time, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
