@@ -10,15 +10,19 @@ file and every file the scan manifest declares, checks the scanner's signatures,
 re-scans a sample of shards, recomputes the verdict and refuses anything that does not
 hold. Only then is the DSSE-signed approval record written, create-only and named by the
 request's digest: the same inputs approved again reuse the record already there. The
-record is then opened as a trainer opens it (trusted keys, the same policy) and the
-Croissant card written from what opened.
+gate runs once per approval here: the record is then verified as a trainer verifies it
+(pinned digest, trusted keys) and must carry the request the gate just judged
+(`trainvault.approval.with_record`, no second hash pass); the Croissant card is written
+from that, and the blocking check `approval_opens` is reported by this step. Trainers
+still run the full gate when they open the record.
 """
 
 import shlex
 
 import dagster as dg
 
-from assets._common import APPROVE, asset_args, ins, link, object_metadata
+from assets._common import APPROVE, asset_args, ins, key, link, object_metadata
+from assets.verified import surveys_of
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
@@ -31,6 +35,9 @@ DESCRIPTION = ("The signed (DSSE, Ed25519) approval record: the library's gate r
 INPUTS = ("data_manifest", "training_scan", "evaluation_release", "contamination_report", "producer_pins",
           "dataset_profile")
 EXCLUSIONS = "contamination_exclusions"
+OPENS = "approval_opens"
+OPENS_DESCRIPTION = ("a trainer can open the approval record with the trusted keys: it is signed by them and carries "
+                     "the request the gate judged under the dataset's policy")
 
 
 def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_release: Handoff,
@@ -137,33 +144,37 @@ def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tu
     return ObjectRef(uri=record.uri, sha256=record.sha256), True
 
 
-def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, policy, manifest_sha256: str):
-    """The approval record opened as a trainer opens it (trusted keys, the dataset's policy); it
-    must approve `manifest_sha256`."""
-    opened = vault.open_approved(record.uri, record.sha256, trusted_keys=trusted_keys(spec), policy=policy)
-    if opened.manifest_sha256 != manifest_sha256:
-        raise dg.Failure(f"{record.uri} approves manifest {opened.manifest_sha256}, not {manifest_sha256}: "
-                         "the record is not this request's")
-    return opened
+def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
+    """`approved` as a trainer opens its record (signed by the trusted keys, carrying the request the
+    gate just judged under the dataset's policy), without running the gate a second time."""
+    from trainvault.approval import with_record
+
+    return with_record(vault, approved, record.uri, record.sha256, trusted_keys=trusted_keys(spec))
 
 
 def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest), else written."""
     from trainvault.cards import write_croissant
+    from trainvault.verification import split_surveys
 
     uri = pub.croissant_uri(request_sha256)
     if (existing := stored_ref(vault, uri)) is not None:
         return existing, False
+    # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
+    surveys = split_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(vault, opened, uri, name=spec.name, description=spec.description or None,
-                           version=pub.version)
+                           version=pub.version, surveys=surveys)
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
 
 def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
     inputs = (*INPUTS, EXCLUSIONS) if spec.policy.allow_exclusions else INPUTS
 
-    @dg.asset(**asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"), ins=ins(spec, *inputs))
-    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff) -> dg.Output[Handoff]:
+    asset_key = key(spec, "approved_dataset")
+
+    @dg.asset(**asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"), ins=ins(spec, *inputs),
+              check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)])
+    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff):
         from trainvault.errors import ApprovalError
 
         vault = store.vault()
@@ -180,9 +191,9 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
         record, written = signed_approval(context, vault, spec, pub.approval_uri(request_sha256), approved)
-        opened = opened_as_trainer(vault, spec, record, policy, summary.data_manifest_sha256)
+        opened = opened_as_trainer(vault, spec, record, approved)
         card, card_written = croissant_card(vault, spec, pub, opened, request_sha256)
-        return dg.Output(
+        yield dg.Output(
             Handoff.of(pub, "approved_dataset", record.uri, record.sha256, data_manifest=manifest.ref,
                        evaluation_release=release.ref, contract=release.also["contract"]),
             metadata={
@@ -210,6 +221,11 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
             },
             data_version=dg.DataVersion(summary.data_manifest_sha256),
         )
+        yield dg.AssetCheckResult(
+            check_name=OPENS, passed=opened.manifest_sha256 == manifest.ref.sha256,
+            description=f"{record.uri} opens with the trusted keys and approves manifest {opened.manifest_sha256}",
+            metadata={"data_manifest_sha256": opened.manifest_sha256, "approval sha256": record.sha256},
+        )
 
     return approved_dataset
 
@@ -235,18 +251,3 @@ def gate_metadata(summary) -> dict[str, object]:
     if summary.exclusions is not None:
         out["excluded per benchmark"] = dg.MetadataValue.json(dict(summary.exclusions.per_benchmark))
     return out
-
-
-def build_approval_opens(spec: DatasetSpec, approval_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=approval_asset, blocking=True, name="approval_opens",
-                    description="a trainer can open the approval record with the trusted keys and the dataset's policy")
-    def approval_opens(context: dg.AssetCheckExecutionContext, store: ObjectStore, approval: Handoff) -> dg.AssetCheckResult:
-        policy = spec.approval_policy(approval.also["evaluation_release"].sha256, approval.also["contract"].sha256)
-        approved = store.vault().open_approved(approval.ref.uri, approval.ref.sha256, trusted_keys=trusted_keys(spec),
-                                               policy=policy)
-        return dg.AssetCheckResult(
-            passed=approved.manifest_sha256 == approval.also["data_manifest"].sha256,
-            metadata={"data_manifest_sha256": approved.manifest_sha256},
-        )
-
-    return approval_opens

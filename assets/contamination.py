@@ -1,11 +1,16 @@
 """contamination_scan (one partition per shard), contamination_report and its check
 `within_contract`, and contamination_exclusions (only where the dataset's policy allows them).
 
-The scan fans out: each shard partition is scanned on its own against the evaluation
-release under the verifier contract, and its result published create-only beside the
-report (``contamination/<release>-<contract>/shards/``), so a multiprocess, Celery or k8s
-executor spreads it. The report asset reduces every shard's result with
-`trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
+The scan fans out: each shard partition is the lifecycle's verification pass
+(`trainvault.verification.verify_shard`): one read of the shard, hashed and every block
+checked, serves its scan against the evaluation release under the verifier contract, its
+profile and its field survey. Both results are stored by content under the dataset's
+``shard-results/`` (keyed by shard sha256 + contract + release, and shard sha256 +
+profile settings), so a later version reuses an unchanged shard's results without reading
+it. The scan result is published create-only beside the report
+(``contamination/<release>-<contract>/shards/``); a multiprocess, Celery or k8s executor
+spreads the partitions, and a run over many partitions verifies `shard_threads` at once.
+The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
 the report is the one a serial scan makes; it binds the data manifest, scan manifest,
 release, contract and producer pins by SHA-256 and is published signed by the scanner's
 key (an in-toto statement in a DSSE envelope). The check re-reads the report by digest
@@ -15,6 +20,8 @@ downstream in the run executes, and `approved_dataset` refuses on its own too. W
 the signer is trusted is the gate's to judge, in `approved_dataset`.
 """
 
+
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
@@ -34,14 +41,15 @@ from trainvault.contamination import (
     publish_document,
     read_document,
     reduce_report,
-    scan_shard,
 )
 from trainvault.contamination.exclusions import truncated_items
 from trainvault.errors import IntegrityError
 from trainvault.publication.pinned import Publication as PinnedManifest
+from trainvault.verification import VerifiedShard, verify_shard
 
-SCAN_DESCRIPTION = ("One shard scanned for evaluation items (n-gram overlap under the verifier contract); "
-                    "one partition per shard, reduced into the contamination report.")
+SCAN_DESCRIPTION = ("The verification pass, one partition per shard: one verified read of the shard serves its "
+                    "contamination scan (n-gram overlap under the verifier contract, reduced into the report), its "
+                    "profile and its field survey; a shard whose results are stored by content is not read again.")
 REPORT_DESCRIPTION = ("The contamination report: every shard's scan reduced against the evaluation release, "
                       "binding manifest, scan manifest, release, contract and pins by digest, signed by the scanner's key. "
                       "Blocking check: within_contract.")
@@ -100,16 +108,23 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
+
+        def verify(partition: str) -> tuple[str, VerifiedShard]:
+            split = parse_partition_key(partition)[0]
+            return partition, verify_shard(vault.storage, spec.shard_results_root, manifest.data_format, split,
+                                           shard_entry(manifest, partition), index)
+
         partitioned = context.has_partition_key or context.has_partition_key_range
-        for partition in selected_shards(context, spec):
-            result = scan_shard(vault.storage, manifest.data_format, shard_entry(manifest, partition), index)
-            bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
-            meta = {**object_metadata(bound.uri, bound.sha256, pub.version), "dagster/row_count": result.records,
-                    "tokens": result.tokens, "items hit": len(result.items)}
-            if partitioned:
-                context.add_asset_metadata(meta, partition_key=partition)
-            else:
-                context.log_event(dg.AssetMaterialization(context.asset_key, partition=partition, metadata=meta))
+        with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
+            for partition, verified in pool.map(verify, selected_shards(context, spec)):
+                result = verified.scan
+                bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
+                meta = {**object_metadata(bound.uri, bound.sha256, pub.version), "dagster/row_count": result.records,
+                        "tokens": result.tokens, "items hit": len(result.items), "shards read": int(verified.read)}
+                if partitioned:
+                    context.add_asset_metadata(meta, partition_key=partition)
+                else:
+                    context.log_event(dg.AssetMaterialization(context.asset_key, partition=partition, metadata=meta))
 
     return contamination_scan
 

@@ -1,4 +1,5 @@
-"""data_manifest: the fan-in. Recover every shard of the spec, register curricula, commit.
+"""data_manifest: the fan-in. Recover every shard of the spec from its descriptor (a size
+check, no hash: the verification pass hashes every shard next), register curricula, commit.
 
 The manifest is create-only and a pure function of the shards and registrations, so
 committing an unchanged build again is a no-op. The version folder is the one the run's
@@ -48,7 +49,9 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
     def data_manifest(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(producer_pins.publication_version)
-        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+        # Each shard is recovered from its descriptor with a size check: the verification pass
+        # (contamination_scan) hashes every shard against this manifest next, and the gate again.
+        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format, rehash_reused=False)
         entries: dict[tuple[str, str | None], list] = {}
         for split, stage, shard_id in spec.shards():
             try:
@@ -60,7 +63,8 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
             shards = [e for stage in cur.stages for e in entries.get((cur.split, stage), [])]
             saver.register_curriculum(cur.split, cur.name, shards, curriculum_metadata={"stages": list(cur.stages)})
         manifest = saver.commit_manifest()
-        sha256 = sha256_hex(vault.storage.get(pub.manifest_uri))
+        # Canonical JSON: the bytes committed (create-only: the same bytes if it was there).
+        sha256 = sha256_hex(manifest.to_json_bytes())
         return dg.Output(
             Handoff.of(pub, "data_manifest", pub.manifest_uri, sha256),
             metadata={**object_metadata(pub.manifest_uri, sha256, pub.version), "data_format": manifest.data_format,

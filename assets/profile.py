@@ -1,10 +1,13 @@
 """dataset_profile and its blocking check `task_data_valid` (issue 8).
 
-One step reads every shard of the committed manifest (blocks verified), computes the
-metrics per shard on a thread pool and merges them per split in manifest order, checks
-rows against the dataset's task-data schema, and writes ``<split>_metrics.json`` beside
-the manifest. The UI shows the metrics as tables; the hand-off names the manifest profiled and the
-sidecars by (uri, sha256), so `approved_dataset` binds them in the approval request.
+Under the default settings (no task schema, no extra-metrics hook) the step reads no
+shard: it merges, per split in manifest order, the per-shard profiles the verification
+pass (contamination_scan) stored by content. With a schema or hook it reads every shard of
+the committed manifest (blocks verified), computes the metrics per shard on a thread pool,
+merges them the same way and checks rows against the schema. Either way it writes
+``<split>_metrics.json`` beside the manifest. The UI shows the metrics as tables; the
+hand-off names the manifest profiled and the sidecars by (uri, sha256), so
+`approved_dataset` binds them in the approval request.
 
 Validation runs in the configured mode; offending rows are recorded in the sidecars
 either way, and in ``error`` mode the blocking check fails, so nothing downstream in the
@@ -18,6 +21,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets._common import BUILD, asset_args, ins, key, link, table
+from assets.verified import shard_surveys
 from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
@@ -32,6 +36,7 @@ from trainvault.profile import (
     read_metrics_sidecar,
     write_metrics_sidecars,
 )
+from trainvault.verification import profile_from_surveys
 
 CHECK = "task_data_valid"
 NUMERIC = ("json_dumped_number_of_words", "number_of_turns", "number_of_tools", "temperature")
@@ -127,6 +132,25 @@ DESCRIPTION = ("Per-split metrics of every shard and task-data schema validation
                "<split>_metrics.json sidecars beside the manifest; the approval binds them. Blocking check: task_data_valid.")
 
 
+def computed_profile(storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff) -> tuple[DatasetProfile, int]:
+    """The profile and how many shards were read for it: under the default settings, merged from
+    the surveys the verification pass stored (no shard read); under a schema or hook, every shard read."""
+    if config.task_schema is None and config.extra_metrics is None and config.validation == "auto":
+        surveys = shard_surveys(storage, spec, data_manifest)
+        return profile_from_surveys(data_manifest.ref.uri, data_manifest.ref.sha256, surveys), 0
+    profile = profile_publication(
+        storage,
+        data_manifest.ref.uri,
+        manifest_sha256=data_manifest.ref.sha256,
+        schema=config.task_schema,
+        validation=config.validation,
+        hook=load_callable(config.extra_metrics) if config.extra_metrics else None,
+        workers=config.workers,
+        raise_on_invalid=False,  # the blocking check decides, from the sidecars as written
+    )
+    return profile, sum(len(sp.shards) for sp in profile.splits.values())
+
+
 def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
     """The profile asset of `spec`: its hand-off names the manifest profiled, its sidecars beside it."""
     asset_key = key(spec, "dataset_profile")
@@ -134,6 +158,7 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
     @dg.asset(
         **asset_args(spec, "dataset_profile", BUILD, DESCRIPTION, "python"),
         ins=ins(spec, "data_manifest"),
+        deps=[key(spec, "contamination_scan")],
         check_specs=[dg.AssetCheckSpec(CHECK, asset=asset_key, blocking=True,
                                        description="rows match the dataset's task-data schema (blocking in error mode)")],
     )
@@ -141,16 +166,7 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         try:
-            profile = profile_publication(
-                vault.storage,
-                data_manifest.ref.uri,
-                manifest_sha256=data_manifest.ref.sha256,
-                schema=config.task_schema,
-                validation=config.validation,
-                hook=load_callable(config.extra_metrics) if config.extra_metrics else None,
-                workers=config.workers,
-                raise_on_invalid=False,  # the blocking check decides, from the sidecars as written
-            )
+            profile, read = computed_profile(vault.storage, spec, config, data_manifest)
             refs = write_metrics_sidecars(vault.storage, profile, overwrite=config.overwrite)
         except (ConflictError, ProfileError, IntegrityError) as exc:
             raise dg.Failure(str(exc)) from exc
@@ -168,6 +184,7 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "validation": profile.validator.mode,
                 "schema": config.task_schema or "",
                 "dagster/row_count": sum(sp.records for sp in profile.splits.values()),
+                "shards read": read,
                 **metrics_metadata(profile),
             },
             data_version=dg.DataVersion(digest),

@@ -4,7 +4,8 @@ Partitions derive, retry and backfill one by one; a run over a range of partitio
 backfill, the CLI's ``--partition-range``) derives them `shard_threads` at a time, and a
 run with no partition selection (the job launched as is) builds every shard. Saving is
 deterministic and create-only: a shard already complete in this version's folder is
-verified and reused, and nothing is written. Each partition's materialization carries
+reused after a size check (its bytes are hashed by the verification pass next, and by the
+gate), and nothing is written. Each partition's materialization carries
 that shard's own figures.
 """
 
@@ -14,21 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from assets._common import BUILD, asset_args, ins, link
-from resources.dataset import DatasetSpec, Publication, parse_partition_key
+from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault.manifest import shard_descriptor_uri
 
 DESCRIPTION = ("The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
                "and create-only into the version's data folder; an unchanged shard is verified and reused.")
 
 
-def save_shard(store: ObjectStore, spec: DatasetSpec, pub: Publication, key: str) -> dict:
-    """Save (or verify and reuse) one shard; what a person wants to see about it."""
-    vault = store.vault()
+def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
+    """Save (or reuse) one shard with the step's saver; what a person wants to see about it."""
     split, stage, shard_id = parse_partition_key(key)
-    reused = vault.storage.exists(shard_descriptor_uri(pub.data_root, split, stage, shard_id))
-    saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
     entry = saver.save(
         split,
         stage,
@@ -37,7 +34,7 @@ def save_shard(store: ObjectStore, spec: DatasetSpec, pub: Publication, key: str
         shard_id=shard_id,
     )
     return {"shard": key, "records": entry.record_count, "bytes": entry.size_bytes, "sha256": entry.sha256,
-            "uri": entry.uri, "written": not reused}
+            "uri": entry.uri, "written": saver.wrote(split, entry.key)}
 
 
 def shard_metadata(row: dict, version: str) -> dict:
@@ -68,8 +65,11 @@ def build_dataset_shards(spec: DatasetSpec) -> dg.AssetsDefinition:
     def dataset_shards(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> None:
         keys = selected_shards(context, spec)
         pub = spec.publication_at(producer_pins.publication_version)
+        # One saver for the step. A shard found complete is checked by size only: the fused
+        # verification pass (contamination_scan) hashes every shard the manifest binds, and the gate again.
+        saver = store.vault().dataset_saver(pub.manifest_uri, data_format=spec.data_format, rehash_reused=False)
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
-            rows = list(pool.map(lambda k: save_shard(store, spec, pub, k), keys))
+            rows = list(pool.map(lambda k: save_shard(saver, spec, k), keys))
         partitioned = context.has_partition_key or context.has_partition_key_range
         for row in rows:
             if partitioned:

@@ -5,9 +5,10 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 - library only: the same calls the assets make (pins, every shard, manifest, profile,
   training scan, evaluation release + contract, one contamination scan per shard reduced
   into the report, gate, signed approval), in one process with no Dagster;
-- Dagster CLI, multiprocess executor: exactly what `make demo` runs for a dataset
+- Dagster CLI, multiprocess executor: what `make demo` runs for a dataset with
+  ``TRAINVAULT_DEMO_EXECUTOR=multiprocess``
   (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
-- Dagster CLI, in-process executor: the same run with every step in one process;
+- Dagster CLI, in-process executor: the same run with every step in one process (`make demo`'s default);
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
 - with ``--celery``: the same CLI run through the Celery executor, steps on two
   ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, a vhost of
@@ -17,7 +18,20 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 Dagster overhead = CLI wall time - library-only wall time. "steps" is the time Dagster
 recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as it ran there.
 
+Bytes read per byte stored (``--reads``): the lifecycle job run in this process
+(in-process executor, ephemeral instance) three times on one store: a fresh build, an
+unchanged rebuild, and a rebuild in which 1 of the N shards changed (the planted
+generator changes ``train/hard/0`` only, which makes a new version). Each row gives, over
+the bytes of the shards the manifest binds, the bytes streamed (whole objects read
+without keeping them: how shards are read) and the bytes every `Storage` read returned
+(``trainvault.storage.READS``: shards, descriptors, documents, hand-offs, stored
+per-shard results, the evaluation release); the read requests, the wall time, and how
+many shards the verification pass (contamination_scan) and the profile read (the rest
+reused by content). CPU s is this process's CPU time (every thread): on a shared machine
+it is the steadier figure.
+
     .venv/bin/python bench/lifecycle.py [--shards 8,64] [--records 200] [--celery]
+    .venv/bin/python bench/lifecycle.py --reads --shards 50 --lifecycle-records 2000 --no-demo
 
 It needs the pipelines extra (Dagster): under the bench venv it re-runs itself with the
 project's .venv.
@@ -222,7 +236,8 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
                 proc.wait()
 
 
-def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
+def measure(total: int, records: int, celery: bool = False,
+            executors: tuple[str, ...] = ("multiprocess", "in_process")) -> dict[str, float]:
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -237,7 +252,7 @@ def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
                                 plant=False, **key_fields(keys))
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
-        for executor in ("multiprocess", "in_process", *(("celery",) if celery else ())):
+        for executor in (*executors, *(("celery",) if celery else ())):
             root, home = f"{tmp}/{executor}", Path(tmp) / f"home-{executor}"
             home.mkdir()
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -264,6 +279,76 @@ def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
             if executor == "in_process":
                 out["rebuild"], _, ok = cli_run(spec_for(root), env, executor)
     return out
+
+
+def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
+    """Bytes read per shard byte stored, requests and wall time of a build, an unchanged rebuild and
+    a 1-of-N-changed rebuild, each run in this process."""
+    import dagster as dg
+
+    from pipelines.definitions import build_definitions, whole_build_tags
+    from pipelines.examples.spec import example_spec, key_fields
+    from resources.storage import ObjectStore
+    from trainvault.approval import write_keypair
+    from trainvault.storage import READS
+
+    per_stage, eval_shards = split_shards(total)
+    rows: list[dict[str, float | str]] = []
+    with tempfile.TemporaryDirectory(prefix="tv-reads-") as tmp:
+        keys = Path(tmp) / "approver"
+        write_keypair(keys)
+        instance = dg.DagsterInstance.ephemeral()
+        for name, plant in (("build", False), ("unchanged rebuild", False), ("1-changed rebuild", True)):
+            spec = example_spec(f"{tmp}/store", shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
+                                plant=plant, **key_fields(keys))
+            job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(f"lifecycle_{spec.name}")
+            before, start, cpu = READS.snapshot(), time.perf_counter(), time.process_time()
+            result = job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
+            wall, cpu, read = time.perf_counter() - start, time.process_time() - cpu, READS.snapshot() - before
+            if not result.success:
+                raise SystemExit(f"the {name} run failed")
+            stored = sum(int(meta["bytes"]) for meta in partition_metadata(result, "dataset_shards").values())
+            rows.append({"run": name, "shards": total, "ratio": read.bytes / stored, "streamed": read.streamed / stored,
+                         "requests": read.requests, "cpu": cpu,
+                         "wall": wall, "stored": stored, "scanned": scanned(result, "contamination_scan"),
+                         "profiled": scanned(result, "dataset_profile")})
+    return rows
+
+
+def partition_metadata(result, asset: str) -> dict[str, dict]:
+    """Metadata of the run's materializations of `asset`, by partition (None: unpartitioned)."""
+    out = {}
+    for event in result.get_asset_materialization_events():
+        if event.asset_key.path[-1] == asset:
+            out[event.partition] = {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+    return out
+
+
+def scanned(result, asset: str) -> str:
+    """How many shards `asset` read in the run: its ``shards read`` metadata, summed ('all' where it records none)."""
+    counts = [int(m["shards read"]) for m in partition_metadata(result, asset).values() if "shards read" in m]
+    return str(sum(counts)) if counts else "all"
+
+
+def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
+    print(f"\nbytes read per shard byte stored (trainvault.storage.READS, in-process, {records} records a shard)\n")
+    print(f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
+          f"{'CPU s':>6} {'scanned':>7} {'profiled':>8}")
+    for r in rows:
+        print(f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
+              f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {r['scanned']:>7} {r['profiled']:>8}")
+    print("\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "
+          "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)")
+
+
+def print_in_process(rows: list[dict[str, float]], records: int) -> None:
+    print(f"\nlifecycle wall time in-process, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
+    print(f"{'shards':>6} {'library only':>12} {'CLI in-proc':>11} {'overhead':>9} {'per shard':>10} {'in steps':>8} "
+          f"{'rebuild':>7}")
+    for r in rows:
+        over = r["in_process"] - r["library"]
+        print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['in_process']:>11.1f} {over:>9.1f} "
+              f"{1000 * over / r['shards']:>7.1f} ms {r['in_process_steps']:>8.1f} {r['rebuild']:>7.1f}")
 
 
 def demo_time() -> float:
@@ -297,8 +382,18 @@ def main() -> None:
                         help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
     parser.add_argument("--no-demo", action="store_true", help="skip timing the demo")
     parser.add_argument("--celery", action="store_true", help="also through the Celery executor, 2 workers (RabbitMQ)")
+    parser.add_argument("--in-process-only", action="store_true",
+                        help="only library-only, the in-process CLI run and its rebuild, with overhead per shard")
+    parser.add_argument("--reads", action="store_true",
+                        help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process")
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
+    if args.reads:
+        print_reads([r for n in args.shards.split(",") for r in reads_of_runs(int(n), records)], records)
+        return
+    if args.in_process_only:
+        print_in_process([measure(int(n), records, executors=("in_process",)) for n in args.shards.split(",")], records)
+        return
     rows = [measure(int(n), records, args.celery) for n in args.shards.split(",")]
     print(f"\nlifecycle wall time, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
     head = (f"{'shards':>6} {'library only':>12} {'CLI multiproc':>13} {'overhead':>16} {'in steps':>8} "

@@ -18,7 +18,7 @@ import dagster as dg
 # backfill_policy is Beta in 1.13; it is what lets one run (and the CLI) cover a range of shards.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
-from assets.approval import build_approval_opens, build_approved_dataset  # noqa: E402
+from assets.approval import build_approved_dataset  # noqa: E402
 from assets.contamination import (  # noqa: E402
     build_contamination_exclusions,
     build_contamination_report,
@@ -100,7 +100,7 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
 
     return dg.Definitions(
         assets=assets,
-        asset_checks=[build_within_contract(spec, report), build_approval_opens(spec, approval)],
+        asset_checks=[build_within_contract(spec, report)],
         jobs=[lifecycle],
         schedules=[nightly_rebuild],
     )

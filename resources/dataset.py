@@ -195,6 +195,11 @@ class DatasetSpec(dg.ConfigurableResource):
     def evaluation_root(self, benchmark_digest: str) -> str:
         return join_uri(normalize_uri(self.root_uri), f"evaluations/{self.evaluation_release_id}-{benchmark_digest[:12]}")
 
+    @property
+    def shard_results_root(self) -> str:
+        """The folder of the dataset's per-shard results, named by content and shared by its versions."""
+        return join_uri(normalize_uri(self.root_uri), f"{self.name}/shard-results")
+
     def contract_uri(self, contract_sha256: str) -> str:
         return join_uri(normalize_uri(self.root_uri), f"contracts/{contract_sha256[:12]}/verifier-contract-v1.json")
 

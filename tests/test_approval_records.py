@@ -218,3 +218,31 @@ def test_custody_storage_reads_only_approved_objects(chain: Any) -> None:
     # The manifest comes from the bytes the gate hashed, even if the object is replaced later.
     chain.vault.storage.put(chain.manifest_uri, b"{}")
     assert sha256_hex(storage.get(chain.manifest_uri)) == approved.manifest_sha256
+
+
+def test_with_record_opens_the_gates_result_from_its_record_without_a_second_hash_pass(
+        chain: Any, keys: list[SigningKey], tmp_path: Path) -> None:
+    from trainvault.approval import with_record
+    from trainvault.storage import READS
+
+    vault = chain.vault
+    approved = vault.approve_dataset(chain.request())
+    written = write_approval(vault, f"{chain.root}/approval.json", approved, signing_keys=[keys[0]],
+                             provenance={"dagster_run_id": "run-1"})
+    before = READS.snapshot()
+    opened = with_record(vault, approved, written.uri, written.sha256, trusted_keys=[keys[0].public_key])
+    read = READS.snapshot() - before
+    # Only the record itself is read: one request of its own bytes, no shard, descriptor or document.
+    assert (read.bytes, read.requests) == (written.ref.size, 1)
+    assert opened.manifest_sha256 == approved.manifest_sha256
+    assert opened.approval is not None and opened.approval.sha256 == written.sha256
+    assert opened.approval.provenance == {"dagster_run_id": "run-1"} and opened.approval.signers == (keys[0].keyid,)
+    with pytest.raises(ApprovalError, match="not signed by|signed by none|trusted"):
+        with_record(vault, approved, written.uri, written.sha256, trusted_keys=[keys[1].public_key])
+    with pytest.raises(ApprovalError, match="pinned"):
+        with_record(vault, approved, written.uri, "0" * 64, trusted_keys=[keys[0].public_key])
+    other = build_chain(TrainVault(), str(tmp_path / "other"), shards=3, records_per_shard=10)
+    theirs = write_approval(vault, f"{chain.root}/other.json", other.vault.approve_dataset(other.request()),
+                            signing_keys=[keys[0]])
+    with pytest.raises(ApprovalError, match="not the one the gate just judged"):
+        with_record(vault, approved, theirs.uri, theirs.sha256, trusted_keys=[keys[0].public_key])

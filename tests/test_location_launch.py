@@ -132,9 +132,10 @@ def test_a_backfill_in_waves_of_runs_hands_off_through_the_version_folder(spec, 
     instance = dg.DagsterInstance.ephemeral()
     waves = [(["producer_pins", "evaluation_release"], {}),
              (["dataset_shards"], whole_build_tags(other)),
-             (["data_manifest", "training_scan", "dataset_profile"], {}),
-             (["contamination_scan"], whole_build_tags(other)),
-             (["contamination_report", "contamination_exclusions", "approved_dataset"], {})]
+             (["data_manifest"], {}),
+             (["contamination_scan"], whole_build_tags(other)),  # the verification pass, before what uses it
+             (["training_scan", "dataset_profile", "contamination_report", "contamination_exclusions",
+               "approved_dataset"], {})]
     for names, tags in waves:
         result = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False,
                                         asset_selection=[dg.AssetKey([other.name, n]) for n in names])

@@ -1,5 +1,5 @@
-"""`make demo`'s program: the Dagster CLI runs each catalog dataset's lifecycle in one multiprocess run
-on a project-style DAGSTER_HOME (telemetry off), and a trainer opens both approvals and reads batches;
+"""`make demo`'s program: the Dagster CLI runs each catalog dataset's lifecycle in one run (in-process
+by default, multiprocess on request) on a project-style DAGSTER_HOME (telemetry off), and a trainer opens both approvals and reads batches;
 with planted evaluation items, demo_curriculum is approved with them excluded (the trainer never
 sees them) or, with exclusions switched off, blocked."""
 
@@ -52,7 +52,7 @@ def run_demo(env: dict[str, str]) -> str:
 
 def test_demo_runs_both_datasets_with_the_cli_and_a_trainer_reads_both_approvals(tmp_path) -> None:
     home = tmp_path / "dagster_home"
-    text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_RECORDS="40"))
+    text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_RECORDS="40", TRAINVAULT_DEMO_EXECUTOR="multiprocess"))
     curriculum, notes = text.split("== demo_text ")
     assert "== demo_curriculum v-" in curriculum
     assert "dataset_shards         success  5 partitions: 5 written, 0 reused unchanged" in curriculum
@@ -80,8 +80,7 @@ def test_demo_runs_both_datasets_with_the_cli_and_a_trainer_reads_both_approvals
 
 def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_first_batch(tmp_path) -> None:
     # 5 planted records of 505: within demo_curriculum's max_excluded_fraction of 1/100.
-    text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100",
-                             TRAINVAULT_DEMO_EXECUTOR="in_process"))
+    text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100"))
     curriculum, notes = text.split("== demo_text ")
     assert "contamination_exclusions success  5 records to exclude" in curriculum
     assert "check within_contract PASSED" in curriculum and "check approval_opens PASSED" in curriculum
@@ -119,7 +118,7 @@ def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_fi
 
 def test_with_exclusions_off_planted_items_block_the_approval(tmp_path) -> None:
     text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_EXCLUSIONS="0",
-                             TRAINVAULT_DEMO_RECORDS="40", TRAINVAULT_DEMO_EXECUTOR="in_process"))
+                             TRAINVAULT_DEMO_RECORDS="40"))
     curriculum, notes = text.split("== demo_text ")
     assert "check within_contract FAILED" in curriculum and "approved_dataset was not executed" in curriculum
     assert "approval records written by this run for demo_curriculum: 0 (0 from earlier runs)" in curriculum

@@ -172,6 +172,30 @@ def test_altered_data_object_is_detected_on_reuse(tmp_path) -> None:
         list(iter_shard("msgpack.zst", entry))
 
 
+def test_a_saver_that_does_not_rehash_reuses_by_size_reads_no_shard_byte_and_says_what_it_wrote(vault_root) -> None:
+    from trainvault.storage import READS
+
+    vault, root = vault_root
+    first_saver = vault.dataset_saver(manifest_uri(root))
+    first = first_saver.save("train", None, records_for("train", None, "0"), shard_id="0")
+    assert first_saver.wrote("train", "_/0")
+    saver = vault.dataset_saver(manifest_uri(root), rehash_reused=False)
+    before = READS.snapshot()
+    assert saver.save("train", None, untouchable(), shard_id="0") == first
+    assert saver.recover("train", None, shard_id="0") == first
+    read = READS.snapshot() - before
+    # The descriptor twice (save, recover) and a head of the data object each time: no shard byte.
+    assert read.bytes == 2 * len(vault.storage.get(first.descriptor_uri)) and read.requests == 4
+    assert not saver.wrote("train", "_/0")
+    # A data object of another size is refused by either; same-size changes are the verification pass's and the gate's.
+    vault.storage.delete(first.uri)
+    vault.storage.put_create(first.uri, b"short")
+    with pytest.raises(IntegrityError, match="5 bytes, its completion descriptor says"):
+        saver.save("train", None, untouchable(), shard_id="0")
+    with pytest.raises(IntegrityError, match="5 bytes, its completion descriptor says"):
+        saver.recover("train", None, shard_id="0")
+
+
 def test_register_curriculum_rules(vault_root) -> None:
     vault, root = vault_root
     saver = vault.dataset_saver(manifest_uri(root))

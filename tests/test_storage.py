@@ -293,3 +293,25 @@ def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_server) -> None:
     saver = TrainVault(storage=s3_config(s3_server)).dataset_saver(f"s3://{bucket}/ds/data-manifest-v1.json")
     with pytest.raises(StorageError, match=f"bucket '{bucket}' does not exist"):
         saver.save("train", None, [{"i": 1}], shard_id="0")
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_reads_count_the_bytes_and_requests_every_read_returns(tmp_path, request, where) -> None:
+    from trainvault.storage import READS
+
+    if where == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        storage, uri = Storage(s3_config(request.getfixturevalue("s3_server"))), f"s3://{bucket}/dir/o"
+    else:
+        storage, uri = Storage(), str(tmp_path / "o")
+    data = bytes(range(256)) * 100
+    storage.put_create(uri, data)
+    before = READS.snapshot()
+    assert storage.get(uri) == data
+    assert storage.get_range(uri, 10, 30) == data[10:30]
+    assert b"".join(storage.stream(uri, chunk_size=4096)) == data
+    storage.head(uri)
+    storage.list(parent_uri(uri))
+    got = READS.snapshot() - before
+    # get + range + stream (bytes delivered), and one request each for the five calls.
+    assert (got.bytes, got.requests, got.streamed) == (2 * len(data) + 20, 5, len(data))

@@ -62,10 +62,13 @@ class TrainVault:
     # -- saving -----------------------------------------------------------------
 
     def dataset_saver(
-        self, manifest_uri: str, *, data_format: str = "msgpack.zst", block_bytes: int = DEFAULT_BLOCK_BYTES
+        self, manifest_uri: str, *, data_format: str = "msgpack.zst", block_bytes: int = DEFAULT_BLOCK_BYTES,
+        rehash_reused: bool = True,
     ) -> DatasetSaver:
-        """A saver for the publication whose manifest will live at `manifest_uri`."""
-        return DatasetSaver(self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes)
+        """A saver for the publication whose manifest will live at `manifest_uri` (`rehash_reused`: see
+        `DatasetSaver`)."""
+        return DatasetSaver(self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes,
+                            rehash_reused=rehash_reused)
 
     # -- loading ----------------------------------------------------------------
 

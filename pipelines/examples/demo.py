@@ -8,8 +8,9 @@
    producer pins, every shard partition, the manifest, profile and (signed) training
    scan, the evaluation release, one contamination scan per shard, the signed report and
    its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
-   card and its check, in one run (multiprocess executor). While they run, a progress line per
-   dataset (steps done, steps running) whenever a step starts or ends, at least every 10 s.
+   card and its check, in one run (in-process executor: one process per dataset). While they
+   run, a progress line per dataset (steps done, steps running) whenever a step starts or
+   ends, at least every 10 s.
 3. The trainer's side, with the library only: open each signed approval by URI and
    SHA-256 with the trusted public keys and the dataset's policy, iterate a few batches
    through the approved loader (every block verified before its records are yielded),
@@ -23,8 +24,8 @@ them is yielded. With ``TRAINVAULT_DEMO_EXCLUSIONS=0`` too, contamination blocks
 check fails (saying the policy forbids exclusions), its approval never runs and this run writes
 no approval record (one an earlier planted run left in the same version folder stays). demo_text is
 approved either way. The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
-``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every
-step in one process (what bench/lifecycle.py compares against).
+``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=multiprocess`` runs each
+step in its own process (what bench/lifecycle.py compares against).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERA
 STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
          "contamination_scan", "contamination_report", "contamination_exclusions", "approved_dataset"]
 BATCH_SIZE = 8
+#: The executor `make demo` runs each lifecycle with (TRAINVAULT_DEMO_EXECUTOR overrides it).
+DEMO_EXECUTOR = "in_process"
 
 
 def prepare_home(home: Path) -> None:
@@ -314,8 +317,9 @@ def main() -> int:
     planted = os.environ.get("TRAINVAULT_DEMO_PLANT", "") not in ("", "0", "false", "no")
     if planted:
         os.environ["TRAINVAULT_DEMO_GENERATOR"] = PLANTED_GENERATOR
-    if os.environ.get("TRAINVAULT_DEMO_EXECUTOR"):
-        os.environ["TRAINVAULT_EXECUTOR"] = os.environ["TRAINVAULT_DEMO_EXECUTOR"]
+    # In-process by default: the demo's datasets are small, so a process per step (multiprocess)
+    # costs several times the work (bench/lifecycle.py); TRAINVAULT_DEMO_EXECUTOR picks another.
+    os.environ["TRAINVAULT_EXECUTOR"] = os.environ.get("TRAINVAULT_DEMO_EXECUTOR") or DEMO_EXECUTOR
     os.environ["DAGSTER_HOME"] = str(home)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
     specs = load_datasets(datasets_path())

@@ -49,6 +49,7 @@ from trainvault.approval.record import (
     WrittenApproval,
     approval_statement,
     open_approved,
+    with_record,
     write_approval,
 )
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
@@ -110,6 +111,7 @@ __all__ = [
     "sign_envelope",
     "terminal_hash_progress",
     "verify_envelope",
+    "with_record",
     "write_approval",
     "write_attestation",
     "write_keypair",

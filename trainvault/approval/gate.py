@@ -16,7 +16,7 @@ name range, record and shard.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +32,12 @@ from trainvault.approval.checks import (
     check_text_fields,
     deny,
 )
-from trainvault.approval.hashing import DEFAULT_THREADS, HashedObject, hash_objects
+from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedObject, fed_by_hashing, hash_objects
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.progress import HashProgressCallback, continued
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
-from trainvault.approval.rescan import RescanSummary, rescan_report
+from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.scan_manifest import (
     DeclaredFile,
     ScannedFile,
@@ -179,20 +179,21 @@ def _gate(
     docs = _hash_bound(storage, refs, threads)
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
+    survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
+    rescan = Rescan(storage, chain.publication, chain.index, policy, survey)
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     # The bar counts the bound documents too, as the summary does.
     shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
-    hashed = _hash_declared(storage, chain, threads, shown, ledgers)
+    hashed = _hash_declared(storage, chain, threads, shown, fed_by_hashing(ledgers.consumers(), rescan.consumers()))
     descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in chain.publication.entries()}
     publication = chain.publication.with_descriptors(descriptors_raw)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
-    survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
-    rescan = rescan_report(storage, publication, chain.report, chain.index, policy, survey)
+    rescanned = rescan.finish(chain.report)
     check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
-    summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
+    summary = _summary(refs, chain, rescanned, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
     return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,
                       chain.exclusions)
@@ -274,7 +275,8 @@ def _attested(cls: type[Document], name: str, obj: HashedObject, policy: Approva
 
 
 def _hash_declared(
-    storage: Storage, chain: _Chain, threads: int, progress: HashProgressCallback | None, ledgers: LedgerChecks
+    storage: Storage, chain: _Chain, threads: int, progress: HashProgressCallback | None,
+    consumers: Mapping[str, Callable[[], ChunkConsumer]],
 ) -> dict[str, HashedObject]:
     """Every declared file but the manifest, hashed now (descriptors kept: the loader parses exactly
     these bytes), each matching what was scanned and bound."""
@@ -288,7 +290,7 @@ def _hash_declared(
             bound_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
             threads=threads,
             progress=progress,
-            consumers=ledgers.consumers(),
+            consumers=consumers,
         )
     except IntegrityError as exc:
         deny(f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "

@@ -41,6 +41,30 @@ class ChunkConsumer(Protocol):
         """The object ended."""
 
 
+class _Tee:
+    """Feeds every one of several consumers the same chunks."""
+
+    def __init__(self, consumers: list[ChunkConsumer]):
+        self.consumers = consumers
+
+    def feed(self, chunk: bytes) -> None:
+        for c in self.consumers:
+            c.feed(chunk)
+
+    def close(self) -> None:
+        for c in self.consumers:
+            c.close()
+
+
+def fed_by_hashing(*factories: Mapping[str, Callable[[], ChunkConsumer]]) -> dict[str, Callable[[], ChunkConsumer]]:
+    """`hash_objects` consumers that feed, for each URI, every consumer any of `factories` makes for it."""
+    by_uri: dict[str, list[Callable[[], ChunkConsumer]]] = {}
+    for factory in factories:
+        for uri, make in factory.items():
+            by_uri.setdefault(uri, []).append(make)
+    return {uri: (lambda makes=makes: _Tee([make() for make in makes])) for uri, makes in by_uri.items()}
+
+
 class _Tally:
     """Objects and bytes hashed so far by every thread, reported to `progress` at each step."""
 

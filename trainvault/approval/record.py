@@ -17,6 +17,7 @@ from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, ve
 from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
 from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.request import ApprovalRequest
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
     ApprovalError,
@@ -103,6 +104,45 @@ def open_approved(
     at least `threshold` of `trusted_keys` must have signed it), then run the gate on
     the request inside it. Raises `ApprovalError` saying what failed (`ManifestError` for an
     envelope or signed statement with a duplicated key)."""
+    request, record = _read_record(vault, approval_uri, sha256, trusted_keys, threshold)
+    result = run_gate(storage_of(vault), request, policy=policy, progress=progress)
+    return issue(result, storage_of(vault).config, record)
+
+
+def with_record(
+    vault: StorageSource,
+    approved: ApprovedDataset,
+    approval_uri: str,
+    sha256: str,
+    *,
+    trusted_keys: Iterable[object],
+    threshold: int = 1,
+) -> ApprovedDataset:
+    """`approved` (just returned by the gate) as opened from its signed record, without a second
+    hash pass: the record is verified as `open_approved` verifies it (pinned by `sha256`, signed
+    by `threshold` of `trusted_keys`) and must carry exactly the request the gate judged.
+
+    For the approver that ran the gate under the policy a trainer will apply; a trainer opens
+    the record with `open_approved`, which runs the full gate.
+    """
+    if not isinstance(approved, ApprovedDataset):
+        raise ApprovalError(f"with_record takes an ApprovedDataset from the gate, not a {type(approved).__name__}")
+    request, record = _read_record(vault, approval_uri, sha256, trusted_keys, threshold)
+    judged = approved.request
+    if canonical_json(request.model_dump(mode="json")) != canonical_json(judged.model_dump(mode="json")):
+        raise ApprovalError(
+            f"{record.uri}: the record's request is not the one the gate just judged (it approves manifest "
+            f"{request.data_manifest.sha256}, the gate judged {judged.data_manifest.sha256}); open it with "
+            "open_approved, which runs the gate on its own request"
+        )
+    return issue(approved._result, storage_of(vault).config, record)
+
+
+def _read_record(
+    vault: StorageSource, approval_uri: str, sha256: str, trusted_keys: Iterable[object], threshold: int
+) -> tuple[ApprovalRequest, ApprovalRecordRef]:
+    """The request inside the approval record at `approval_uri` and the record's reference, once its
+    bytes hash to `sha256` and `threshold` of `trusted_keys` signed it (`ApprovalError` otherwise)."""
     if not isinstance(sha256, str) or not is_sha256_hex(sha256):
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
@@ -139,7 +179,6 @@ def open_approved(
         raise ApprovalError(f"{uri}: the statement's subject {digests} is not the data manifest its request binds "
                             f"({request.data_manifest.sha256})")
     provenance = predicate.get("provenance", {})
-    result = run_gate(storage_of(vault), request, policy=policy, progress=progress)
     record = ApprovalRecordRef(ObjectRef(uri=uri, sha256=got, size=len(raw)), signers,
                                provenance if isinstance(provenance, dict) else {})
-    return issue(result, storage_of(vault).config, record)
+    return request, record

@@ -4,24 +4,26 @@ A signature says which scanner wrote a report, not that the report is true. The 
 therefore scans some shards itself (every shard when the policy trusts no scanner key)
 and denies a report whose results for those shards differ: an item the re-scan finds
 that the report omits, or hits the report lists that the re-scan does not reproduce.
+The drawn shards are scanned from the bytes the gate's hash pass reads, not read again.
 """
 
 from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from trainvault.approval.checks import deny
+from trainvault.approval.hashing import ChunkConsumer
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
-from trainvault.contamination.scan import ShardItemHits, ShardScanResult, scan_shard
+from trainvault.contamination.scan import ScanFeed, ShardItemHits, ShardScanResult
 from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import StrictModel
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
-from trainvault.storage import Storage
+from trainvault.storage import Storage, normalize_uri
 
 _PLACEMENT = {"split", "shard", "shard_sha256"}
 
@@ -45,23 +47,31 @@ def sample_shards(publication: Publication, policy: ApprovalPolicy) -> tuple[int
     return seed, [groups[i] for i in drawn]
 
 
-def rescan_report(
-    storage: Storage,
-    publication: Publication,
-    report: ContaminationReport,
-    index: EvalIndex,
-    policy: ApprovalPolicy,
-    survey: TextFieldSurvey | None = None,
-) -> RescanSummary:
-    """Re-scan the policy's sample of shards with `index` (the bound release under the bound
-    contract) and deny a report that disagrees with any of them; `survey` observes their records."""
-    seed, drawn = sample_shards(publication, policy)
-    for group in drawn:
-        result = scan_shard(storage, publication.manifest.data_format, group[0][1], index, survey=survey)
-        for split, entry in group:
-            _compare(report, split, entry.key, result)
-    return RescanSummary(seed=seed, shards_total=len({e.sha256 for _, e in publication.entries()}),
-                         shards=[f"{split}/{entry.key}" for group in drawn for split, entry in group])
+class Rescan:
+    """The policy's sample of shards, scanned from the bytes the gate's hash pass reads (no second
+    read): `consumers` for `hash_objects`, then `finish` compares each with the report. `survey`
+    observes the drawn shards' records."""
+
+    def __init__(self, storage: Storage, publication: Publication, index: EvalIndex, policy: ApprovalPolicy,
+                 survey: TextFieldSurvey | None = None):
+        self.publication = publication
+        self.seed, self.drawn = sample_shards(publication, policy)
+        data_format = publication.manifest.data_format
+        self.feeds = {normalize_uri(group[0][1].uri): ScanFeed(storage, data_format, group[0][1], index, survey)
+                      for group in self.drawn}
+
+    def consumers(self) -> dict[str, Callable[[], ChunkConsumer]]:
+        """A consumer for each drawn shard (by the URI the gate hashes it under)."""
+        return {uri: (lambda feed=feed: feed) for uri, feed in self.feeds.items()}
+
+    def finish(self, report: ContaminationReport) -> RescanSummary:
+        """Deny a report that disagrees with any drawn shard's re-scan, once the hash pass fed them."""
+        for group in self.drawn:
+            result = self.feeds[normalize_uri(group[0][1].uri)].result()
+            for split, entry in group:
+                _compare(report, split, entry.key, result)
+        return RescanSummary(seed=self.seed, shards_total=len({e.sha256 for _, e in self.publication.entries()}),
+                             shards=[f"{split}/{entry.key}" for group in self.drawn for split, entry in group])
 
 
 def _compare(report: ContaminationReport, split: str, key: str, result: ShardScanResult) -> None:

@@ -8,6 +8,7 @@ the manifest's, so no shard goes unscanned and none is added.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,14 +128,17 @@ def build_training_scan_manifest(
     manifest_sha256: str | None = None,
     progress: HashProgressCallback | None = None,
     threads: int = DEFAULT_THREADS,
+    verified: Collection[str] = (),
 ) -> TrainingScanManifest:
     """Re-hash every file the data manifest declares and list them with totals.
 
     A data object or descriptor whose size or digest differs from what the manifest
     binds raises `IntegrityError`: a scan manifest never records a broken publication.
+    `verified`: data objects (resolved URIs) a verification pass has already hashed
+    against the manifest's size and sha256; they are listed as bound and not read again.
     """
     return scan_publication(storage_of(vault), manifest_uri, manifest_sha256=manifest_sha256, progress=progress,
-                            threads=threads)
+                            threads=threads, verified=verified)
 
 
 def scan_publication(
@@ -144,16 +148,19 @@ def scan_publication(
     manifest_sha256: str | None = None,
     progress: HashProgressCallback | None = None,
     threads: int = DEFAULT_THREADS,
+    verified: Collection[str] = (),
 ) -> TrainingScanManifest:
     """`build_training_scan_manifest` over a `Storage`."""
     manifest_uri = normalize_uri(manifest_uri)
     publication = pinned_publication(manifest_uri, storage.get_document(manifest_uri), sha256=manifest_sha256)
     raw, digest = publication.raw, publication.sha256
     declared, totals = declared_files(publication)
-    others = [f for f in declared if f.role != "data-manifest"]
+    others = [f for f in declared if f.role != "data-manifest" and not (f.role == "shard" and f.resolved in verified)]
     hashed = hash_objects(
         storage,
         [f.resolved for f in others],
+        # Descriptors are small documents: read whole (not streamed), as the gate reads them.
+        keep={f.resolved for f in others if f.role == "descriptor"},
         expected_sizes={f.resolved: f.size_bytes or 0 for f in others},
         bound_sizes={f.resolved: f.size_bytes for f in others if f.size_bytes is not None},
         threads=threads,
@@ -163,6 +170,9 @@ def scan_publication(
     for f in declared:
         if f.role == "data-manifest":
             files.append(ScannedFile(role=f.role, uri=f.uri, size_bytes=len(raw), sha256=digest))
+            continue
+        if f.resolved not in hashed:  # verified: the manifest's binding was checked against its bytes
+            files.append(ScannedFile(role=f.role, uri=f.uri, size_bytes=f.size_bytes or 0, sha256=f.sha256))
             continue
         h = hashed[f.resolved]
         if h.sha256 != f.sha256 or (f.size_bytes is not None and h.size != f.size_bytes):

@@ -29,7 +29,7 @@ from trainvault.approval.gate import VerificationSummary
 from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
-from trainvault.errors import ApprovalError, ConfigurationError, ManifestError
+from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.refs import ObjectRef, Referenced
@@ -140,7 +140,8 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
 
 
 def _split_nodes(
-    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str
+    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str,
+    survey: tuple[list[FieldSurvey], int] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The split's file objects and file set (its approved view), and its record set."""
     formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
@@ -157,12 +158,18 @@ def _split_nodes(
             "includes": filled,
         })
     excluded = excluded_by_shard(approved, split)
-    custody = approved.custody_storage()
-    surveys, records = survey_fields(
-        row for v in shards
-        for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
-    )
     dropped = sum(v.excluded for v in shards)
+    if survey is None or excluded:
+        # Exclusions leave records out of the view: survey the approved rows as they are read.
+        custody = approved.custody_storage()
+        survey = survey_fields(
+            row for v in shards
+            for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
+        )
+    surveys, records = survey
+    if records != sum(v.records for v in shards):
+        raise IntegrityError(f"the field survey of split {split} counts {records} records, the approved view "
+                             f"{sum(v.records for v in shards)}: survey the approved shards")
     record_set: dict[str, Any] = {
         "@type": "cr:RecordSet", "@id": split, "name": split,
         "description": f"split {split}: {records} records in {len(shards)} shards ({manifest.data_format})"
@@ -223,14 +230,18 @@ def croissant_card(
     cite_as: str | None = None,
     version: str | None = None,
     date_published: str | None = None,
+    surveys: Mapping[str, tuple[list[FieldSurvey], int]] | None = None,
 ) -> dict[str, Any]:
     """The Croissant JSON-LD document of `approved` (opened from a signed record with
     `open_approved`), for a card stored at `card_uri` (default `default_card_uri`).
 
-    Reads every record once (blocks verified) to declare each split's fields, and each bound
-    ``<split>_metrics`` sidecar. For an approval with exclusions it first writes the clean
-    copies of the shards with excluded records beside the card (``approved-view/``,
-    create-only, named by content): the card lists those instead. Properties left None are omitted (Croissant recommends
+    Reads every record once (blocks verified) to declare each split's fields, unless
+    `surveys` gives a split's (field surveys, record count) from a verification pass over
+    exactly the approved shards (used where the approval excludes none of the split's
+    records); and reads each bound ``<split>_metrics`` sidecar. For an approval with
+    exclusions it first writes the clean copies of the shards with excluded records beside
+    the card (``approved-view/``, create-only, named by content): the card lists those
+    instead. Properties left None are omitted (Croissant recommends
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
@@ -247,7 +258,7 @@ def croissant_card(
     ]
     record_sets = []
     for split in manifest.splits:
-        files, record_set = _split_nodes(vault, approved, manifest, split, folder)
+        files, record_set = _split_nodes(vault, approved, manifest, split, folder, (surveys or {}).get(split))
         distribution += files
         record_sets.append(record_set)
     _check_unique_ids([*distribution, *record_sets])

@@ -92,6 +92,33 @@ class FieldSurvey:
             self.element_kinds.update(_kind(v) for v in value)
             self.shapes.add((len(value),))
 
+    def merge(self, other: FieldSurvey) -> FieldSurvey:
+        """Fold the survey of the same key over later records into this one; returns self."""
+        self.present += other.present
+        self.kinds |= other.kinds
+        self.element_kinds |= other.element_kinds
+        self.dtypes |= other.dtypes
+        self.shapes |= other.shapes
+        for key, child in other.children.items():
+            mine = self.children.get(key)
+            if mine is None:
+                mine = self.children[key] = FieldSurvey(key)
+            mine.merge(child)
+        return self
+
+    def state(self) -> dict[str, Any]:
+        """Everything the survey holds, as JSON-compatible data (`from_state` reads it back)."""
+        return {"name": self.name, "present": self.present, "kinds": sorted(self.kinds),
+                "element_kinds": sorted(self.element_kinds), "dtypes": sorted(self.dtypes),
+                "shapes": sorted(list(s) for s in self.shapes), "children": [c.state() for c in self.children.values()]}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FieldSurvey:
+        return cls(name=state["name"], present=state["present"], kinds=set(state["kinds"]),
+                   element_kinds=set(state["element_kinds"]), dtypes=set(state["dtypes"]),
+                   shapes={tuple(s) for s in state["shapes"]},
+                   children={c["name"]: cls.from_state(c) for c in state["children"]})
+
     @property
     def is_record(self) -> bool:
         """Every value present is a mapping: the field is declared by sub-fields."""
@@ -147,4 +174,19 @@ def survey_fields(records: Iterable[Mapping[str, Any]]) -> tuple[list[FieldSurve
             if survey is None:
                 survey = fields[key] = FieldSurvey(key)
             survey.observe(value)
+    return list(fields.values()), count
+
+
+def merge_surveys(parts: Iterable[tuple[list[FieldSurvey], int]]) -> tuple[list[FieldSurvey], int]:
+    """The survey of consecutive runs of records from each run's (surveys, record count), in order:
+    what `survey_fields` makes of all the records at once (keys in the order first seen)."""
+    fields: dict[str, FieldSurvey] = {}
+    count = 0
+    for surveys, records in parts:
+        count += records
+        for survey in surveys:
+            mine = fields.get(survey.name)
+            if mine is None:
+                mine = fields[survey.name] = FieldSurvey(survey.name)
+            mine.merge(survey)
     return list(fields.values()), count

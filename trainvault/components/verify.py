@@ -20,6 +20,7 @@ from typing import Any
 from trainvault.components.custody import CheckedLedger, CompiledShard, open_ledger, read_record, where
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
+from trainvault.formats.cutter import BlockCutter
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage, normalize_uri
@@ -52,47 +53,27 @@ class ShardCheck:
             self._reader = ShardReader(storage, entry, data_format, read_descriptor(storage, entry))
         except TrainVaultError as exc:
             self.error = exc
-        self._buf = bytearray()
-        self._pos = 0  # object offset of _buf[0]
-        self._next = 0  # next block index
+        self._cutter = BlockCutter(entry.uri, self._reader.blocks) if self._reader is not None else None
         self._records = 0  # records checked
 
     def feed(self, chunk: bytes) -> None:
-        if self.error is not None or self._reader is None:
+        if self.error is not None or self._reader is None or self._cutter is None:
             return
-        self._buf += chunk
         try:
-            self._blocks(self._reader)
+            for k, data in self._cutter.feed(chunk):
+                first = self._reader.blocks[k].first_record
+                for i, record in enumerate(self._reader.decode(k, data)):
+                    check_ranges(self.shard, first + i, record)
+                    self._records += 1
         except TrainVaultError as exc:
             self.error = exc
-            self._buf = bytearray()
-
-    def _blocks(self, reader: ShardReader) -> None:
-        blocks = reader.blocks
-        while self._next < len(blocks):
-            b = blocks[self._next]
-            skip = b.offset - self._pos
-            if len(self._buf) < skip + b.length:
-                return
-            data = bytes(self._buf[skip : skip + b.length])
-            del self._buf[: skip + b.length]
-            self._pos = b.offset + b.length
-            if hashlib.sha256(data).hexdigest() != b.sha256:
-                raise IntegrityError(
-                    f"{self.entry.uri}: block {self._next} sha256 does not match the descriptor; the shard was changed "
-                    "after it was published: approval denied"
-                )
-            for k, record in enumerate(reader.decode(self._next, data)):
-                check_ranges(self.shard, b.first_record + k, record)
-                self._records += 1
-            self._next += 1
 
     def close(self) -> None:
-        if self.error is not None or self._reader is None:
+        if self.error is not None or self._reader is None or self._cutter is None:
             return
-        if self._next < len(self._reader.blocks):
+        if not self._cutter.done:
             self.error = IntegrityError(
-                f"{self.entry.uri}: the object ended before block {self._next}; it is truncated: approval denied"
+                f"{self.entry.uri}: the object ended before block {self._cutter.next}; it is truncated: approval denied"
             )
         elif self._records != len(self.shard.records):
             self.error = CustodyError(

@@ -19,7 +19,8 @@ from trainvault.contamination.block_text import BlockText, BlockTextReader
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
-from trainvault.errors import ContaminationError, DecodeError, IntegrityError
+from trainvault.errors import ContaminationError, DecodeError, IntegrityError, TrainVaultError
+from trainvault.formats.cutter import BlockCutter
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -299,19 +300,22 @@ def scan_shard(
     *,
     on_bytes: Callable[[int], None] | None = None,
     survey: TextFieldSurvey | None = None,
+    on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> ShardScanResult:
     """Scan one published shard: read it once, verify it, and match every record.
 
     The whole object is streamed and hashed; each block is checked against its
     descriptor digest before it is decoded, and the object's SHA-256 and size must
     equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
-    number of shard bytes read since its last call; `survey` observes every block's records.
+    number of shard bytes read since its last call; `survey` observes every block's records;
+    `on_records` gets each verified block's decoded records, in order (other per-record work
+    over the same single read).
     """
     reader = ShardReader(storage, entry, data_format)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
-        _add_block(acc, reader, text, k, data, entry.uri, survey)
+        _add_block(acc, reader, text, k, data, entry.uri, survey, on_records)
     if acc.records != entry.record_count:
         raise IntegrityError(
             f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
@@ -322,9 +326,10 @@ def scan_shard(
 def _add_block(
     acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str,
     survey: TextFieldSurvey | None = None,
+    on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> None:
     """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`);
-    `survey` observes them."""
+    `survey` observes them; `on_records` gets them decoded."""
     payload = reader.inflate(k, data) if text is not None else None
     block = text.read(payload) if text is not None else None
     if block is None:
@@ -339,6 +344,8 @@ def _add_block(
         records = block.records
     if survey is not None:
         survey.observe(records, raw=block is not None)
+    if on_records is not None:
+        on_records(records if block is None else reader.records(k, payload))
 
 
 def _verified_blocks(
@@ -346,42 +353,67 @@ def _verified_blocks(
 ) -> Iterator[tuple[int, bytes]]:
     """Stream the shard once and yield (block number, bytes) of each block, checked against its
     descriptor digest; once the stream ends, the object's size and SHA-256 must be the entry's."""
-    blocks = reader.blocks
     size = entry.size_bytes
     whole = hashlib.sha256()
     seen = 0
-    tail = b""  # bytes read but not yet part of a complete block
-    tail_start = 0  # shard offset of tail[0]
-    k = 0
+    cutter = BlockCutter(entry.uri, reader.blocks)
     chunks = storage.stream(entry.uri, chunk_size=STREAM_CHUNK) if size else iter(())
     for chunk in chunks:
         whole.update(chunk)
         seen += len(chunk)
         if seen > size:
             break
-        buf = tail + chunk if tail else chunk
-        view = memoryview(buf)
-        consumed = 0  # offset in buf past the last complete block
-        while k < len(blocks) and blocks[k].offset + blocks[k].length <= tail_start + len(buf):
-            b = blocks[k]
-            lo = b.offset - tail_start
-            data = bytes(view[lo : lo + b.length])
-            consumed = lo + b.length
-            if hashlib.sha256(data).hexdigest() != b.sha256:
-                raise IntegrityError(
-                    f"{entry.uri}: block {k} sha256 does not match the descriptor; the shard was changed after "
-                    "it was published: rebuild it before scanning"
-                )
-            yield k, data
-            k += 1
-        # Keep only what follows the last complete block (no memmove of the whole buffer).
-        tail = bytes(view[consumed:])
-        tail_start += consumed
-        view.release()
+        yield from cutter.feed(chunk)
         if on_bytes is not None:
             on_bytes(len(chunk))
-    if seen != size or whole.hexdigest() != entry.sha256 or k != len(blocks):
+    if seen != size or whole.hexdigest() != entry.sha256 or not cutter.done:
         raise IntegrityError(
             f"{entry.uri}: read {seen} bytes with sha256 {whole.hexdigest()}, the manifest binds {size} bytes "
             f"with sha256 {entry.sha256}; the shard is truncated, extended or replaced: rebuild the publication"
         )
+
+
+class ScanFeed:
+    """Scans one shard from its bytes as another reader streams them in order (the gate's hash
+    pass, as a `ChunkConsumer`), so the shard is read once for both. Keeps the first error
+    instead of raising, so the reader that owns the stream reports a changed shard first;
+    `result` raises it."""
+
+    def __init__(self, storage: Storage, data_format: str, entry: ShardEntry, index: EvalIndex,
+                 survey: TextFieldSurvey | None = None):
+        self.entry, self.survey = entry, survey
+        self.error: TrainVaultError | None = None
+        self._acc = _Accumulator(index)
+        self._text: BlockTextReader | None = None
+        self._cutter: BlockCutter | None = None
+        try:
+            self._reader = ShardReader(storage, entry, data_format)
+            self._cutter = BlockCutter(entry.uri, self._reader.blocks)
+        except TrainVaultError as exc:
+            self.error = exc
+            return
+        if isinstance(self._reader.format, MsgpackZstFormat):
+            self._text = BlockTextReader(self._acc.fields, self._acc.record_id_field)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.error is not None or self._cutter is None:
+            return
+        try:
+            for k, data in self._cutter.feed(chunk):
+                _add_block(self._acc, self._reader, self._text, k, data, self.entry.uri, self.survey)
+        except TrainVaultError as exc:
+            self.error = exc
+
+    def close(self) -> None:
+        if self.error is None and self._cutter is not None and not self._cutter.done:
+            self.error = IntegrityError(f"{self.entry.uri}: the object ended before block {self._cutter.next}; it is "
+                                       "truncated: rebuild the publication")
+
+    def result(self) -> ShardScanResult:
+        """The shard's scan once every byte was fed (the first error seen, raised, otherwise)."""
+        if self.error is not None:
+            raise self.error
+        if self._acc.records != self.entry.record_count:
+            raise IntegrityError(f"{self.entry.uri}: decoded {self._acc.records} records, the manifest says "
+                                 f"{self.entry.record_count}")
+        return self._acc.result(self.entry.sha256, self.entry.size_bytes)

@@ -126,25 +126,40 @@ class ProfileSettings:
     max_labels: int | None = None
 
 
+class ShardProfiler:
+    """Computes one shard's `ShardProfile` from its records as they are read, block by block."""
+
+    def __init__(self, split: str, entry: ShardEntry, settings: ProfileSettings | None = None):
+        self.entry, self.settings = entry, settings or ProfileSettings()
+        self.profile = ShardProfile(split=split, shard_key=entry.key, metrics=DatasetMetrics(max_labels=self.settings.max_labels))
+        self.records = 0
+
+    def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        settings, out = self.settings, self.profile
+        for row in rows:
+            out.metrics.observe(row, hook=settings.hook, task_id_field=settings.task_id_field)
+            reason = settings.validator.check(row)
+            if reason is not None:
+                out.offending_count += 1
+                if len(out.offending) < MAX_RECORDED_OFFENDING_ROWS:
+                    out.offending.append(OffendingRow(out.split, out.shard_key, self.records, reason))
+            self.records += 1
+
+    def finish(self) -> ShardProfile:
+        """The profile, once every record was observed (`IntegrityError` if the count is not the entry's)."""
+        if self.records != self.entry.record_count:
+            raise IntegrityError(f"{self.entry.uri}: read {self.records} records, the manifest says {self.entry.record_count}")
+        return self.profile
+
+
 def profile_shard(
     storage: Storage, data_format: str, split: str, entry: ShardEntry, settings: ProfileSettings | None = None
 ) -> ShardProfile:
     """Read one shard (blocks verified) and compute its metrics and offending rows."""
-    settings = settings or ProfileSettings()
-    metrics = DatasetMetrics(max_labels=settings.max_labels)
-    out = ShardProfile(split=split, shard_key=entry.key, metrics=metrics)
-    reader = ShardReader(storage, entry, data_format)
-    index = -1
-    for index, row in enumerate(reader.iter_records()):
-        metrics.observe(row, hook=settings.hook, task_id_field=settings.task_id_field)
-        reason = settings.validator.check(row)
-        if reason is not None:
-            out.offending_count += 1
-            if len(out.offending) < MAX_RECORDED_OFFENDING_ROWS:
-                out.offending.append(OffendingRow(split, entry.key, index, reason))
-    if index + 1 != entry.record_count:
-        raise IntegrityError(f"{entry.uri}: read {index + 1} records, the manifest says {entry.record_count}")
-    return out
+    profiler = ShardProfiler(split, entry, settings)
+    for _, rows in ShardReader(storage, entry, data_format).iter_blocks():
+        profiler.observe(rows)
+    return profiler.finish()
 
 
 class SplitProfile:

@@ -88,8 +88,12 @@ class DatasetSaver:
         data_format: str = "msgpack.zst",
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         max_shard_bytes: int = SINGLE_PUT_LIMIT,
+        rehash_reused: bool = True,
     ):
         self.storage = storage
+        #: False: a shard found complete is checked by size only (one request, no bytes read), for
+        #: callers whose next step hashes every shard against the manifest anyway.
+        self.rehash_reused = rehash_reused
         self.manifest_uri = normalize_uri(manifest_uri)
         self.root = parent_uri(self.manifest_uri)
         self.data_format = get_format(data_format).name
@@ -101,6 +105,8 @@ class DatasetSaver:
         self._known: dict[str, dict[str, ShardEntry]] = {}
         self._stage_metadata: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._curricula: dict[str, dict[str, Curriculum]] = {}
+        #: (split, key) of the shards this saver wrote (not found complete).
+        self._written: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
         return f"DatasetSaver({self.manifest_uri!r}, data_format={self.data_format!r})"
@@ -135,6 +141,7 @@ class DatasetSaver:
         else:
             encoded = self._put_data(shard, records)
             desc, desc_bytes = self._put_descriptor(shard, self._descriptor(shard, encoded, metadata), metadata)
+            self._written.add((split, shard.key))
         return self._remember(split, shard_entry(shard.descriptor_uri, shard.data_uri, desc, desc_bytes), metadata)
 
     def _place(self, split: str, curriculum_stage: str | None, shard_id: str) -> _Shard:
@@ -217,6 +224,10 @@ class DatasetSaver:
         entry = shard_entry(desc_uri, data_uri, desc, desc_bytes)
         return self._remember(split, entry, desc.curriculum_metadata)
 
+    def wrote(self, split: str, key: str) -> bool:
+        """Whether this saver wrote shard `key` of `split` (False: found complete and reused, or not saved)."""
+        return (split, key) in self._written
+
     def _remember(self, split: str, entry: ShardEntry, metadata: dict[str, Any] | None) -> ShardEntry:
         self._known.setdefault(split, {})[entry.key] = entry
         if entry.curriculum_stage is not None:
@@ -236,6 +247,14 @@ class DatasetSaver:
             )
 
     def _verify_data(self, desc: ShardDescriptor, data_uri: str) -> None:
+        if not self.rehash_reused:
+            size = self.storage.head(data_uri).size
+            if size != desc.size_bytes:
+                raise IntegrityError(
+                    f"{data_uri} is {size} bytes, its completion descriptor says {desc.size_bytes}; the data object "
+                    "was altered: delete the shard's objects and save it again"
+                )
+            return
         digest = hashlib.sha256()
         size = 0
         for chunk in self.storage.stream(data_uri, expected_size=desc.size_bytes):

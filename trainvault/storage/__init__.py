@@ -9,10 +9,12 @@ changes. Writing the same bytes again is a no-op; different bytes are a `Conflic
 
 The modules: `config` (settings), `local` and `objectstore` (the backends, behind the
 `backend` contract), `clients` (one backend per store), `recovery` (retries, resumes, the
-first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`).
+first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`),
+`reads` (`READS`: bytes and requests every read returned, per process).
 """
 
 from trainvault.storage.config import S3_ENV_VARS, StorageConfig
+from trainvault.storage.reads import READS, ReadCounts
 from trainvault.storage.recovery import CONTACTS, STATS, StorageStats
 from trainvault.storage.store import (
     SINGLE_PUT_LIMIT,
@@ -27,12 +29,14 @@ from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent
 
 __all__ = [
     "CONTACTS",
+    "READS",
     "S3_ENV_VARS",
     "SINGLE_PUT_LIMIT",
     "STATS",
     "HoldsStorage",
     "Location",
     "ObjectInfo",
+    "ReadCounts",
     "Storage",
     "StorageConfig",
     "StorageSource",

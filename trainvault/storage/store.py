@@ -17,6 +17,7 @@ from trainvault.errors import (
 from trainvault.storage.backend import Backend, NotRegular, TooLarge, read_limit
 from trainvault.storage.clients import Clients
 from trainvault.storage.config import StorageConfig
+from trainvault.storage.reads import READS
 from trainvault.storage.recovery import CONTACTS, recovering, resuming
 from trainvault.storage.translate import size_error
 from trainvault.uris import Location, parse_uri
@@ -73,6 +74,7 @@ class Storage:
             data = recovering(self._clients, loc, "read", lambda b: b.get(loc.path, if_match, limit))
         except TooLarge as exc:
             raise size_error(loc.uri, exc, expected_size) from None
+        READS.add(len(data), 1)
         if expected_size is not None and len(data) != expected_size:
             raise size_error(loc.uri, TooLarge(len(data), expected_size), expected_size)
         return data
@@ -91,6 +93,7 @@ class Storage:
         loc = parse_uri(uri)
         op = f"read bytes {start}-{end} of"
         data = recovering(self._clients, loc, op, lambda b: b.get_range(loc.path, start, end))
+        READS.add(len(data), 1)
         if len(data) != end - start:
             raise IntegrityError(
                 f"{loc.uri}: asked for bytes {start}-{end} but got {len(data)}; the object is shorter "
@@ -121,9 +124,11 @@ class Storage:
         loc = parse_uri(uri)
         limit = read_limit(max_bytes, expected_size)
         pos = start
+        READS.add(0, 1)
         try:
             for chunk in resuming(self._clients, loc, start, end, chunk_size, limit):
                 pos += len(chunk)
+                READS.add(len(chunk), streamed=True)
                 if limit is not None and pos > limit:  # it grew after it was opened
                     raise size_error(loc.uri, TooLarge(None, limit), expected_size)
                 yield chunk
@@ -136,6 +141,7 @@ class Storage:
 
     def head(self, uri: str) -> ObjectInfo:
         loc = parse_uri(uri)
+        READS.add(0, 1)
         found = recovering(self._clients, loc, "inspect", lambda b: b.head(loc.path))
         return ObjectInfo(loc.uri, found.size, found.etag)
 
@@ -157,6 +163,7 @@ class Storage:
         raises a `StorageError` naming it. Anything else that fails raises a `StorageError` too.
         """
         loc = parse_uri(prefix_uri)
+        READS.add(0, 1)
         return sorted(recovering(self._clients, loc, "list", lambda b: _listing(b, loc)), key=lambda o: o.uri)
 
     # -- writes -----------------------------------------------------------------

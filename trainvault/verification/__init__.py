@@ -1,0 +1,22 @@
+"""The lifecycle's verification pass: each shard read once for its hash check, contamination
+scan, profile and field survey, and the per-shard results stored by content for reuse."""
+
+from trainvault.verification.fused import (
+    VerifiedShard,
+    profile_from_surveys,
+    split_surveys,
+    stored_survey,
+    verify_shard,
+)
+from trainvault.verification.results import DEFAULT_PROFILE, ShardSurvey, StoredScan
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "ShardSurvey",
+    "StoredScan",
+    "VerifiedShard",
+    "profile_from_surveys",
+    "split_surveys",
+    "stored_survey",
+    "verify_shard",
+]

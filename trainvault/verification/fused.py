@@ -1,0 +1,129 @@
+"""The fused verification pass: one read of a shard serves its hash check, the contamination
+scan, the profile and the field survey; or no read at all when both results are stored.
+
+The stream is hashed and every block checked against its descriptor digest before its
+records are used (`trainvault.contamination.scan_shard`), so a shard whose bytes are not the
+ones the manifest binds yields no result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
+from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.scan import ShardScanResult, scan_shard
+from trainvault.errors import IntegrityError, ProfileError
+from trainvault.profile.sidecar import DatasetProfile, ProfileSettings, ShardProfile, ShardProfiler, SplitProfile
+from trainvault.profile.state import shard_profile_from_state, shard_profile_state
+from trainvault.profile.validation import TaskDataValidator
+from trainvault.publication.manifest import ShardEntry
+from trainvault.storage import Storage, normalize_uri
+from trainvault.verification.results import (
+    DEFAULT_PROFILE,
+    ScanKey,
+    ShardKey,
+    ShardSurvey,
+    StoredScan,
+    SurveyKey,
+    key_uri,
+    read_result,
+    store_result,
+)
+
+
+@dataclass(frozen=True)
+class VerifiedShard:
+    """One shard's results, and whether this pass read the shard for them (False: all reused)."""
+
+    scan: ShardScanResult
+    survey: ShardSurvey
+    read: bool
+
+
+def scan_key(entry: ShardEntry, data_format: str, index: EvalIndex) -> ScanKey:
+    return ScanKey(shard=ShardKey.of(entry, data_format), contract_sha256=index.contract_sha256,
+                   release_sha256=index.release_sha256)
+
+
+def survey_key(entry: ShardEntry, data_format: str) -> SurveyKey:
+    return SurveyKey(shard=ShardKey.of(entry, data_format), profile=DEFAULT_PROFILE)
+
+
+def verify_shard(storage: Storage, folder: str, data_format: str, split: str, entry: ShardEntry,
+                 index: EvalIndex) -> VerifiedShard:
+    """Shard `entry`'s scan under `index` and its survey: reused from `folder` where stored under
+    their keys, else computed in one verified read of the shard and stored there."""
+    skey, vkey = scan_key(entry, data_format, index), survey_key(entry, data_format)
+    suri, vuri = key_uri(folder, "scan", skey), key_uri(folder, "survey", vkey)
+    scan, survey = read_result(storage, StoredScan, suri, skey), read_result(storage, ShardSurvey, vuri, vkey)
+    if scan is not None and survey is not None:
+        return VerifiedShard(scan.result, survey, read=False)
+    profiler = ShardProfiler(split, entry, ProfileSettings())
+    parts: list[tuple[list[FieldSurvey], int]] = []
+
+    def observe(records: list[dict[str, Any]]) -> None:
+        profiler.observe(records)
+        parts.append(survey_fields(records))
+
+    result = scan_shard(storage, data_format, entry, index, on_records=observe)
+    fields, _ = merge_surveys(parts)
+    made = ShardSurvey(key=vkey, profile=shard_profile_state(profiler.finish()), fields=[f.state() for f in fields])
+    if scan is None:
+        store_result(storage, suri, StoredScan(key=skey, result=result))
+    elif scan.result != result:
+        raise IntegrityError(f"{suri}: the stored scan of shard {split}/{entry.key} is not what scanning it gives now; "
+                             "delete it and run the verification pass again")
+    if survey is None:
+        store_result(storage, vuri, made)
+    return VerifiedShard(result, survey or made, read=True)
+
+
+def stored_survey(storage: Storage, folder: str, data_format: str, entry: ShardEntry) -> ShardSurvey:
+    """Shard `entry`'s stored survey (`IntegrityError` when the verification pass has not stored one)."""
+    key = survey_key(entry, data_format)
+    uri = key_uri(folder, "survey", key)
+    found = read_result(storage, ShardSurvey, uri, key)
+    if found is None:
+        raise IntegrityError(f"shard {entry.key} ({entry.sha256}) has no stored survey at {uri}: run the verification "
+                             "pass (verify_shard) over it first")
+    return found
+
+
+def survey_profile(split: str, entry: ShardEntry, survey: ShardSurvey) -> ShardProfile:
+    """The shard's `ShardProfile` from its survey (`IntegrityError` for a state that does not read back)."""
+    try:
+        return shard_profile_from_state(split, entry.key, survey.profile)
+    except ProfileError as exc:
+        raise IntegrityError(f"the stored survey of shard {split}/{entry.key}: {exc}; delete it and verify again") from None
+
+
+def survey_fields_of(survey: ShardSurvey) -> list[FieldSurvey]:
+    """The shard's field surveys from its stored survey (`IntegrityError` for a state that does not read back)."""
+    try:
+        return [FieldSurvey.from_state(state) for state in survey.fields]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IntegrityError(f"the stored field survey of shard {survey.key.shard.shard_sha256}: "
+                             f"{type(exc).__name__} {exc}; delete it and verify again") from None
+
+
+def split_surveys(entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]]) -> dict[str, tuple[list[FieldSurvey], int]]:
+    """Per split, the field survey of its records in manifest order (what the Croissant card declares)."""
+    return {split: merge_surveys((survey_fields_of(s), e.record_count) for e, s in pairs)
+            for split, pairs in entries.items()}
+
+
+def profile_from_surveys(manifest_uri: str, manifest_sha256: str,
+                         entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]]) -> DatasetProfile:
+    """The `DatasetProfile` `profile_publication` makes under the default settings, merged from
+    each shard's stored survey (per split, in manifest order) instead of reading the shards."""
+    uri = normalize_uri(manifest_uri)
+    splits = {}
+    for split, pairs in entries.items():
+        merged = SplitProfile(split)
+        for entry, survey in pairs:
+            merged.merge(survey_profile(split, entry, survey), entry.record_count)
+        splits[split] = merged
+    return DatasetProfile(uri, manifest_sha256, splits, TaskDataValidator(None, "auto", dataset=uri))
