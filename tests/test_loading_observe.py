@@ -206,3 +206,33 @@ def test_bad_settings_are_refused(settings: dict[str, Any]) -> None:
 def test_observe_must_be_an_observability(local_uri: str) -> None:
     with pytest.raises(ConfigurationError, match="Observability"):
         SplitDataLoader(TrainVault().storage, local_uri, observe={"watchdog_s": 5})  # type: ignore[arg-type]
+
+
+def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")  # not a trainvault dependency
+    from trainvault.loading.export import PrometheusExport
+
+    registry = prometheus_client.CollectorRegistry()
+    export = PrometheusExport(registry)
+    loader = _loader(TrainVault().storage, local_uri, Observability(window_steps=1000))
+    for _ in loader:
+        export(loader.figures())
+    figures = loader.figures()
+    value = registry.get_sample_value
+    assert value("trainvault_loader_window_count", {"rank": "0", "worker": "main", "what": "records"}) == \
+        figures["window"]["records"]
+    assert value("trainvault_loader_window_seconds", {"rank": "0", "worker": "main", "stage": "decode"}) == \
+        figures["workers"]["main"]["decode_s"]
+    assert value("trainvault_loader_data_wait_seconds", {"rank": "0"}) == figures["data_wait_s"]
+
+
+def test_prometheus_export_without_the_package_names_it() -> None:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        from trainvault.loading.export import PrometheusExport
+
+        with pytest.raises(ImportError, match="pip install prometheus-client"):
+            PrometheusExport()
+    else:
+        pytest.skip("prometheus_client is installed here")
