@@ -113,6 +113,7 @@ def test_figures_count_every_block_read_and_records_are_unchanged(local_uri: str
     for stage in ("fetch_s", "verify_s", "decompress_s", "decode_s", "collate_s"):
         assert window[stage] > 0, stage
     assert sum(f["data_wait_s"] for f in figures) == pytest.approx(window["data_wait_s"])
+    assert 0 < window["data_wait_s"] <= window["wall_s"]
     assert figures[-1]["slowest_rank"] is None  # no process group, no gather
 
 

@@ -107,9 +107,10 @@ class WindowFigures:
         return self._steps[-1] if self._steps else None
 
     def total(self) -> dict[str, float]:
-        """Sums over the window; ``wall_s`` is the time from its first step to its last."""
+        """Sums over the window; ``wall_s`` runs from when the trainer asked for its first batch to its last."""
         out = _named(self._total, self.steps)
-        out["wall_s"] = self._steps[-1].at - self._steps[0].at if self._steps else 0.0
+        first = self._steps[0] if self._steps else None
+        out["wall_s"] = 0.0 if first is None else self._steps[-1].at - first.at + first.wait_s
         return out
 
     def per_worker(self) -> dict[str, dict[str, float]]:
