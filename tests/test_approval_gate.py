@@ -52,8 +52,9 @@ def test_clean_chain_is_approved_on_every_store(vault_root: tuple[TrainVault, st
     assert isinstance(approved, ApprovedDataset)
     assert approved.manifest_sha256 == chain.refs["data_manifest"].sha256
     assert approved.summary.records == 25 and approved.summary.shards == 3
-    # 3 shards and 3 descriptors hashed, with progress up to all of them.
-    assert seen and seen[-1].files_done == seen[-1].files_total == 6
+    # 3 shards, 3 descriptors and the 6 bound documents hashed, with progress up to all of them:
+    # the bar counts what the summary counts.
+    assert seen and seen[-1].files_done == seen[-1].files_total == approved.summary.files_hashed == 12
     assert seen[-1].bytes_done == seen[-1].bytes_total
 
 

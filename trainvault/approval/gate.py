@@ -29,12 +29,13 @@ from trainvault.approval.checks import (
     check_producer,
     check_report,
     check_scan,
+    check_text_fields,
     deny,
 )
 from trainvault.approval.hashing import DEFAULT_THREADS, HashedObject, hash_objects
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.progress import HashProgressCallback, continued
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
 from trainvault.approval.rescan import RescanSummary, rescan_report
 from trainvault.approval.scan_manifest import (
@@ -50,6 +51,7 @@ from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pinned import Publication
@@ -177,15 +179,19 @@ def _gate(
     docs = _hash_bound(storage, refs, threads)
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
-    hashed = _hash_declared(storage, chain, threads, progress, ledgers)
+    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
+    # The bar counts the bound documents too, as the summary does.
+    shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
+    hashed = _hash_declared(storage, chain, threads, shown, ledgers)
     descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in chain.publication.entries()}
     publication = chain.publication.with_descriptors(descriptors_raw)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
-    rescan = rescan_report(storage, publication, chain.report, chain.index, policy)
+    survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
+    rescan = rescan_report(storage, publication, chain.report, chain.index, policy, survey)
+    check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
-    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
     return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,
