@@ -88,10 +88,12 @@ def raw_parquet_child(path: str) -> None:
 def overhead_child(path: str, batch: int) -> None:
     """The loader's own timing calls of one epoch (0 workers), timed in a loop, against the epoch's time."""
     from trainvault import TrainVault
+    from trainvault.loading import Observability
     from trainvault.loading.metrics import StageTimes, StepFigures, WindowFigures
 
     loader = TrainVault().split_data_loader(str(Path(path) / "data-manifest-v1.json"), collate_fn=records_batch,
-                                            dataloader_args={"batch_size": batch}).load("train")
+                                            dataloader_args={"batch_size": batch},
+                                            observe=Observability(window_steps=10**9)).load("train")
     t0 = time.perf_counter()
     steps = sum(1 for _ in loader)
     took = time.perf_counter() - t0

@@ -78,15 +78,15 @@ def block_runs(uri: str, env: dict[str, str]) -> tuple[int, int]:
     """(blocks, block runs) the 0-worker loader reads in one epoch: its own cut of the block list."""
     os.environ.update(env)
     from trainvault import TrainVault
-    from trainvault.loading.fetch import MAX_RUN_BLOCKS, block_runs as runs_of
+    from trainvault.loading.fetch import block_runs as runs_of
     from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
     from trainvault.publication.reader import read_descriptor
 
     vault = TrainVault.from_env()
     shards = vault.load_manifest(uri).splits["train"].shards
     wanted = [(s, b) for s, e in enumerate(shards) for b in range(len(read_descriptor(vault.storage, e).blocks))]
-    longest = max(1, min(MAX_RUN_BLOCKS, SEQUENTIAL_LOOKAHEAD_BLOCKS // 2))
-    return len(wanted), sum(1 for _ in runs_of(wanted, longest))
+    fetcher = vault.split_data_loader(uri).load("train").split_dataset.fetcher
+    return len(wanted), sum(1 for _ in runs_of(wanted, fetcher.run_blocks(SEQUENTIAL_LOOKAHEAD_BLOCKS)))
 
 
 def data_gets(server: MotoServer, since: int, name: str) -> int:

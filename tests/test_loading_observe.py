@@ -241,7 +241,7 @@ def test_prometheus_export_without_the_package_names_it() -> None:
 
 def test_block_runs_are_read_with_one_request_each(s3_uri: str, proxy: FaultProxy) -> None:
     """Consecutive blocks of a shard come in one coalesced ranged GET per run, not one per block."""
-    from trainvault.loading.fetch import MAX_RUN_BLOCKS, block_runs
+    from trainvault.loading.fetch import block_runs
     from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
 
     vault = TrainVault(storage=s3_config(proxy.endpoint))
@@ -249,9 +249,12 @@ def test_block_runs_are_read_with_one_request_each(s3_uri: str, proxy: FaultProx
     manifest = vault.load_manifest(s3_uri)
     per_shard = [len(read_descriptor(vault.storage, e).blocks) for e in manifest.splits["train"].shards]
     wanted = [(s, b) for s, n in enumerate(per_shard) for b in range(n)]
-    runs = len(list(block_runs(wanted, min(MAX_RUN_BLOCKS, SEQUENTIAL_LOOKAHEAD_BLOCKS // 2))))
+    loader = _loader(vault.storage, s3_uri, Observability(window_steps=1000))
+    longest = loader.split_dataset.fetcher.run_blocks(SEQUENTIAL_LOOKAHEAD_BLOCKS)
+    assert longest > 1  # an object store: runs coalesce
+    runs = len(list(block_runs(wanted, longest)))
     before = len(proxy.log)
-    batches, figures = _epoch(_loader(vault.storage, s3_uri, Observability(window_steps=1000)))
+    batches, figures = _epoch(loader)
     gets = [e for e in proxy.log[before:] if e["method"] == "GET" and e["target"].endswith(".msgpack.zst")]
     assert sum(len(b) for b in batches) == records and figures[-1]["window"]["blocks"] == blocks
     assert len(gets) == runs < blocks

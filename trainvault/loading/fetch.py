@@ -4,9 +4,10 @@ Fetching, SHA-256 checks and zstd/gzip decompression release the GIL, so reading
 blocks overlaps with forming batches from the current ones, and object-store latency is
 hidden. At most `lookahead` blocks are in flight or waiting, which bounds memory.
 
-Consecutive blocks of one shard are read as a run, with one `get_ranges` call (one
-request on an object store, which coalesces neighbouring ranges), into buffers that are
-hashed and decompressed where they lie, never copied.
+From an object store, consecutive blocks of one shard are read as a run, with one
+`get_ranges` call (one request: obstore coalesces neighbouring ranges); from local files
+block by block. Either way the buffers are hashed and decompressed where they lie, never
+copied.
 
 The threads stop at a block's inflated form (`ShardFormat.inflate_block`) and the
 consuming thread builds its records: that step holds the GIL, and several threads
@@ -30,7 +31,7 @@ from trainvault.publication.reader import ShardReader
 from trainvault.storage import Storage
 
 DEFAULT_THREADS = 4
-#: A run never spans more blocks than this (nor half the lookahead), so reads overlap.
+#: An object-store run never spans more blocks than this (nor half the lookahead), so reads overlap.
 MAX_RUN_BLOCKS = 8
 
 
@@ -115,6 +116,14 @@ class BlockFetcher:
         self.times.count(0, len(records), 0)
         return records
 
+    def run_blocks(self, lookahead: int) -> int:
+        """The longest run read as one: 1 from local files, where a request costs nothing and
+        per-block reads keep every read thread busy; else up to half the lookahead, so an
+        object store gets one request per run and two runs still overlap."""
+        if all(s.uri.startswith(("file:", "/")) for s in self.shards):
+            return 1
+        return max(1, min(MAX_RUN_BLOCKS, lookahead // 2))
+
     def describe_reads(self) -> list[str]:
         """The reads in flight now, for people: shard, blocks and how long each has taken."""
         now = time.monotonic()
@@ -129,7 +138,7 @@ class BlockFetcher:
     ) -> Iterator[list[dict[str, Any]]]:
         """Records of each (shard, block) in `wanted`, in that order. While it waits for a read,
         a `watchdog` that gives up (``on_stall="raise"``) ends the wait with its error."""
-        runs = block_runs(wanted, max(1, min(MAX_RUN_BLOCKS, lookahead // 2)))
+        runs = block_runs(wanted, self.run_blocks(lookahead))
         pending: deque[tuple[int, list[int], Future[Any]]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="trainvault-read")
         in_flight = 0
