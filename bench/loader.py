@@ -10,7 +10,16 @@ offsets, texts as a list):
 - LitData, MosaicML Streaming and WebDataset reading the same records in their native
   formats under a torch DataLoader (WebDataset batches in its pipeline, its usual way);
   a peer whose package is missing is skipped with the reason;
-- trainvault resume: time to the first batch after `load_state_dict` at 0% and 90%.
+- trainvault resume: time to the first batch after `load_state_dict` at 0% and 90%;
+- trainvault msgpack.zst with an identity collate (batches stay lists of records, as the
+  raw loop's records do): the fair row for the "% of raw decode limit" goal (>= 85%);
+- the raw parquet row path: every row group of the parquet shards read with pyarrow and
+  turned into rows (`to_pylist`), unverified: the limit the parquet rows are held to;
+- the S3 legs (bench/loader_s3.py) unless `--no-s3`: the same data on a moto server on
+  loopback, throughput against the local folder, GETs per block run, and `--s3-readers`
+  concurrent reader processes;
+- the observability overhead: the loader's own timing calls per step, timed, as a share
+  of the step time.
 
 Every measurement runs in a fresh process that checks the record count and token sum.
 rec/s counts from building the loader to the last batch; MB/s is raw payload (id + UTF-8
@@ -36,6 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402
+import loader_s3  # noqa: E402
+from loader_limits import overhead_child, raw_limit_child, raw_parquet_child, records_batch, vm_hwm_mb  # noqa: E402
 import saver as peer_writers  # noqa: E402  (LitData and MDS writers, peer imports, shard cuts)
 
 os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # no network here
@@ -58,16 +69,6 @@ def collate(records: list[dict[str, Any]]) -> dict[str, Any]:
         "offsets": torch.from_numpy(offsets),
         "text": [r["text"] for r in records],
     }
-
-
-def _vm_hwm_mb(pid: int | str = "self") -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def _descendants() -> list[int]:
@@ -115,16 +116,19 @@ def _wds_decode(sample: dict[str, Any]) -> dict[str, Any]:
 # -- readers: each runs in a fresh child process ---------------------------------------
 
 
-def _loader(kind: str, path: Path, workers: int, batch: int) -> Any:
+def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
     import torch.utils.data
 
     if kind.startswith("trainvault"):
         from trainvault import TrainVault
 
-        sdl = TrainVault().split_data_loader(
-            str(path / "data-manifest-v1.json"), collate_fn=collate, dataloader_args={"batch_size": batch, "num_workers": workers}
+        manifest = path if path.startswith("s3:") else str(Path(path) / "data-manifest-v1.json")
+        sdl = TrainVault.from_env().split_data_loader(
+            manifest, collate_fn=records_batch if kind.endswith("identity") else collate,
+            dataloader_args={"batch_size": batch, "num_workers": workers},
         )
         return sdl.load("train")
+    path = Path(path)  # a peer's local folder
     if kind == "litdata":
         import litdata
 
@@ -150,7 +154,8 @@ def _loader(kind: str, path: Path, workers: int, batch: int) -> Any:
 
 
 def read_child(kind: str, path: str, workers: int, batch: int) -> None:
-    """Read everything once; print records, token sum, seconds, TTFB and peak RSS as JSON."""
+    """Read everything once; print records, token sum (identity collate: token count, as the
+    raw loop counts), seconds, TTFB and peak RSS as JSON."""
     import torch  # noqa: F401  (imports happen before the clock: they are no reader's work)
 
     import trainvault.loading.iterable  # noqa: F401
@@ -161,19 +166,24 @@ def read_child(kind: str, path: str, workers: int, batch: int) -> None:
 
     gc.collect()
     t0 = time.perf_counter()
-    loader = _loader(kind, Path(path), workers, batch)
+    loader = _loader(kind, path, workers, batch)
     n = tokens = 0
     ttfb = None
     worker_peak = 0.0
+    identity = kind.endswith("identity")
     for i, b in enumerate(loader):
         if ttfb is None:
             ttfb = time.perf_counter() - t0
-        n += len(b["text"])
-        tokens += int(b["tokens"].sum(dtype=torch.int64))
+        if identity:  # counted as the raw loop counts: records and token lengths
+            n += len(b)
+            tokens += sum([len(r["tokens"]) for r in b])
+        else:
+            n += len(b["text"])
+            tokens += int(b["tokens"].sum(dtype=torch.int64))
         if workers and i % 50 == 0:
-            worker_peak = max([worker_peak] + [_vm_hwm_mb(p) for p in _descendants()])
+            worker_peak = max([worker_peak] + [vm_hwm_mb(p) for p in _descendants()])
     took = time.perf_counter() - t0
-    print(json.dumps({"records": n, "tokens": tokens, "seconds": took, "ttfb": ttfb, "rss": _vm_hwm_mb(), "worker_rss": worker_peak}))
+    print(json.dumps({"records": n, "tokens": tokens, "seconds": took, "ttfb": ttfb, "rss": vm_hwm_mb(), "worker_rss": worker_peak}))
 
 
 def resume_child(path: str, fraction: float, batch: int) -> None:
@@ -192,47 +202,9 @@ def resume_child(path: str, fraction: float, batch: int) -> None:
     print(json.dumps({"ttfb": took, "records": len(first["text"]), "position": state["position"]}))
 
 
-def raw_limit_child(path: str) -> None:
-    """zstd + msgpack decode of every block of the msgpack.zst shards, in one loop."""
-    import msgpack
-    import numpy as np
-    import zstandard
-
-    from trainvault.manifest import DataManifest, ShardDescriptor
-
-    root = Path(path)
-    manifest = DataManifest.from_json_bytes((root / "data-manifest-v1.json").read_bytes())
-    shards = manifest.splits["train"].shards
-
-    def local(uri: str) -> Path:
-        return Path("/" + uri.split(":", 1)[1].lstrip("/")) if ":" in uri else root / uri
-
-    descs = [ShardDescriptor.from_json_bytes(local(s.descriptor_uri).read_bytes()) for s in shards]
-    int32 = np.dtype(np.int32)
-
-    def ext(code: int, data: bytes) -> Any:
-        # The corpus's int32 token arrays have an 8- or 9-byte header ([dtype, [uint8 or
-        # uint16 length]]), told apart by the length modulo 4: the cheapest correct decode.
-        return np.frombuffer(data, int32, offset=8 + len(data) % 4)
-
-    dctx = zstandard.ZstdDecompressor()
-    gc.collect()
-    t0 = time.perf_counter()
-    n = tokens = 0
-    for s, d in zip(shards, descs):
-        data = local(s.uri).read_bytes()
-        for b in d.blocks:
-            unpacker = msgpack.Unpacker(raw=False, ext_hook=ext, max_buffer_size=1 << 26)
-            unpacker.feed(dctx.decompress(data[b.offset : b.offset + b.length]))
-            for r in unpacker:
-                n += 1
-                tokens += len(r["tokens"])
-    took = time.perf_counter() - t0
-    print(json.dumps({"records": n, "tokens": -1, "token_count": tokens, "seconds": took, "ttfb": None, "rss": _vm_hwm_mb(), "worker_rss": 0.0}))
-
-
-def _child(*args: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False)
+def _child(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False,
+                          env=env)
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip()[-600:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -244,12 +216,14 @@ def _child(*args: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         what, *rest = sys.argv[2:]
-        if what == "read":
-            read_child(rest[0], rest[1], int(rest[2]), int(rest[3]))
-        elif what == "resume":
-            resume_child(rest[0], float(rest[1]), int(rest[2]))
-        else:
-            raw_limit_child(rest[0])
+        children = {
+            "read": lambda: read_child(rest[0], rest[1], int(rest[2]), int(rest[3])),
+            "resume": lambda: resume_child(rest[0], float(rest[1]), int(rest[2])),
+            "raw": lambda: raw_limit_child(rest[0]),
+            "raw-parquet": lambda: raw_parquet_child(rest[0]),
+            "overhead": lambda: overhead_child(rest[0], int(rest[1])),
+        }
+        children[what]()
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     corpus.add_corpus_args(parser)
@@ -258,13 +232,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shard-mb", type=float, default=64, help="raw payload per shard, MiB (peers: 64)")
     parser.add_argument("--formats", default=",".join(FORMATS), help="trainvault formats to read")
     parser.add_argument("--workers", default="0,2", help="num_workers values")
+    parser.add_argument("--peers", default="litdata,streaming,webdataset", help="peer loaders to read ('' for none)")
     parser.add_argument("--no-peers", action="store_true", help="skip LitData, MosaicML Streaming and WebDataset")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3 legs")
+    parser.add_argument("--s3-readers", type=int, default=32, help="concurrent reader processes in the S3 leg")
+    parser.add_argument("--s3-reader-records", type=int, default=20000, help="records of the concurrency leg's dataset")
+    parser.add_argument("--s3-timeout", type=float, default=900, help="seconds the concurrency leg may take")
     args = parser.parse_args(argv)
+    peers = [] if args.no_peers else [p for p in args.peers.split(",") if p]
 
     t0 = time.perf_counter()
     records = corpus.make_records(args.records, seed=args.seed)
     raw_total = sum(corpus.raw_bytes(r) for r in records)
-    token_sum = int(sum(int(r["tokens"].sum(dtype="int64")) for r in records))
+    expected = {"tokens": int(sum(int(r["tokens"].sum(dtype="int64")) for r in records)),
+                "token_count": sum(len(r["tokens"]) for r in records)}
     shard_bytes = int(args.shard_mb * 2**20)
     shards = peer_writers.shard_slices(records, shard_bytes)
     print(
@@ -272,86 +253,154 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.batch_size}, seed {args.seed}, made in {time.perf_counter() - t0:.1f} s (not timed)",
         flush=True,
     )
-
-    # Write every dataset once (untimed here: bench/saver.py times writers).
     shutil.rmtree(DATA, ignore_errors=True)
-    readers: dict[str, tuple[str, Path]] = {}
+    readers, skipped = write_all(records, shards, args, peers, shard_bytes)
+    server = None if args.no_s3 or "trainvault msgpack.zst" not in readers else loader_s3.MotoServer(DATA.parent / "moto.log")
+    try:
+        s3_uri = None
+        if server is not None:
+            s3_uri = loader_s3.upload(records, shards, server, "full")
+            readers["trainvault msgpack.zst (S3)"] = ("trainvault", s3_uri)
+        concurrent_data = records[: args.s3_reader_records]
+        del records
+        gc.collect()
+        results, limits = measure(readers, skipped, args, expected, server)
+        table(results, limits, skipped, args, raw_total)
+        if "trainvault msgpack.zst" in readers:
+            resume_and_overhead(readers["trainvault msgpack.zst"][1], args)
+        if server is not None and s3_uri is not None:
+            s3_legs(server, s3_uri, results, concurrent_data, args)
+    finally:
+        if server is not None:
+            server.stop()
+    shutil.rmtree(DATA, ignore_errors=True)
+
+
+def write_all(records: list[dict[str, Any]], shards: list[tuple[int, int]], args: Any, peers: list[str],
+              shard_bytes: int) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Every dataset, written once (untimed here: bench/saver.py times writers)."""
+    readers: dict[str, tuple[str, str]] = {}
     skipped: dict[str, str] = {}
     for fmt in [f for f in args.formats.split(",") if f]:
         out = DATA / f"trainvault-{fmt}"
         try:
             write_trainvault(records, shards, out, fmt)
-            readers[f"trainvault {fmt}"] = (f"trainvault-{fmt}", out)
+            readers[f"trainvault {fmt}"] = (f"trainvault-{fmt}", str(out))
         except ImportError as exc:
             skipped[f"trainvault {fmt}"] = str(exc)
+    if "trainvault msgpack.zst" in readers:
+        readers["trainvault msgpack.zst, identity collate"] = ("trainvault-identity", readers["trainvault msgpack.zst"][1])
     peer_writers.RECORDS = records
-    if not args.no_peers:
-        for label, module in (("litdata", "litdata"), ("streaming", "streaming"), ("webdataset", "webdataset")):
-            why = peer_writers._import_peer(module)
-            if why:
-                skipped[label] = f"not installed or broken here ({why}); install bench/requirements.txt into .venv-bench"
-                continue
-            out = DATA / label
-            out.mkdir(parents=True)
-            try:
-                if label == "litdata":
-                    peer_writers.litdata_writer(records, shards, out, shard_bytes)
-                elif label == "streaming":
-                    peer_writers.mds_writer(records, shards, out, shard_bytes)
-                else:
-                    write_webdataset(records, shards, out, shard_bytes)
-                readers[label] = (label, out)
-            except Exception as exc:
-                skipped[label] = f"write failed: {type(exc).__name__}: {exc}".splitlines()[0][:200]
-    del records
-    gc.collect()
+    for label in peers:
+        why = peer_writers._import_peer(label)
+        if why:
+            skipped[label] = f"not installed or broken here ({why}); install bench/requirements.txt into .venv-bench"
+            continue
+        out = DATA / label
+        out.mkdir(parents=True)
+        try:
+            if label == "litdata":
+                peer_writers.litdata_writer(records, shards, out, shard_bytes)
+            elif label == "streaming":
+                peer_writers.mds_writer(records, shards, out, shard_bytes)
+            else:
+                write_webdataset(records, shards, out, shard_bytes)
+            readers[label] = (label, str(out))
+        except Exception as exc:
+            skipped[label] = f"write failed: {type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return readers, skipped
 
+
+def measure(readers: dict[str, tuple[str, str]], skipped: dict[str, str], args: Any, expected: dict[str, int],
+            server: Any) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """`--repeats` rounds over every reader and the raw limits, round-robin so load hits them alike."""
     workers = [int(w) for w in args.workers.split(",") if w]
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    raw: list[dict[str, Any]] = []
+    limits: dict[str, list[dict[str, Any]]] = {"msgpack.zst": [], "parquet": []}
     for rep in range(args.repeats):
         if "trainvault msgpack.zst" in readers:
-            raw.append(_child("raw", str(readers["trainvault msgpack.zst"][1])))
+            limits["msgpack.zst"].append(_child("raw", str(readers["trainvault msgpack.zst"][1])))
+        if "trainvault parquet" in readers:
+            limits["parquet"].append(_child("raw-parquet", str(readers["trainvault parquet"][1])))
         for name, (kind, path) in readers.items():
+            env = server.env() if server is not None and name.endswith("(S3)") else None
             for w in workers:
-                if (name, w) in skipped:
-                    continue
                 try:
-                    r = _child("read", kind, str(path), str(w), str(args.batch_size))
+                    r = _child("read", kind, path, str(w), str(args.batch_size), env=env)
                 except RuntimeError as exc:
                     skipped[f"{name} w={w}"] = f"failed: {str(exc).splitlines()[-1][:200]}"
                     continue
-                r["ok"] = r["records"] == args.records and r["tokens"] == token_sum
+                want = expected["token_count" if kind.endswith("identity") else "tokens"]
+                r["ok"] = r["records"] == args.records and r["tokens"] == want
                 results.setdefault((name, w), []).append(r)
         print(f"  round {rep + 1}/{args.repeats} done", flush=True)
+    return results, limits
 
-    def med(rs: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(r[key] for r in rs)
 
-    limit = args.records / med(raw, "seconds") if raw else None
+def _med(rs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def table(results: dict[tuple[str, int], list[dict[str, Any]]], limits: dict[str, list[dict[str, Any]]],
+          skipped: dict[str, str], args: Any, raw_total: int) -> None:
+    rate = {k: args.records / _med(rs, "seconds") for k, rs in results.items()}
+    limit = {fmt: args.records / _med(rs, "seconds") for fmt, rs in limits.items() if rs}
     print()
-    print("| reader | workers | rec/s | MB/s | TTFB s | % of raw decode limit | peak RSS MB (main / worker) | ok |")
+    print("| reader | workers | rec/s | MB/s | TTFB s | % of raw limit (parquet: of the raw row path) | peak RSS MB (main / worker) | ok |")
     print("|---|---|---|---|---|---|---|---|")
-    if limit:
-        print(f"| raw decode limit (zstd + msgpack, one loop) | – | {limit:,.0f} | {limit * raw_total / args.records / 1e6:.1f} | – | 100% | {med(raw, 'rss'):.0f} | {'yes' if raw[0]['records'] == args.records else 'NO'} |")
+    names = {"msgpack.zst": "raw decode limit (zstd + msgpack, one loop)", "parquet": "raw parquet row path (pyarrow to_pylist, one loop)"}
+    for fmt, value in limit.items():
+        ok = "yes" if limits[fmt][0]["records"] == args.records else "NO"
+        print(f"| {names[fmt]} | – | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | – | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |")
     for (name, w), rs in results.items():
-        rate = args.records / med(rs, "seconds")
-        pct = f"{100 * rate / limit:.0f}%" if limit else "–"
+        base = limit.get("parquet" if "parquet" in name else "msgpack.zst")
+        pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "–"
         worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "–"
         ok = "yes" if all(r["ok"] for r in rs) else "NO"
-        print(f"| {name} | {w} | {rate:,.0f} | {rate * raw_total / args.records / 1e6:.1f} | {med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |")
+        print(f"| {name} | {w} | {rate[name, w]:,.0f} | {rate[name, w] * raw_total / args.records / 1e6:.1f} | {_med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |")
     for name, why in skipped.items():
         print(f"| {name} | skipped: {why} | | | | | | |")
+    ratios = [f"{w} workers {rate['trainvault msgpack.zst', w] / rate['litdata', w]:.2f}x"
+              for (name, w) in rate if name == "litdata" and ("trainvault msgpack.zst", w) in rate]
+    if ratios:
+        print(f"\ntrainvault msgpack.zst / LitData, same collate and batches: {', '.join(ratios)}")
 
-    if "trainvault msgpack.zst" in readers:
-        path = str(readers["trainvault msgpack.zst"][1])
-        print()
-        print("| trainvault resume (msgpack.zst, num_workers=0) | time to first batch s (median) | runs |")
-        print("|---|---|---|")
-        for fraction in (0.0, 0.9):
-            runs = [_child("resume", path, str(fraction), str(args.batch_size))["ttfb"] for _ in range(max(args.repeats, 3))]
-            print(f"| at {fraction:.0%} of the epoch | {statistics.median(runs):.3f} | {', '.join(f'{t:.3f}' for t in runs)} |")
-    shutil.rmtree(DATA, ignore_errors=True)
+
+def resume_and_overhead(path: str, args: Any) -> None:
+    print()
+    print("| trainvault resume (msgpack.zst, num_workers=0) | time to first batch s (median) | runs |")
+    print("|---|---|---|")
+    for fraction in (0.0, 0.9):
+        runs = [_child("resume", path, str(fraction), str(args.batch_size))["ttfb"] for _ in range(max(args.repeats, 3))]
+        print(f"| at {fraction:.0%} of the epoch | {statistics.median(runs):.3f} | {', '.join(f'{t:.3f}' for t in runs)} |")
+    runs = [_child("overhead", path, str(args.batch_size)) for _ in range(args.repeats)]
+    share = statistics.median(r["share"] for r in runs)
+    r = runs[0]
+    print(f"\nobservability overhead (figures always on; 0 workers, identity collate): {r['steps']:,} steps and "
+          f"{r['blocks']:,} blocks cost {1e3 * statistics.median(x['cost'] for x in runs):.1f} ms of timing calls = "
+          f"{100 * share:.2f}% of the epoch's {statistics.median(x['seconds'] for x in runs):.2f} s (median of {len(runs)})")
+
+
+def s3_legs(server: Any, uri: str, results: dict[tuple[str, int], list[dict[str, Any]]],
+            concurrent_data: list[dict[str, Any]], args: Any) -> None:
+    rows = []
+    for (name, w), rs in results.items():
+        if name == "trainvault msgpack.zst (S3)" and ("trainvault msgpack.zst", w) in results:
+            local = results["trainvault msgpack.zst", w]
+            rows.append((f"S3 / local folder throughput, {w} workers",
+                         f"{_med(local, 'seconds') / _med(rs, 'seconds'):.2f} (goal >= 0.8)"))
+    since = len(server.requests())
+    _child("read", "trainvault", uri, "0", str(args.batch_size), env=server.env())
+    blocks, runs = loader_s3.block_runs(uri, server.env())
+    gets = loader_s3.data_gets(server, since, "full")
+    rows.append(("data GETs / block runs / blocks (one epoch, 0 workers)",
+                 f"{gets} / {runs} / {blocks}: {gets / runs:.2f} GETs per block run (goal <= 1)"))
+    legs: dict[str, Any] = {}
+    if args.s3_readers:
+        small = loader_s3.upload(concurrent_data, peer_writers.shard_slices(concurrent_data, 4 << 20), server, "readers")
+        legs["readers"] = loader_s3.concurrent_readers(small, server, args.s3_readers, args.batch_size,
+                                                       [r["id"] for r in concurrent_data], args.s3_timeout)
+    loader_s3.report(rows, legs)
 
 
 if __name__ == "__main__":

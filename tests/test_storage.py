@@ -67,6 +67,23 @@ def test_object_operations(vault_root) -> None:
     assert st.list(root) == []
 
 
+def test_get_ranges_reads_many_ranges_in_one_call_without_copies(vault_root) -> None:
+    vault, root = vault_root
+    st = vault.storage
+    uri = join_uri(root, "ranges.bin")
+    data = bytes(range(256)) * 100
+    st.put_create(uri, data)
+    ranges = [(0, 10), (10, 300), (300, 300), (5000, 25600), (100, 200)]
+    parts = st.get_ranges(uri, ranges)
+    assert all(isinstance(p, memoryview) for p in parts)
+    assert [bytes(p) for p in parts] == [data[a:b] for a, b in ranges]
+    assert st.get_ranges(uri, []) == []
+    with pytest.raises(IntegrityError, match="truncated"):
+        st.get_ranges(uri, [(0, 10), (len(data) - 5, len(data) + 5)])
+    with pytest.raises(ObjectNotFoundError):
+        st.get_ranges(join_uri(root, "nope"), [(0, 10)])
+
+
 def test_a_folder_is_not_an_object(tmp_path) -> None:
     st = Storage()
     (tmp_path / "dir").mkdir()

@@ -82,11 +82,13 @@ class TrainVault:
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        observe: object = None,
     ):  # -> trainvault.loading.SplitDataLoader, imported on use so torch stays optional
         """A `SplitDataLoader` over the manifest at `manifest_uri` (needs the ``torch`` extra).
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
-        returns a DataLoader with ``state_dict()``/``load_state_dict()``.
+        returns a DataLoader with ``state_dict()``/``load_state_dict()`` and ``figures()``;
+        `observe` (a `trainvault.loading.Observability`) sets its figures window and watchdog.
         """
         from trainvault.loading import SplitDataLoader
 
@@ -99,6 +101,7 @@ class TrainVault:
             seed=seed,
             rank=rank,
             world_size=world_size,
+            observe=observe,  # type: ignore[arg-type]
         )
 
     # -- approval ---------------------------------------------------------------

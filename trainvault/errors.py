@@ -27,6 +27,10 @@ class StorageTimeoutError(StorageError, TimeoutError):
     """A read or write made no progress within its time window."""
 
 
+class LoaderStallError(TrainVaultError, TimeoutError):
+    """The loader's watchdog gave up: no batch within `watchdog_s` (``on_stall="raise"``)."""
+
+
 class TransientStorageError(StorageError):
     """A network failure that may succeed on another attempt (raised only once recovery gave up
     on it, as the cause of a `StorageTimeoutError`)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import multiprocessing.context
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -32,7 +32,7 @@ _ISSUE = object()
 class ApprovedObjects:
     """Reads of listed data objects through a `Storage` it holds, each object read only once its
     size matches; writes and listings are refused. It is not a `Storage`: it offers the reads a
-    loader makes (`get`, `get_document`, `get_range`, `stream`, `head`) and nothing else.
+    loader makes (`get`, `get_document`, `get_range`, `get_ranges`, `stream`, `head`) and nothing else.
 
     What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
     """
@@ -81,6 +81,9 @@ class ApprovedObjects:
 
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         return self._storage.get_range(self._approved(uri), start, end)
+
+    def get_ranges(self, uri: str, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        return self._storage.get_ranges(self._approved(uri), ranges)
 
     def stream(self, uri: str, **options: Any) -> Iterator[bytes]:
         return self._storage.stream(self._approved(uri), **options)

@@ -1,5 +1,6 @@
 """The ``trainvault`` command: inspect a manifest, generate keys, exclude contaminated records,
-approve, verify an approval, write its Croissant card, trace the records of a training step.
+approve, verify an approval, write its Croissant card, trace the records of a training step,
+read a split through the training loader.
 
 S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
 ``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
@@ -20,6 +21,7 @@ from typing import Any
 from trainvault.cli.approval import add_approval_parsers
 from trainvault.cli.console import announcing_storage_waits, vault_from_env
 from trainvault.cli.inspect import EXIT_MISMATCH, add_inspect_parser
+from trainvault.cli.read import add_read_parser
 from trainvault.cli.trace import add_trace_parser
 from trainvault.errors import TrainVaultError
 from trainvault.version import __version__
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_parser(sub)
     add_approval_parsers(sub)
     add_trace_parser(sub)
+    add_read_parser(sub)
     add_archive_commands(sub)
     return parser
 

@@ -1,12 +1,14 @@
 """The IterableDataset that forms whole batches inside each worker.
 
-A worker yields ``(sequence number, epoch, position after, collated batch)``; the loader
-puts the items back in sequence order and strips the bookkeeping. Records never cross a
-process boundary one by one. Imports torch: import this module only through the loader.
+A worker yields ``(sequence number, epoch, position after, collated batch, worker, stage
+figures)``; the loader puts the items back in sequence order and strips the bookkeeping.
+Records never cross a process boundary one by one. Imports torch: import this module only
+through the loader.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,12 +16,14 @@ import torch.utils.data
 
 from trainvault.errors import IntegrityError
 from trainvault.loading.fetch import BlockFetcher
+from trainvault.loading.metrics import IN_PROCESS
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
 from trainvault.loading.view import RecordView
+from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 
-Item = tuple[int, int, int, Any]
+Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
 #: Unshuffled reads keep this many blocks in flight per worker.
 SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
@@ -46,6 +50,8 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         collate_fn: Callable[[list[dict[str, Any]]], Any],
         infinite: bool,
         view: RecordView | None = None,
+        watchdog_s: float | None = None,
+        on_stall: str = "log",
     ):
         super().__init__()
         self.fetcher = BlockFetcher(storage, data_format, shards, descriptors)
@@ -60,6 +66,8 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         self.collate_fn = collate_fn
         self.infinite = infinite
         self.view = view
+        self.watchdog_s = watchdog_s
+        self.on_stall = on_stall
         self.total = plan.total_records
         self._start = (0, 0)
         self._iteration = 0
@@ -82,11 +90,28 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         k = self._iteration
         self._iteration += 1
         epoch, position = self._start if k == 0 else (self._start[0] + k, 0)
-        return self._generate(epoch, position, num_workers, worker)
+        return self._generate(epoch, position, num_workers, worker, IN_PROCESS if info is None else worker)
 
-    def _generate(self, epoch: int, position: int, num_workers: int, worker: int) -> Iterator[Item]:
+    def watchdog(self, where: str) -> Watchdog | None:
+        """A started watchdog for the process that forms batches (None: none configured)."""
+        if self.watchdog_s is None:
+            return None
+        return Watchdog(self.watchdog_s, self.on_stall, where, self.fetcher.describe_reads).start()
+
+    def _generate(self, epoch: int, position: int, num_workers: int, worker: int, name: int | str) -> Iterator[Item]:
         if self.total == 0:
             return
+        where = f"rank {self.rank}, " + ("in the trainer's process" if name == IN_PROCESS else f"worker {worker}")
+        watch = self.watchdog(where)
+        try:
+            yield from self._deal(epoch, position, num_workers, worker, name, watch)
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _deal(
+        self, epoch: int, position: int, num_workers: int, worker: int, name: int | str, watch: Watchdog | None
+    ) -> Iterator[Item]:
         # Record and window counts, hence the chunk, are the same in every epoch.
         chunk = chunk_batches(self.order(epoch), self.batch_size, self.world_size, num_workers)
         offset = 0
@@ -98,7 +123,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
             # asks the workers in turn forever, so none may sit out an epoch.
             mine = list(worker_batches(len(schedule), chunk, num_workers, worker, offset))
             if mine:
-                yield from self._epoch(self.order(epoch), schedule, mine, offset)
+                yield from self._epoch(self.order(epoch), schedule, mine, offset, name, watch)
             if not self.infinite:
                 return
             offset += len(schedule)
@@ -115,7 +140,10 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
             )
         return out
 
-    def _epoch(self, order: EpochOrder, schedule: RankSchedule, mine: list[int], offset: int) -> Iterator[Item]:
+    def _epoch(
+        self, order: EpochOrder, schedule: RankSchedule, mine: list[int], offset: int, name: int | str,
+        watch: Watchdog | None,
+    ) -> Iterator[Item]:
         batches = [schedule.batch(t) for t in mine]
         # Windows in the order this worker first needs them (positions only grow).
         needed: list[int] = []
@@ -128,9 +156,12 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
             (int(self.plan.shard[i]), int(self.plan.block[i])) for blocks in window_blocks for i in blocks
         )
         lookahead = self.window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
-        stream = self.fetcher.iter_blocks(wanted, lookahead)
+        stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
+        times = self.fetcher.times
         loaded: dict[int, tuple[list[dict[str, Any]], list[int] | None]] = {}
         next_window = 0
+        if watch is not None:
+            watch.busy()
         try:
             for t, b in zip(mine, batches):
                 records: list[dict[str, Any]] = []
@@ -153,6 +184,13 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                         records.extend(window[lo:hi])
                     else:
                         records.extend([window[i] for i in perm[lo:hi]])
-                yield offset + t, order.epoch, b.after, self.collate_fn(records)
+                t0 = time.perf_counter()
+                batch = self.collate_fn(records)
+                times.clock("collate", time.perf_counter() - t0)
+                if watch is not None:
+                    watch.idle()
+                yield offset + t, order.epoch, b.after, batch, name, times.take()
+                if watch is not None:
+                    watch.busy()
         finally:
             stream.close()

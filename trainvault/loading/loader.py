@@ -10,6 +10,7 @@ the records of any step. Imports torch: import it through `SplitDataLoader`.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -18,9 +19,11 @@ import torch.utils.data
 
 from trainvault.errors import ConfigurationError, ResumeStateError
 from trainvault.loading.iterable import Item, SplitIterableDataset
+from trainvault.loading.metrics import Observability, SlowestRank, StepFigures, WindowFigures
 from trainvault.loading.order import Redeal
 from trainvault.loading.state import LoaderState, OrderIdentity
 from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
+from trainvault.loading.watchdog import Watchdog
 
 
 def passthrough(item: Item) -> Item:
@@ -30,11 +33,11 @@ def passthrough(item: Item) -> Item:
 
 class TrainVaultDataLoader(torch.utils.data.DataLoader):
     """A `torch.utils.data.DataLoader` over one selection, with `state_dict()`,
-    `load_state_dict()`, `describe_state()` and `trace()`."""
+    `load_state_dict()`, `describe_state()`, `trace()` and `figures()`."""
 
     def __init__(
         self, dataset: SplitIterableDataset, identity: OrderIdentity, *, manifest_uri: str | None = None,
-        **dataloader_args: Any,
+        observe: Observability | None = None, **dataloader_args: Any,
     ):
         try:
             super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
@@ -56,6 +59,9 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
         # Persistent workers keep the dataset copy they started with: (first start, iterations).
         self._workers_first: tuple[int, int] | None = None
         self._workers_iterations = 0
+        self._observe = observe or Observability()
+        self._window = WindowFigures(self._observe.window_steps)
+        self._slowest = SlowestRank(self._observe.gather_every)
 
     @property
     def split_dataset(self) -> SplitIterableDataset:
@@ -134,17 +140,27 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
     def _reorder(self, items: Iterator[Item], live: object) -> Iterator[Any]:
         waiting: dict[int, Item] = {}
         expected = 0
+        watch = self._watchdog()
+        asked = time.perf_counter()  # when the trainer asked for the next batch
         try:
             for item in items:
                 waiting[item[0]] = item
                 while expected in waiting:
-                    _, epoch, after, batch = waiting.pop(expected)
+                    _, epoch, after, batch, worker, stages = waiting.pop(expected)
                     expected += 1
+                    self._count(worker, time.perf_counter() - asked, stages)
                     # Counted before the trainer sees the batch: a state taken now includes it.
                     self._epoch, self._position = epoch, after
                     self._step += 1
+                    if watch is not None:
+                        watch.idle()
                     yield batch
+                    asked = time.perf_counter()
+                    if watch is not None:
+                        watch.busy()
         finally:
+            if watch is not None:
+                watch.stop()
             if self._live is not None and self._live[0] is live:
                 self._live = None
         if waiting:
@@ -152,6 +168,45 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
                 f"trainvault loader: batch {expected} never arrived while {len(waiting)} later ones did; "
                 "a worker stopped early. Nothing after it was yielded"
             )
+
+    def _watchdog(self) -> Watchdog | None:
+        """The trainer's process's own watchdog, when workers form the batches (they watch themselves)."""
+        o = self._observe
+        if o.watchdog_s is None or self.num_workers == 0:
+            return None
+        where = f"rank {self.split_dataset.rank}, the trainer's process"
+        workers = [f"batches from the {self.num_workers} DataLoader workers, which log their own stacks and reads"]
+        watch = Watchdog(o.watchdog_s, "log", where, lambda: workers).start()
+        watch.busy()
+        return watch
+
+    def _count(self, worker: int | str, wait_s: float, stages: tuple[float, ...]) -> None:
+        self._window.add(StepFigures(self._step, worker, wait_s, stages, time.perf_counter()))
+        self._slowest.maybe_gather(self._step, self._window.total()["data_wait_s"])
+
+    def figures(self) -> dict[str, Any]:
+        """What the last step cost, as a dict (numbers and strings only), for a trainer to log.
+
+        ``data_wait_s``: how long the trainer waited for that batch (the exposed data wait).
+        ``window``: sums over the last `Observability.window_steps` steps of that wait and of
+        the time workers spent per stage (``fetch_s``, ``verify_s``, ``decompress_s``,
+        ``decode_s``, ``collate_s``), with ``bytes`` read, ``records`` decoded, ``blocks``,
+        ``steps`` and ``wall_s`` (first to last step of the window); ``workers``: the same
+        per worker ("main": the trainer's process). ``slowest_rank``: the rank with the most
+        window data wait at the last gather (None unless `Observability.gather_every`).
+        """
+        last = self._window.last()
+        ds = self.split_dataset
+        return {
+            "step": None if last is None else last.step,
+            "rank": ds.rank,
+            "world_size": ds.world_size,
+            "worker": None if last is None else str(last.worker),
+            "data_wait_s": 0.0 if last is None else last.wait_s,
+            "window": self._window.total(),
+            "workers": self._window.per_worker(),
+            "slowest_rank": self._slowest.latest,
+        }
 
     # -- state --------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
 from trainvault.loading.exclusions import check_exclude
+from trainvault.loading.metrics import Observability
 from trainvault.loading.view import RecordView
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.pinned import Publication
@@ -66,7 +67,8 @@ class SplitDataLoader:
     records of each block instead of the stored records. `manifest_uri`: the manifest's URI, or a
     `Publication` already read (its attached descriptors are used as they are). `exclude`:
     manifest shard key -> 0-based record indices in that shard that are never dealt (every
-    position, epoch length and the resume state count the remaining records).
+    position, epoch length and the resume state count the remaining records). `observe`: the
+    window of the per-step figures, the slowest-rank gather and the watchdog (`Observability`).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class SplitDataLoader:
         shuffle_window_blocks: int = DEFAULT_SHUFFLE_WINDOW_BLOCKS,
         view: RecordView | None = None,
         exclude: Mapping[str, Collection[int]] | None = None,
+        observe: Observability | None = None,
     ):
         self._torch = require("torch", "torch")
         require("numpy", "torch")
@@ -98,6 +101,9 @@ class SplitDataLoader:
         self.seed = seed
         self.shuffle_window_blocks = shuffle_window_blocks
         self.view = view
+        if observe is not None and not isinstance(observe, Observability):
+            raise ConfigurationError(f"observe must be an Observability, got {type(observe).__name__}")
+        self.observe = observe or Observability()
         self.rank, self.world_size = self._ranks(rank, world_size)
         self._args = dict(dataloader_args or {})
         for name, why in _REFUSED_ARGS.items():
@@ -222,11 +228,13 @@ class SplitDataLoader:
             collate_fn=collate,
             infinite=bool(infinite_iter),
             view=self.view,
+            watchdog_s=self.observe.watchdog_s,
+            on_stall=self.observe.on_stall,
         )
         args = dict(self._args)
         if args.get("num_workers", 0):
             args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), [s.uri for s in selection.shards])
-        return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, **args)
+        return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, observe=self.observe, **args)
 
     def load_mixture(self, mixture: Any) -> Any:
         """A `MixtureDataLoader` drawing batches from `mixture`'s components (stages of its split)."""

@@ -6,7 +6,7 @@ Backends work on paths inside one store and raise their native errors (OSError, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -34,6 +34,8 @@ class Backend(Protocol):
     def get(self, path: str, if_match: str | None = None, limit: int | None = None) -> bytes: ...
 
     def get_range(self, path: str, start: int, end: int) -> bytes: ...
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> Sequence[Any]: ...
 
     def open_stream(
         self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None, limit: int | None = None
