@@ -19,17 +19,22 @@ from trainvault.publication.manifest import (
     ShardEntry,
     SplitManifest,
 )
+from trainvault.publication.pack import read_pack, unpack
 from trainvault.publication.reader import parse_descriptor
 from trainvault.storage import Storage
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
 
 
 def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
-    """The same manifest with every shard and descriptor URI absolute, resolved against `base`.
-    `absolute`: what an absolute reference may name (see `resolve_uri`)."""
+    """The same manifest with every shard, descriptor and descriptor pack URI absolute, resolved
+    against `base`. `absolute`: what an absolute reference may name (see `resolve_uri`)."""
     parse_uri(base)
     splits = {}
-    changed = False
+    pack = manifest.descriptor_pack
+    if pack is not None:
+        where = f"the manifest in {base}, its descriptor pack"
+        pack = pack.model_copy(update={"uri": resolve_uri(pack.uri, base, absolute=absolute, where=where)})
+    changed = pack != manifest.descriptor_pack
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
@@ -41,7 +46,7 @@ def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolu
         splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
     if not changed:
         return manifest
-    return manifest.model_copy(update={"splits": splits})
+    return manifest.model_copy(update={"splits": splits, "descriptor_pack": pack})
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +54,7 @@ class Publication:
     """A data manifest as stored at `uri`: its bytes (`raw`), their `sha256`, and the parsed
     `manifest` with every shard and descriptor URI absolute (`as_written`: as stored). `descriptors` (by descriptor URI)
     holds each shard's descriptor, parsed and checked against its entry, once attached with
-    `with_descriptors`; empty until then."""
+    `with_descriptors` or `read_pack`; empty until then."""
 
     uri: str
     sha256: str
@@ -104,17 +109,27 @@ class Publication:
         """This publication with every shard's descriptor parsed from `raw` (descriptor URI ->
         the bytes read) and checked against its entry and the manifest's data format."""
         parsed: dict[str, ShardDescriptor] = {}
-        for _, entry in self.entries():
+        for split, entry in self.entries():
             data = raw.get(entry.descriptor_uri)
             if data is None:
                 raise ManifestError(f"{self.uri}: no descriptor bytes for shard {entry.key!r} ({entry.descriptor_uri})")
             desc = parse_descriptor(entry, data)
-            if desc.data_format != self.data_format:
+            if (desc.split, desc.data_format) != (split, self.data_format):
                 raise ManifestError(
-                    f"{entry.descriptor_uri}: descriptor says {desc.data_format}, the manifest {self.data_format}"
+                    f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, the manifest "
+                    f"lists it in split {split!r} in {self.data_format}"
                 )
             parsed[entry.descriptor_uri] = desc
         return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(parsed))
+
+    def read_pack(self, storage: Storage) -> Publication:
+        """This publication with every descriptor attached from its descriptor pack, read in one
+        request and checked against the manifest (see `trainvault.publication.pack`). Unchanged
+        when descriptors are attached already or the manifest (written before packs) has none."""
+        ref = self.manifest.descriptor_pack
+        if ref is None or self.descriptors:
+            return self
+        return self.with_descriptors(unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri))
 
     def descriptor(self, entry: ShardEntry) -> ShardDescriptor:
         """The attached descriptor of `entry` (see `with_descriptors`)."""
