@@ -52,6 +52,7 @@ from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
+from trainvault.publication.pack import unpack
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
 from trainvault.storage import (
@@ -178,8 +179,7 @@ def _gate(
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
     hashed = _hash_declared(storage, chain, threads, progress, ledgers)
-    descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in chain.publication.entries()}
-    publication = chain.publication.with_descriptors(descriptors_raw)
+    publication, descriptors_raw = _attach_descriptors(chain.publication, hashed)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
@@ -258,6 +258,20 @@ def _judge_chain(
                   {"report": report.signers, "scan": scan.signers}, exclusions)
 
 
+def _attach_descriptors(
+    publication: Publication, hashed: Mapping[str, HashedObject]
+) -> tuple[Publication, dict[str, bytes]]:
+    """Every descriptor, parsed and checked against its entry, from the bytes just hashed: the
+    pack's copy of each (which must hash to the manifest's ``descriptor_sha256``), or, for a
+    manifest written before packs, each descriptor object's."""
+    ref = publication.manifest.descriptor_pack
+    if ref is None:
+        raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
+    else:
+        raw = unpack(publication.manifest, _kept(hashed[ref.uri]), ref.uri)
+    return publication.with_descriptors(raw), raw
+
+
 def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:
     """A bound report or scan manifest: signed by the policy's scanner keys, or (without them) plain."""
     try:
@@ -277,7 +291,7 @@ def _hash_declared(
         hashed = hash_objects(
             storage,
             [f.resolved for f in files],
-            keep={f.resolved for f in files if f.role == "descriptor"},
+            keep={f.resolved for f in files if f.role in ("descriptor", "descriptor-pack")},
             # No file is read past the size it was scanned as.
             bound_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
             threads=threads,

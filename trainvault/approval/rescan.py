@@ -55,7 +55,9 @@ def rescan_report(
     contract) and deny a report that disagrees with any of them."""
     seed, drawn = sample_shards(publication, policy)
     for group in drawn:
-        result = scan_shard(storage, publication.manifest.data_format, group[0][1], index)
+        first = group[0][1]
+        result = scan_shard(storage, publication.manifest.data_format, first, index,
+                            descriptor=publication.descriptor(first))
         for split, entry in group:
             _compare(report, split, entry.key, result)
     return RescanSummary(seed=seed, shards_total=len({e.sha256 for _, e in publication.entries()}),

@@ -20,7 +20,7 @@ from trainvault.contamination.index import EvalIndex
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, DecodeError, IntegrityError
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
-from trainvault.publication.manifest import ShardEntry
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import Sha256
 from trainvault.storage import Storage
@@ -297,15 +297,17 @@ def scan_shard(
     index: EvalIndex,
     *,
     on_bytes: Callable[[int], None] | None = None,
+    descriptor: ShardDescriptor | None = None,
 ) -> ShardScanResult:
     """Scan one published shard: read it once, verify it, and match every record.
 
     The whole object is streamed and hashed; each block is checked against its
     descriptor digest before it is decoded, and the object's SHA-256 and size must
     equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
-    number of shard bytes read since its last call.
+    number of shard bytes read since its last call. `descriptor`: the shard's descriptor,
+    already read and checked against `entry` (else it is read from storage).
     """
-    reader = ShardReader(storage, entry, data_format)
+    reader = ShardReader(storage, entry, data_format, descriptor)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
