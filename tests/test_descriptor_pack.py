@@ -14,8 +14,9 @@ from approval_chain import unpacked_manifest
 from trainvault import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.loading import SplitDataLoader
-from trainvault.publication.pack import build_pack, pack_uri, unpack
+from trainvault.publication.pack import build_pack, descriptor_bytes, pack_uri
 from trainvault.publication.pinned import Publication
+from trainvault.publication.reader import parse_descriptor
 from trainvault.refs import ObjectRef
 from trainvault.storage import Storage, join_uri, normalize_uri
 
@@ -144,7 +145,8 @@ def test_pack_is_canonical_deterministic_and_bound(tmp_path: Path) -> None:
     entries = manifest.splits["train"].shards
     assert [canonical_json(d) for d in doc["descriptors"]] == [vault.storage.get(e.descriptor_uri) for e in entries]
     # The same descriptors give the same pack bytes.
-    assert build_pack("msgpack.zst", [(e.descriptor_uri, vault.storage.get(e.descriptor_uri)) for e in entries]) == raw
+    stored = [(e.descriptor_uri, vault.storage.get(e.descriptor_uri)) for e in entries]
+    assert build_pack("msgpack.zst", [(u, parse_descriptor(e, b), b) for e, (u, b) in zip(entries, stored)]) == raw
 
 
 def test_recommitting_other_shards_conflicts_on_the_manifest_not_the_pack(tmp_path: Path) -> None:
@@ -230,8 +232,8 @@ def _newer(doc: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("edit", "error", "match"),
     [
-        (_recount, IntegrityError, r"shard train/_/1 does not hash to the descriptor_sha256"),
-        (_swap, IntegrityError, r"shard train/_/0 does not hash to the descriptor_sha256"),
+        (_recount, IntegrityError, r"shard _/1: differs from the manifest entry: record_count 2 in the descriptor, 3"),
+        (_swap, IntegrityError, r"shard _/0: differs from the manifest entry: .*key '_/1' in the descriptor, '_/0'"),
         (_drop, ManifestError, r"holds 2 descriptors, the manifest lists 3 shards"),
         (_other_format, ManifestError, r"data_format 'jsonl.gz', the manifest 'msgpack.zst'"),
         (_newer, ManifestError, r"version 2 is not supported.*upgrade trainvault"),
@@ -244,15 +246,37 @@ def test_pack_that_disagrees_with_its_manifest_is_refused(tmp_path: Path, edit: 
     assert pub.manifest.descriptor_pack is not None
     with pytest.raises(error, match=rf"descriptor pack {pub.manifest.descriptor_pack.uri}.*{match}"):
         open_loader(Storage(), pub.uri)
-    with pytest.raises(error, match=match):
-        unpack(pub.manifest, vault.storage.get(pub.manifest.descriptor_pack.uri), pub.manifest.descriptor_pack.uri)
+
+
+def _recodec(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["descriptors"][2]["codec"]["zstd_level"] = 19
+    return doc
+
+
+def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Path) -> None:
+    # Agrees with every entry field, yet is not the descriptor the manifest binds by digest.
+    vault = TrainVault()
+    uri = publish(vault, str(tmp_path / "ds"), 3)
+    pub = forged(vault, uri, _recodec)
+    ref = pub.manifest.descriptor_pack
+    assert ref is not None
+    attached = pub.with_pack(vault.storage.get(ref.uri))
+    with pytest.raises(IntegrityError, match=rf"descriptor pack {ref.uri}: the descriptor of shard train/_/2 does not "
+                                             "hash to the descriptor_sha256"):
+        descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
+    honest = Publication.load(vault.storage, uri).read_pack(vault.storage)
+    assert descriptor_bytes(honest.manifest, honest.descriptors, "pack") == {
+        e.descriptor_uri: vault.storage.get(e.descriptor_uri) for _, e in honest.entries()
+    }
 
 
 def test_non_canonical_descriptor_is_not_packed(tmp_path: Path) -> None:
     vault = TrainVault()
-    root = str(tmp_path / "ds")
-    uri = publish(vault, root, 2, packed=False)
-    entry = vault.load_manifest(uri).splits["train"].shards[0]
-    spaced = json.dumps(json.loads(vault.storage.get(entry.descriptor_uri)), indent=1).encode()
-    with pytest.raises(ManifestError, match=rf"{entry.descriptor_uri} is not canonical JSON"):
-        build_pack("msgpack.zst", [(entry.descriptor_uri, spaced)])
+    uri = publish(vault, str(tmp_path / "ds"), 2, packed=False)
+    pub = Publication.load(vault.storage, uri)
+    entry = pub.manifest.splits["train"].shards[0]
+    stored = vault.storage.get(entry.descriptor_uri)
+    desc = parse_descriptor(entry, stored)
+    spaced = json.dumps(json.loads(stored), indent=1).encode()
+    with pytest.raises(ManifestError, match=rf"{entry.descriptor_uri} is not stored as its canonical JSON"):
+        build_pack("msgpack.zst", [(entry.descriptor_uri, desc, spaced)])

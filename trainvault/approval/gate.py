@@ -52,7 +52,7 @@ from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
-from trainvault.publication.pack import unpack
+from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
 from trainvault.storage import (
@@ -267,9 +267,9 @@ def _attach_descriptors(
     ref = publication.manifest.descriptor_pack
     if ref is None:
         raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
-    else:
-        raw = unpack(publication.manifest, _kept(hashed[ref.uri]), ref.uri)
-    return publication.with_descriptors(raw), raw
+        return publication.with_descriptors(raw), raw
+    attached = publication.with_pack(_kept(hashed[ref.uri]))
+    return attached, descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
 
 
 def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:

@@ -5,18 +5,19 @@ derived from its content, ``<root>/descriptor-packs/<sha256>.json``, and the man
 it by uri, sha256 and size. Opening a publication then costs one read for all descriptors
 instead of one per shard. The pack lists the descriptors in manifest order (splits, then
 shards, as the manifest lists them), each exactly as stored: its canonical JSON is the
-descriptor's stored bytes, so each still hashes to the manifest's ``descriptor_sha256``.
+descriptor's stored bytes, so each still hashes to the manifest's ``descriptor_sha256``
+(the gate checks that; a loader trusts the pack's own digest, which the manifest binds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Literal
 
-from trainvault.canonical import canonical_json, loads_strict, sha256_hex
+from trainvault.canonical import sha256_hex
 from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
-from trainvault.publication.manifest import DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.refs import ObjectRef
 from trainvault.storage import Storage, join_uri
 
@@ -31,8 +32,7 @@ class DescriptorPack(Document):
     format: Literal["trainvault.descriptor-pack"] = "trainvault.descriptor-pack"
     version: Literal[1] = 1
     data_format: str
-    #: Each descriptor as stored; parsed as a `ShardDescriptor` when attached to a publication.
-    descriptors: list[dict[str, Any]]
+    descriptors: list[ShardDescriptor]
 
 
 def pack_uri(root: str, sha256: str) -> str:
@@ -40,20 +40,17 @@ def pack_uri(root: str, sha256: str) -> str:
     return join_uri(root, PACK_FOLDER, f"{sha256}.json")
 
 
-def build_pack(data_format: str, descriptors: Sequence[tuple[str, bytes]]) -> bytes:
-    """The canonical bytes of the pack holding `descriptors` ((uri, stored bytes), in
-    manifest order). A descriptor whose stored bytes are not canonical JSON is refused: its
-    copy in the pack would not hash to the digest the manifest binds."""
-    objects = []
-    for uri, raw in descriptors:
-        obj = loads_strict(raw, source=uri)
-        if canonical_json(obj) != raw:
+def build_pack(data_format: str, descriptors: Sequence[tuple[str, ShardDescriptor, bytes]]) -> bytes:
+    """The canonical bytes of the pack holding `descriptors` ((uri, parsed, stored bytes), in
+    manifest order). A descriptor whose stored bytes are not its canonical JSON is refused:
+    its copy in the pack would not hash to the digest the manifest binds."""
+    for uri, desc, raw in descriptors:
+        if desc.to_json_bytes() != raw:
             raise ManifestError(
-                f"{uri} is not canonical JSON (sorted keys, no whitespace), so it cannot be packed; delete the "
-                "shard's objects and save it again with this trainvault"
+                f"{uri} is not stored as its canonical JSON (sorted keys, no whitespace, every field), so it "
+                "cannot be packed; delete the shard's objects and save it again with this trainvault"
             )
-        objects.append(obj)
-    return DescriptorPack(data_format=data_format, descriptors=objects).to_json_bytes()
+    return DescriptorPack(data_format=data_format, descriptors=[d for _, d, _ in descriptors]).to_json_bytes()
 
 
 def read_pack(storage: Storage, ref: ObjectRef, manifest_uri: str) -> bytes:
@@ -76,24 +73,9 @@ def read_pack(storage: Storage, ref: ObjectRef, manifest_uri: str) -> bytes:
     return raw
 
 
-def unpack(manifest: DataManifest, raw: bytes, source: str) -> dict[str, bytes]:
-    """Each shard's descriptor bytes (descriptor URI -> canonical JSON) from pack bytes `raw`,
-    each checked against the ``descriptor_sha256`` of the manifest entry at its position."""
-    descriptors = _pack_descriptors(manifest, raw, source)
-    out: dict[str, bytes] = {}
-    for (split, entry), obj in zip(_entries(manifest), descriptors, strict=True):
-        data = canonical_json(obj)
-        if sha256_hex(data) != entry.descriptor_sha256:
-            raise IntegrityError(
-                f"descriptor pack {source}: the descriptor of shard {split}/{entry.key} does not hash to the "
-                f"descriptor_sha256 the manifest binds ({entry.descriptor_sha256}); the pack disagrees with the "
-                "manifest: do not train on this publication"
-            )
-        out[entry.descriptor_uri] = data
-    return out
-
-
-def _pack_descriptors(manifest: DataManifest, raw: bytes, source: str) -> list[dict[str, Any]]:
+def unpack(manifest: DataManifest, raw: bytes, source: str) -> list[ShardDescriptor]:
+    """The descriptors in pack bytes `raw`, one per manifest entry in manifest order (format
+    and count checked; each descriptor is checked against its entry where it is attached)."""
     pack = DescriptorPack.from_json_bytes(raw, source=f"descriptor pack {source}")
     if pack.data_format != manifest.data_format:
         raise ManifestError(
@@ -108,10 +90,26 @@ def _pack_descriptors(manifest: DataManifest, raw: bytes, source: str) -> list[d
     return pack.descriptors
 
 
+def descriptor_bytes(manifest: DataManifest, descriptors: Mapping[str, ShardDescriptor], source: str) -> dict[str, bytes]:
+    """Each descriptor's canonical bytes (by descriptor URI), each checked against the
+    ``descriptor_sha256`` the manifest binds: what the gate binds instead of fetching them."""
+    out: dict[str, bytes] = {}
+    for split, entry in _entries(manifest):
+        data = descriptors[entry.descriptor_uri].to_json_bytes()
+        if sha256_hex(data) != entry.descriptor_sha256:
+            raise IntegrityError(
+                f"descriptor pack {source}: the descriptor of shard {split}/{entry.key} does not hash to the "
+                f"descriptor_sha256 the manifest binds ({entry.descriptor_sha256}); the pack disagrees with the "
+                "manifest: do not train on this publication"
+            )
+        out[entry.descriptor_uri] = data
+    return out
+
+
 def _entries(manifest: DataManifest) -> Iterator[tuple[str, ShardEntry]]:
     for name, split in manifest.splits.items():
         for entry in split.shards:
             yield name, entry
 
 
-__all__ = ["PACK_FOLDER", "DescriptorPack", "build_pack", "pack_uri", "read_pack", "unpack"]
+__all__ = ["PACK_FOLDER", "DescriptorPack", "build_pack", "descriptor_bytes", "pack_uri", "read_pack", "unpack"]

@@ -7,7 +7,7 @@ by one set of rules: `trainvault.uris.resolve_uri`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -20,7 +20,7 @@ from trainvault.publication.manifest import (
     SplitManifest,
 )
 from trainvault.publication.pack import read_pack, unpack
-from trainvault.publication.reader import parse_descriptor
+from trainvault.publication.reader import check_descriptor, parse_descriptor
 from trainvault.storage import Storage
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
 
@@ -107,20 +107,24 @@ class Publication:
 
     def with_descriptors(self, raw: Mapping[str, bytes]) -> Publication:
         """This publication with every shard's descriptor parsed from `raw` (descriptor URI ->
-        the bytes read) and checked against its entry and the manifest's data format."""
+        the bytes read), each checked against its entry's descriptor_sha256 (see `_attach`)."""
         parsed: dict[str, ShardDescriptor] = {}
-        for split, entry in self.entries():
+        for _, entry in self.entries():
             data = raw.get(entry.descriptor_uri)
             if data is None:
                 raise ManifestError(f"{self.uri}: no descriptor bytes for shard {entry.key!r} ({entry.descriptor_uri})")
-            desc = parse_descriptor(entry, data)
-            if (desc.split, desc.data_format) != (split, self.data_format):
-                raise ManifestError(
-                    f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, the manifest "
-                    f"lists it in split {split!r} in {self.data_format}"
-                )
-            parsed[entry.descriptor_uri] = desc
-        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(parsed))
+            parsed[entry.descriptor_uri] = parse_descriptor(entry, data)
+        return self._attach(parsed, lambda entry: entry.descriptor_uri)
+
+    def with_pack(self, raw: bytes) -> Publication:
+        """This publication with every descriptor attached from the bytes of its descriptor pack
+        (whose digest the caller checked against the manifest; see `_attach`)."""
+        ref = self.manifest.descriptor_pack
+        if ref is None:
+            raise ManifestError(f"{self.uri} binds no descriptor pack (it was written before packs)")
+        descriptors = unpack(self.manifest, raw, ref.uri)
+        parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
+        return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
 
     def read_pack(self, storage: Storage) -> Publication:
         """This publication with every descriptor attached from its descriptor pack, read in one
@@ -129,7 +133,19 @@ class Publication:
         ref = self.manifest.descriptor_pack
         if ref is None or self.descriptors:
             return self
-        return self.with_descriptors(unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri))
+        return self.with_pack(read_pack(storage, ref, self.uri))
+
+    def _attach(self, parsed: Mapping[str, ShardDescriptor], where: Callable[[ShardEntry], str]) -> Publication:
+        """This publication with `parsed` attached, each descriptor checked against its entry,
+        split and the manifest's data format."""
+        for split, entry in self.entries():
+            desc = check_descriptor(entry, parsed[entry.descriptor_uri], where(entry))
+            if (desc.split, desc.data_format) != (split, self.data_format):
+                raise ManifestError(
+                    f"{where(entry)}: describes split {desc.split!r} in {desc.data_format}, the manifest "
+                    f"lists it in split {split!r} in {self.data_format}"
+                )
+        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(dict(parsed)))
 
     def descriptor(self, entry: ShardEntry) -> ShardDescriptor:
         """The attached descriptor of `entry` (see `with_descriptors`)."""

@@ -316,7 +316,8 @@ class DatasetSaver:
             raise ManifestError(f"no complete shard under {self.root}; save shards before building a manifest")
         order = sorted(discovered, key=natural_key)
         splits = {split: self._split_manifest(split, discovered[split]) for split in order}
-        pack = build_pack(self.data_format, [(f.entry.descriptor_uri, f.raw) for s in order for f in discovered[s]])
+        pack = build_pack(self.data_format,
+                          [(f.entry.descriptor_uri, f.descriptor, f.raw) for s in order for f in discovered[s]])
         digest = sha256_hex(pack)
         ref = ObjectRef(uri=pack_uri(self.root, digest), sha256=digest, size=len(pack))
         return DataManifest(data_format=self.data_format, splits=splits, descriptor_pack=ref), ref, pack
