@@ -108,8 +108,11 @@ def discover_shards(storage: Storage, root: str, data_format: str, held: Held | 
             )
         return split, Found(shard_entry(uri, data_uri, desc, raw), desc, raw)
 
-    with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
-        loaded = list(pool.map(load, descriptors))
+    unheld = [uri for uri in descriptors if uri not in held]
+    loaded = [load(uri) for uri in descriptors if uri in held]  # no request unless a size differs
+    if unheld:
+        with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
+            loaded += pool.map(load, unheld)
     by_split: Discovered = {}
     for split, found in loaded:
         by_split.setdefault(split, []).append(found)
