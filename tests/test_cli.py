@@ -152,6 +152,85 @@ def test_progress_bar_on_a_terminal(chain: Any) -> None:
     assert "hashing [" in out.getvalue() and "100.0%" in out.getvalue() and out.getvalue().endswith("\n")
 
 
+def test_the_hashing_bar_counts_the_files_the_summary_counts(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import re
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    prefix = str(tmp_path / "approver")
+    run(capsys, "keygen", "--out", prefix)
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    approval = str(tmp_path / "approval.json")
+    code, out, _ = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    sha = out.split("sha256")[1].split()[0]
+    terminal = Tty()
+    monkeypatch.setattr("sys.stderr", terminal)
+    code = main(["verify", approval, "--sha256", sha, "--key", prefix + ".pub"])
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert code == 0, terminal.getvalue()
+    done, total = re.findall(r"files (\d+)/(\d+)", terminal.getvalue())[-1]
+    hashed = re.search(r"; (\d+) files hashed;", out)
+    assert hashed is not None and done == total == hashed.group(1), (terminal.getvalue(), out)
+
+
+def test_inspect_says_what_another_trainvault_file_is_and_what_reads_it(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = str(tmp_path / "approver")
+    run(capsys, "keygen", "--out", prefix)
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    approval = str(tmp_path / "approval.json")
+    assert run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval, "--quiet")[0] == 0
+    code, out, err = run(capsys, "inspect", approval)
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert "is a signed approval record (a DSSE envelope), not a data manifest" in err
+    assert f"the data manifest it approves is {chain.manifest_uri}" in err
+    assert f"`trainvault verify file://{approval}" in err
+    code, _, err = run(capsys, "inspect", str(request))
+    assert code == 1 and "is an approval request, not a data manifest; `trainvault approve" in err
+    code, _, err = run(capsys, "inspect", chain.refs["contamination_report"].uri)
+    assert code == 1 and "is a contamination report" in err and "`trainvault exclusions" in err
+    code, _, err = run(capsys, "inspect", chain.refs["producer_pins"].uri)  # no command reads it: the plain refusal
+    assert code == 1 and "expected 'trainvault.data-manifest'" in err
+
+
+def test_version() -> None:
+    from trainvault.version import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"trainvault {__version__}\n", "")
+
+
+def test_output_into_a_closed_pipe_ends_quietly(chain: Any) -> None:
+    import os
+
+    from trainvault.cli import EXIT_BROKEN_PIPE
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte, as `| head -1` is after its line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "inspect", "--json", chain.manifest_uri],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (EXIT_BROKEN_PIPE, "")
+    with subprocess.Popen([sys.executable, "-m", "trainvault.cli", "inspect", chain.manifest_uri],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as head:
+        first = head.stdout.readline()  # type: ignore[union-attr]
+        head.stdout.close()  # type: ignore[union-attr]
+        _, err = head.communicate(timeout=60)
+    assert first.startswith("manifest ") and err == "" and head.returncode in (0, EXIT_BROKEN_PIPE)
+
+
 def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, records_per_shard=10, contaminate=True)
     request, bound = tmp_path / "request.json", str(tmp_path / "request-excl.json")

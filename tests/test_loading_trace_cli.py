@@ -40,6 +40,18 @@ def _loader(chain: Any, rank: int, world: int, **kw: Any) -> Any:
                            dataloader_args={"batch_size": 3}, **kw).load("train", curriculum_stages=["hard", "easy"])
 
 
+def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """`trace APPROVAL --sha256 ... --key ...` of a fresh approval of `chain`."""
+    prefix = str(tmp_path / "approver")
+    assert run(capsys, "keygen", "--out", prefix)[0] == 0
+    request = tmp_path / "request.json"
+    request.write_bytes(chain.request().to_json_bytes())
+    approval = str(tmp_path / "approval.json")
+    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    assert code == 0, err
+    return ["trace", approval, "--sha256", out.split("sha256")[1].split()[0], "--key", prefix + ".pub"]
+
+
 def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ld = _loader(chain, 1, 2, shuffle=True, seed=5)
     got = list(ld)
@@ -66,15 +78,8 @@ def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.Cap
 
 
 def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    prefix = str(tmp_path / "approver")
-    assert run(capsys, "keygen", "--out", prefix)[0] == 0
-    request = tmp_path / "request.json"
-    request.write_bytes(chain.request().to_json_bytes())
-    approval = str(tmp_path / "approval.json")
-    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
-    assert code == 0, err
-    sha = out.split("sha256")[1].split()[0]
-    pinned = ["trace", approval, "--sha256", sha, "--key", prefix + ".pub"]
+    pinned = _approved(chain, tmp_path, capsys)
+    approval, sha, public = pinned[1], pinned[3], pinned[5]
     # A run of batch 3 on 2 ranks, rank 1, step 4: the unshuffled order the approved loader deals.
     code, out, err = run(capsys, *pinned, "--stage", "hard", "--stage", "easy", "--batch-size", "3",
                          "--world-size", "2", "--step", "4", "--rank", "1", "--json")
@@ -84,7 +89,7 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     # With a state the approved loader wrote.
     from trainvault.approval.record import open_approved
 
-    approved = open_approved(TrainVault(), approval, sha, trusted_keys=[prefix + ".pub"])
+    approved = open_approved(TrainVault(), approval, sha, trusted_keys=[public])
     ld = approved.split_data_loader(collate_fn=ids, dataloader_args={"batch_size": 3}).load("train")
     got = list(ld)
     state = tmp_path / "approved-state.json"
@@ -132,3 +137,115 @@ def test_trace_refusals(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):  # read the records and read no data: contradictory
         main(["trace", "--state", str(path), "--step", "0", "--records", "--positions"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_trace_from_a_state_saved_after_an_elastic_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1 rank, batch 8 for 10 steps; resumed on 2 ranks, batch 5; the state saved at step 40.
+    uri = str(tmp_path / "ds" / "data-manifest-v1.json")
+    saver = TrainVault().dataset_saver(uri, block_bytes=300)
+    for s in range(3):
+        saver.save("train", None, [{"id": s * 1000 + k, "text": f"r{s}-{k}"} for k in range(100)], shard_id=f"s{s}")
+    saver.commit_manifest()
+
+    def make(rank: int, world: int, batch: int) -> Any:
+        return SplitDataLoader(TrainVault().storage, uri, collate_fn=ids, shuffle=True, seed=3, rank=rank,
+                               world_size=world, dataloader_args={"batch_size": batch}).load("train")
+
+    first = make(0, 1, 8)
+    it = iter(first)
+    yielded = {(step, 0): (0, next(it)) for step in range(10)}  # (step, rank) -> (epoch, batch)
+    resume = first.state_dict()
+    saved: dict[str, Any] = {}
+    for rank in range(2):
+        ld = make(rank, 2, 5)
+        ld.load_state_dict(resume)
+        step, epoch = 10, 0
+        while step < 90:  # epoch by epoch, each a new iter(), as a trainer does
+            for batch in ld:
+                yielded[(step, rank)] = (epoch, batch)
+                step += 1
+                if step == 40 and rank == 0:
+                    saved = ld.state_dict()
+                if step == 90:
+                    break
+            epoch += 1
+    assert max(epoch for epoch, _ in yielded.values()) == 2
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(saved))
+    for (step, rank), (epoch, batch) in sorted(yielded.items()):
+        code, out, err = run(capsys, "trace", "--state", str(state), "--step", str(step), "--rank", str(rank), "--json")
+        assert code == 0, (step, rank, err)
+        doc = json.loads(out)
+        assert (doc["step"], doc["rank"], doc["epoch"]) == (step, rank, epoch)
+        assert [r["id"] for r in doc["records"]] == batch, (step, rank)
+    code, out, err = run(capsys, "trace", "--state", str(state), "--step", "9", "--rank", "1")
+    assert (code, out) == (1, "") and "step 9 ran on 1 rank(s)" in err
+
+
+def test_trace_of_an_approval_needs_the_run_s_batch_size(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pinned = _approved(chain, tmp_path, capsys)
+    code, out, err = run(capsys, *pinned, "--step", "3")
+    assert (code, out) == (1, "") and "needs --batch-size" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        main(["trace", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    for shown in ("the run's batch size (required)", "number of ranks (default 1)", "the split (default train)",
+                  "the rank (default 0)", "trusted keys (default 1)"):
+        assert shown in helptext
+    # A state names the run itself: options that would describe another run are refused, not ignored.
+    ld = _loader(chain, 0, 1)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(ld.state_dict()))
+    code, out, err = run(capsys, "trace", "--state", str(state), "--step", "0", "--batch-size", "4")
+    assert (code, out) == (1, "") and "--batch-size describe a run without a state" in err
+
+
+def test_trace_argument_errors_come_before_any_data_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10)
+    pinned = _approved(chain, tmp_path, capsys)
+    shard = next((tmp_path / "data").rglob("*.msgpack.zst"))
+    shard.write_bytes(b"\0" * shard.stat().st_size)  # any read of the data now fails the gate
+    code, _, err = run(capsys, *pinned, "--batch-size", "3", "--step", "0")
+    assert code == 1 and "changed after it was scanned" in err  # the store would fail, had it been read
+    for argv, says in [
+        (["--step", "-1"], "--step and --rank must be >= 0"),
+        (["--step", "0", "--rank", "2", "--world-size", "2"], "--rank 2 is not one of the run's 2 rank(s)"),
+        (["--step", "0", "--split", "nope"], "split 'nope' is not in"),
+        (["--step", "0", "--stage", "nope"], "curriculum stage(s) 'nope' not in split 'train'"),
+    ]:
+        code, out, err = run(capsys, *pinned, "--batch-size", "3", *argv)
+        assert (code, out) == (1, "") and says in err and "scanned" not in err, argv
+    # From a state whose manifest is gone: the step and rank are checked against the state's history first.
+    ld = _loader(chain, 0, 1)
+    doc = {**ld.state_dict(), "manifest_uri": str(tmp_path / "gone" / "data-manifest-v1.json")}
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "trace", "--state", str(state), "--step", "0")
+    assert code == 1 and "does not exist" in err
+    for argv, says in [(["--step", "-2"], "--step and --rank must be >= 0"),
+                       (["--step", "4", "--rank", "1"], "step 4 ran on 1 rank(s)")]:
+        code, out, err = run(capsys, "trace", "--state", str(state), *argv)
+        assert (code, out) == (1, "") and says in err and "does not exist" not in err, argv
+
+
+def test_trace_shows_the_hashing_bar_on_a_terminal(
+    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    pinned = _approved(chain, tmp_path, capsys)
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for quiet, drawn in [([], True), (["--quiet"], False)]:
+        terminal = Tty()
+        monkeypatch.setattr("sys.stderr", terminal)
+        code = main([*pinned, "--batch-size", "3", "--step", "1", *quiet])
+        monkeypatch.undo()
+        assert code == 0 and ("hashing [" in terminal.getvalue()) is drawn, terminal.getvalue()
+        if drawn:
+            assert "100.0%" in terminal.getvalue()

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import s3_config
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
-from trainvault.errors import ArchiveExistsError, ConflictError, StorageError
+from trainvault.errors import ArchiveExistsError, ConfigurationError, ConflictError, StorageError
 from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
 from trainvault.rollouts.cli import parse_duration
 from trainvault.rollouts.documents import GcMarker
@@ -469,6 +469,16 @@ def test_cli_inspect_and_gc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert len(json.loads(capsys.readouterr().out)["deleted"]) == 4 and pool_objects(Storage(), archive.pool) == []
     assert main(["archive", "inspect", str(tmp_path / "missing.json")]) == 1
     assert "no rollout archive" in capsys.readouterr().err
+    # A folder that is not a pool (here the archives' own): refused, and left as it was (no gc marker).
+    before = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    for dry in ([], ["--dry-run"]):
+        assert main(["archive", "gc", str(tmp_path), "--grace", "0", *dry]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"trainvault: error: file://{tmp_path} is not a rollout pool: it holds ")
+        assert err.count("\n") == 1
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before and not (tmp_path / "gc").exists()
+    with pytest.raises(ConfigurationError, match="is not a rollout pool"):
+        gc(str(tmp_path), grace=0)
     assert parse_duration("24h") == 86400 and parse_duration("15m") == 900 and parse_duration("90") == 90
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration("soon")

@@ -270,3 +270,26 @@ def test_missing_extra_names_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'trainvault[parquet]'" in out.stdout
+
+
+def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_server) -> None:
+    from trainvault.storage import STATS
+
+    bucket = f"missing-{uuid.uuid4().hex[:12]}"
+    st = Storage(s3_config(s3_server))
+    retries = STATS.snapshot().get("retries", 0)
+    for op, absent, call in [
+        ("create", False, lambda: st.put_create(f"s3://{bucket}/ds/shards/train/_/0.msgpack.zst", b"x")),
+        ("list", False, lambda: st.list(f"s3://{bucket}/ds/")),
+        ("read", True, lambda: st.get_document(f"s3://{bucket}/ds/data-manifest-v1.json")),  # the object is absent
+    ]:
+        with pytest.raises(StorageError) as err:
+            call()
+        assert isinstance(err.value, ObjectNotFoundError) is absent and not isinstance(err.value, StorageTimeoutError)
+        assert f"cannot {op} s3://{bucket}/ds/" in str(err.value)
+        assert f"bucket {bucket!r} does not exist (the S3 endpoint answered NoSuchBucket)" in str(err.value)
+    assert STATS.snapshot().get("retries", 0) == retries  # refused at the first answer, never retried
+    # As a saver meets it: its first write names the bucket.
+    saver = TrainVault(storage=s3_config(s3_server)).dataset_saver(f"s3://{bucket}/ds/data-manifest-v1.json")
+    with pytest.raises(StorageError, match=f"bucket '{bucket}' does not exist"):
+        saver.save("train", None, [{"i": 1}], shard_id="0")

@@ -34,7 +34,7 @@ from trainvault.approval.checks import (
 from trainvault.approval.hashing import DEFAULT_THREADS, HashedObject, hash_objects
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.progress import HashProgressCallback, continued
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
 from trainvault.approval.rescan import RescanSummary, rescan_report
 from trainvault.approval.scan_manifest import (
@@ -178,14 +178,16 @@ def _gate(
     docs = _hash_bound(storage, refs, threads)
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
-    hashed = _hash_declared(storage, chain, threads, progress, ledgers)
+    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
+    # The bar counts the bound documents too, as the summary does.
+    shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
+    hashed = _hash_declared(storage, chain, threads, shown, ledgers)
     publication, descriptors_raw = _attach_descriptors(chain.publication, hashed)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
     rescan = rescan_report(storage, publication, chain.report, chain.index, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
-    bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
     return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,

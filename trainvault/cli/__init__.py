@@ -5,11 +5,14 @@ S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVA
 ``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
 ``trainvault: error: ...``, and exit with status 1; ``inspect`` exits 3 when shard entries do
 not match their completion descriptors. Waits of more than a second are announced on stderr.
+Output into a pipe that closes early (``| head``) ends the command quietly with status 141,
+as a command killed by SIGPIPE does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,12 +22,17 @@ from trainvault.cli.console import announcing_storage_waits, vault_from_env
 from trainvault.cli.inspect import EXIT_MISMATCH, add_inspect_parser
 from trainvault.cli.trace import add_trace_parser
 from trainvault.errors import TrainVaultError
+from trainvault.version import __version__
 
-__all__ = ["EXIT_MISMATCH", "build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISMATCH", "build_parser", "main"]
+
+#: The reader of the output went away (``| head``): 128 + SIGPIPE, what a shell reports for such a command.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainvault", description="Custody chain for model-training data.")
+    parser.add_argument("--version", action="version", version=f"trainvault {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_inspect_parser(sub)
     add_approval_parsers(sub)
@@ -44,7 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with announcing_storage_waits():
-            return int(args.run(args))
+            code = int(args.run(args))
+            sys.stdout.flush()  # here, so a closed pipe is met inside the handlers below
+            return code
+    except BrokenPipeError:
+        # Nothing more can be written; point stdout at /dev/null so the interpreter's own final
+        # flush does not report the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (TrainVaultError, OSError) as exc:  # OSError: a local file the command was pointed at
         message = " ".join(str(exc).split())  # one line, whatever the error held
         print(f"trainvault: error: {message}", file=sys.stderr)

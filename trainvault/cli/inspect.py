@@ -8,16 +8,34 @@ from dataclasses import asdict
 from typing import Any
 
 from trainvault.cli.console import mb, say, vault_from_env, waiting
+from trainvault.cli.recognize import what_it_is
 
 #: `inspect`: the manifest lists shards that their completion descriptors do not back.
 EXIT_MISMATCH = 3
+
+
+def _load_manifest(storage: Any, given: str) -> Any:
+    """The manifest at `given`; a trainvault file of another kind is named, with the command that reads it."""
+    from trainvault.errors import ManifestError
+    from trainvault.publication.pinned import Publication
+    from trainvault.uris import normalize_uri
+
+    uri = normalize_uri(given)
+    raw = storage.get_document(uri)
+    try:
+        return Publication.from_bytes(uri, raw).manifest
+    except ManifestError:
+        explained = what_it_is(uri, raw, "a data manifest")
+        if explained is None:
+            raise
+        raise ManifestError(explained) from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from trainvault.publication.reader import check_descriptors
 
     vault = vault_from_env()
-    manifest = vault.load_manifest(args.manifest)
+    manifest = _load_manifest(vault.storage, args.manifest)
     shards = sum(len(split.shards) for split in manifest.splits.values())
     with waiting(f"checking {shards} shard descriptors against the manifest"):
         mismatches = check_descriptors(vault.storage, manifest)

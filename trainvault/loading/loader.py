@@ -18,7 +18,7 @@ import torch.utils.data
 
 from trainvault.errors import ConfigurationError, ResumeStateError
 from trainvault.loading.iterable import Item, SplitIterableDataset
-from trainvault.loading.order import Redeal, steps_until
+from trainvault.loading.order import Redeal
 from trainvault.loading.state import LoaderState, OrderIdentity
 from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
 
@@ -194,16 +194,8 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
         self._epoch, self._position = parsed.epoch, parsed.position
         self._resume = True
         self._live = None  # the next batches are the resumed run's, not the old iteration's
-        if parsed.history is not None and parsed.step is not None:
-            self._step, self._history = parsed.step, list(parsed.history)
-        else:
-            # Version 1 holds no history: take it as an uninterrupted run at its batch and world size.
-            # Its last point is where it stands, in case an earlier resume moved it off that run's batches.
-            drop = parsed.remainder == "drop"
-            start = Redeal(0, 0, 0, parsed.batch_size, parsed.world_size, drop)
-            self._step = steps_until(start, parsed.epoch, parsed.position, parsed.epoch_records)
-            here = Redeal(self._step, parsed.epoch, parsed.position, parsed.batch_size, parsed.world_size, drop)
-            self._history = [here] if self._step == 0 else [start, here]
+        step, history = parsed.run_history()
+        self._step, self._history = step, list(history)
 
     # -- provenance ---------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainvault.errors import ResumeStateError
-from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal
+from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal, steps_until
 
 STATE_FORMAT = "trainvault.loader-state"
 STATE_VERSION = 2
@@ -126,6 +126,18 @@ class LoaderState:
             )
         _check_history(out)
         return out
+
+    def run_history(self) -> tuple[int, tuple[Redeal, ...]]:
+        """The next step's number and the re-dealing points of the run that saved this state.
+        A version 1 state holds no history: it is taken as an uninterrupted run at its batch
+        and world size, whose last point is where it stands (an earlier resume may have moved it)."""
+        if self.history is not None and self.step is not None:
+            return self.step, self.history
+        drop = self.remainder == REMAINDER_DROP
+        start = Redeal(0, 0, 0, self.batch_size, self.world_size, drop)
+        step = steps_until(start, self.epoch, self.position, self.epoch_records)
+        here = Redeal(step, self.epoch, self.position, self.batch_size, self.world_size, drop)
+        return step, (here,) if step == 0 else (start, here)
 
     def check_identity(self, expected: OrderIdentity) -> None:
         """Refuse a state written for another manifest, selection or order."""

@@ -216,6 +216,7 @@ def gc(
     grace_s = _grace_seconds(grace)
     storage = storage or Storage()
     pool = normalize_uri(pool)
+    _check_is_pool(storage, pool)
     report = GcReport(pool=pool, grace_s=grace_s, dry_run=dry_run)
     marker_uri = None
     started = time.time()
@@ -235,6 +236,20 @@ def gc(
         if marker_uri is not None:
             storage.delete(marker_uri)
     return report
+
+
+def _check_is_pool(storage: Storage, pool: str) -> None:
+    """Refuse a folder that holds objects but none of a pool's (an archive folder, a dataset),
+    before a collector marks it. An empty one passes: a pool before its first save."""
+    if storage.list(join_uri(pool, "owners")) or storage.list(join_uri(pool, "objects")):
+        return
+    markers = join_uri(pool, "gc") + "/"
+    other = next((o.uri for o in storage.list(pool) if not o.uri.startswith(markers)), None)
+    if other is not None:
+        raise ConfigurationError(
+            f"{pool} is not a rollout pool: it holds {other} but no pool objects (objects/sha256/) or owner records "
+            "(owners/); collect the pool the archives were saved with (`trainvault archive inspect ARCHIVE` names it)"
+        )
 
 
 def _sweep(

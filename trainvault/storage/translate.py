@@ -28,6 +28,10 @@ _OS_HINTS = {
 #: How obstore reports a range that starts or ends past the object. Not a bare "416": it
 #: also appears inside timings such as "in 16.416158ms".
 _RANGE_REFUSED = re.compile(r"status code: 416\b|Range Not Satisfiable|InvalidRange|Invalid range")
+#: The S3 error code of a request to a bucket that does not exist (in the response body obstore quotes).
+_NO_SUCH_BUCKET = "<Code>NoSuchBucket</Code>"
+#: Operations that name no object a missing bucket could be reported as absent.
+_BUCKET_OPS = ("write", "create", "list", "delete")
 
 
 class translate:
@@ -42,11 +46,27 @@ class translate:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if exc is None or isinstance(exc, (StorageError, IntegrityError, GeneratorExit, StopIteration)):
             return False
-        typed = _os_error(exc, self.uri, self.op) or _obstore_error(exc, self.uri, self.op)
+        typed = _missing_bucket(exc, self.uri, self.op) or _os_error(exc, self.uri, self.op) or _obstore_error(
+            exc, self.uri, self.op
+        )
         if typed is None:
             return False
         # A refused special file is the whole story; otherwise the native error is the cause.
         raise typed from (None if isinstance(exc, NotRegular) else exc)
+
+
+def _missing_bucket(exc: BaseException, uri: str, op: str) -> TrainVaultError | None:
+    """The store answered NoSuchBucket: obstore calls that a missing object (on a PUT too) or, on a
+    listing, a generic error that would be retried. It is neither: no request to it can succeed."""
+    if not isinstance(exc, (obx.BaseError, FileNotFoundError)) or _NO_SUCH_BUCKET not in str(exc):
+        return None
+    bucket = uri.split("/")[2] if uri.startswith("s3://") else "?"
+    # A read asked for an object, which is indeed absent; a write or listing has nothing absent to report.
+    kind = StorageError if op in _BUCKET_OPS else ObjectNotFoundError
+    return kind(
+        f"cannot {op} {uri}: bucket {bucket!r} does not exist (the S3 endpoint answered NoSuchBucket); create the "
+        "bucket, or correct the bucket name in the URI"
+    )
 
 
 def _os_error(exc: BaseException, uri: str, op: str) -> TrainVaultError | None:
