@@ -103,7 +103,10 @@ class MotoServer:
 
 
 def config(endpoint: str) -> StorageConfig:
-    return StorageConfig(s3_base_url=endpoint, region="us-east-1", access_key_id="bench", secret_access_key="bench")
+    # A short recovery window, as the tests use: read-ahead still running when the server stops
+    # gives up in seconds instead of holding the process for 15 minutes.
+    return StorageConfig(s3_base_url=endpoint, region="us-east-1", access_key_id="bench", secret_access_key="bench",
+                         connect_timeout_s=2.0, read_timeout_s=30.0, client_retries=3, recovery_window_s=20.0)
 
 
 def bucket(endpoint: str) -> str:
@@ -146,7 +149,7 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
     batches = iter(loader)
     batch, out["first_batch_s"] = timed(lambda: next(batches))
     out["first_batch_req"] = reader.take()
-    batches.close()  # its read-ahead stops while the server still answers
+    batches.close()
     if len(batch) != min(32, shards * records):
         raise SystemExit(f"first batch holds {len(batch)} records, expected {min(32, shards * records)}")
     return out
