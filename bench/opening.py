@@ -3,6 +3,7 @@
 Starts its own moto S3 server on 127.0.0.1 (stopped at exit), and for each shard count saves
 that many shards of `--records` records into a fresh bucket, then measures:
 
+- list: one listing of the shards folder, the raw limit of a commit (it must find every shard);
 - commit (same saver): `commit_manifest()` by the saver that saved every shard;
 - commit (fresh saver): `commit_manifest()` by a new saver over the same root, as a commit
   in another process (a pipeline's fan-in) does: it must find every shard on storage;
@@ -133,6 +134,9 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
     with ThreadPoolExecutor(threads) as pool:
         _, save_s = timed(lambda: list(pool.map(save, range(shards))))
     out: dict[str, Any] = {"shards": shards, "save_s": save_s, "save_req": storage.take()}
+    # The raw limit of a commit: the one listing that finds every shard.
+    _, out["list_s"] = timed(lambda: storage.list(uri.rsplit("/", 1)[0] + "/shards"))
+    storage.take()
     _, out["commit_s"] = timed(saver.commit_manifest)
     out["commit_req"] = storage.take()
     out["commit_fresh_s"] = out["commit_fresh_req"] = None
@@ -158,7 +162,7 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
 def report(row: dict[str, Any]) -> None:
     fresh = "-" if row["commit_fresh_s"] is None else f"{row['commit_fresh_s']:6.2f} s ({row['commit_fresh_req']} req)"
     print(
-        f"{row['shards']:>7} shards | save {row['save_s']:7.1f} s ({row['save_req']} req) | "
+        f"{row['shards']:>7} shards | save {row['save_s']:7.1f} s ({row['save_req']} req) | list {row['list_s']:.2f} s | "
         f"commit {row['commit_s']:6.2f} s ({row['commit_req']} req), fresh saver {fresh} | "
         f"manifest GET {row['manifest_get_s']:.2f} s | "
         f"loader build {row['build_s']:6.2f} s ({row['build_req'] - 1} req beyond manifest, "
