@@ -162,7 +162,8 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
 def report(row: dict[str, Any]) -> None:
     fresh = "-" if row["commit_fresh_s"] is None else f"{row['commit_fresh_s']:6.2f} s ({row['commit_fresh_req']} req)"
     print(
-        f"{row['shards']:>7} shards | save {row['save_s']:7.1f} s ({row['save_req']} req) | list {row['list_s']:.2f} s | "
+        f"{row['shards']:>7} shards | save {row['save_s']:7.1f} s ({row['save_req']} req) | "
+        f"list {row['list_s']:.2f} s | "
         f"commit {row['commit_s']:6.2f} s ({row['commit_req']} req), fresh saver {fresh} | "
         f"manifest GET {row['manifest_get_s']:.2f} s | "
         f"loader build {row['build_s']:6.2f} s ({row['build_req'] - 1} req beyond manifest, "

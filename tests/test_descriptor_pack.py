@@ -121,8 +121,8 @@ def test_commit_reads_no_descriptor_its_saver_holds(tmp_path: Path) -> None:
     manifest = saver.commit_manifest()
     assert manifest.descriptor_pack is not None
     # One listing, the pack and the manifest: no descriptor is read again.
-    assert sorted(storage.calls) == sorted([("list", join_uri(root, "shards")), ("put_create", manifest.descriptor_pack.uri),
-                                            ("put_create", uri)])
+    expected = [("list", join_uri(root, "shards")), ("put_create", manifest.descriptor_pack.uri), ("put_create", uri)]
+    assert sorted(storage.calls) == sorted(expected)
     # A fresh saver (another process's) reads each descriptor once, and commits the same bytes.
     storage.calls.clear()
     again = TrainVault().dataset_saver(uri)
@@ -196,7 +196,8 @@ def forged(vault: TrainVault, uri: str, edit: Any) -> Publication:
     assert ref is not None
     doc = json.loads(vault.storage.get(ref.uri))
     data = canonical_json(edit(doc))
-    new_ref = ObjectRef(uri=pack_uri(pub.uri.rsplit("/", 1)[0], sha256_hex(data)), sha256=sha256_hex(data), size=len(data))
+    digest = sha256_hex(data)
+    new_ref = ObjectRef(uri=pack_uri(pub.uri.rsplit("/", 1)[0], digest), sha256=digest, size=len(data))
     vault.storage.put_create(new_ref.uri, data)
     new_uri = uri.replace("data-manifest-v1.json", f"forged-{new_ref.sha256[:8]}.json")
     vault.storage.put_create(new_uri, pub.manifest.model_copy(update={"descriptor_pack": new_ref}).to_json_bytes())
