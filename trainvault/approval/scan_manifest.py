@@ -2,8 +2,9 @@
 
 It lists the data manifest itself, its descriptor pack (or, in a manifest written before
 packs, every completion descriptor) and every data object, each with the size and SHA-256
-read from storage now (not copied from the manifest), plus totals. The contamination report binds it, and the gate checks that its file set equals
-the manifest's, so no shard goes unscanned and none is added.
+read from storage now (not copied from the manifest), plus totals. The contamination
+report binds it, and the gate checks that its file set equals the manifest's, so no shard
+goes unscanned and none is added.
 """
 
 from __future__ import annotations

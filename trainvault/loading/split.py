@@ -64,9 +64,10 @@ class SplitDataLoader:
     ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
     `torch.distributed` when it is initialised. `view` (a `RecordView`): batch its logical
     records of each block instead of the stored records. `manifest_uri`: the manifest's URI, or a
-    `Publication` already read (its attached descriptors are used as they are; else its descriptor pack is read). `exclude`:
-    manifest shard key -> 0-based record indices in that shard that are never dealt (every
-    position, epoch length and the resume state count the remaining records).
+    `Publication` already read (its attached descriptors are used as they are; else its
+    descriptor pack is read). `exclude`: manifest shard key -> 0-based record indices in that
+    shard that are never dealt (every position, epoch length and the resume state count the
+    remaining records).
     """
 
     def __init__(

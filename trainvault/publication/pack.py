@@ -90,7 +90,9 @@ def unpack(manifest: DataManifest, raw: bytes, source: str) -> list[ShardDescrip
     return pack.descriptors
 
 
-def descriptor_bytes(manifest: DataManifest, descriptors: Mapping[str, ShardDescriptor], source: str) -> dict[str, bytes]:
+def descriptor_bytes(
+    manifest: DataManifest, descriptors: Mapping[str, ShardDescriptor], source: str
+) -> dict[str, bytes]:
     """Each descriptor's canonical bytes (by descriptor URI), each checked against the
     ``descriptor_sha256`` the manifest binds: what the gate binds instead of fetching them."""
     out: dict[str, bytes] = {}

@@ -163,7 +163,8 @@ class Publication:
                     f"{where(entry)}: describes split {desc.split!r} in {desc.data_format}, the manifest "
                     f"lists it in split {split!r} in {self.data_format}"
                 )
-        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(dict(parsed)))
+        attached = MappingProxyType(dict(parsed))
+        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, attached)
 
     def descriptor(self, entry: ShardEntry) -> ShardDescriptor:
         """The attached descriptor of `entry` (see `with_descriptors`)."""
