@@ -32,13 +32,14 @@ test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The Dagster instance lives in the project (.dagster_home/, telemetry off), never in ~/.dagster.
+# The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
+# modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster_home
 UI_PORT ?= 3000
 
 $(DAGSTER_HOME_DIR)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME_DIR)
-	printf 'telemetry:\n  enabled: false\n' > $@
+	printf 'telemetry:\n  enabled: false\nnux:\n  enabled: false\n' > $@
 
 # Every dataset of pipelines/datasets.yaml through its lifecycle job with the Dagster CLI, then a
 # trainer opens each approval. TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted into
@@ -48,14 +49,17 @@ demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(PY) -m pipelines.examples.demo
 
 # The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo;
-# TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog.
+# TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog. A taken port fails at once.
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
+	pipelines/deploy/check-ports.sh UI_PORT=$(UI_PORT)
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 # The Celery deployment on this machine's PostgreSQL and RabbitMQ (README "Deploy"): code server,
-# two dagster-celery workers, daemon and webserver on http://127.0.0.1:$(UI_PORT); Ctrl-C stops them.
+# two dagster-celery workers (restarted when one dies), daemon and webserver on
+# http://127.0.0.1:$(UI_PORT), steps through its own RabbitMQ vhost; Ctrl-C stops them.
+CODE_PORT ?= 4266
 deploy-local: $(STAMP)
-	VENV=$(VENV) UI_PORT=$(UI_PORT) pipelines/deploy/local.sh
+	VENV=$(VENV) UI_PORT=$(UI_PORT) CODE_PORT=$(CODE_PORT) pipelines/deploy/local.sh
 
 # Benchmarks run in their own venv: the peers pin numpy<2.2 and pull packages the
 # project's own venv must not carry.

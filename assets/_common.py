@@ -6,8 +6,10 @@ import dagster as dg
 
 from resources.dataset import DatasetSpec
 
-#: Asset groups, one per stage of the lifecycle.
+#: The lifecycle's stages, each asset's tag `STAGE_TAG` (the asset group is the dataset: one unit per
+#: dataset in the global lineage, where groups shared across datasets showed identical labels side by side).
 BUILD, EVALUATE, APPROVE = "build", "evaluate", "approve"
+STAGE_TAG = "trainvault/stage"
 #: Bumped when an asset's logic changes (the UI marks downstream assets stale).
 CODE_VERSION = "2"
 
@@ -26,15 +28,16 @@ def storage_kind(spec: DatasetSpec) -> str:
     return "s3" if spec.root_uri.startswith("s3://") else "file"
 
 
-def asset_args(spec: DatasetSpec, name: str, group: str, description: str, *kinds: str) -> dict[str, Any]:
-    """The arguments every lifecycle asset of `spec` is declared with."""
+def asset_args(spec: DatasetSpec, name: str, stage: str, description: str, *kinds: str) -> dict[str, Any]:
+    """The arguments every lifecycle asset of `spec` is declared with: in the group named like the dataset,
+    tagged with its `stage` (`STAGE_TAG`; catalog tag keys hold no `/`, so none collides with it)."""
     return dict(
         key=key(spec, name),
-        group_name=group,
+        group_name=spec.name,
         description=description,
         kinds={storage_kind(spec), *kinds},
         owners=list(spec.owners),
-        tags=dict(spec.tags),
+        tags={**spec.tags, STAGE_TAG: stage},
         code_version=CODE_VERSION,
         io_manager_key=handoff_io(spec),
         backfill_policy=dg.BackfillPolicy.single_run(),

@@ -190,7 +190,12 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "written": written,
                 "data_manifest_sha256": summary.data_manifest_sha256,
                 "shards": summary.shards,
-                "dagster/row_count": summary.records,
+                # What the trainer gets: the excluded records are in the shards but never yielded.
+                "dagster/row_count": summary.records - excluded_count(summary),
+                "excluded records": excluded_count(summary),
+                "records in the shards": summary.records,
+                # After a blocked run the UI shows this beside "Failed": the policy says which run's rules made it.
+                "approval policy": dg.MetadataValue.json(spec.policy.model_dump()),
                 "bytes hashed": summary.bytes_hashed,
                 **gate_metadata(summary),
                 "croissant uri": card.uri,
@@ -216,6 +221,11 @@ def excluded_records(vault, exclusions: Handoff) -> int:
     return len(read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records)
 
 
+def excluded_count(summary) -> int:
+    """How many records of the approved shards the approval leaves out."""
+    return summary.exclusions.records if summary.exclusions is not None else 0
+
+
 def gate_metadata(summary) -> dict[str, object]:
     """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions."""
     out: dict[str, object] = {}
@@ -223,7 +233,6 @@ def gate_metadata(summary) -> dict[str, object]:
         out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
         out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))
     if summary.exclusions is not None:
-        out["excluded records"] = summary.exclusions.records
         out["excluded per benchmark"] = dg.MetadataValue.json(dict(summary.exclusions.per_benchmark))
     return out
 

@@ -165,7 +165,7 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
                 f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract else verdict(passed, contaminated, failing)
+                if not same_contract else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
             ),
             metadata={"report sha256": report.ref.sha256, "contaminated": len(contaminated),
                       "contaminated item ids": dg.MetadataValue.json(contaminated),
@@ -175,13 +175,31 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
     return within_contract
 
 
-def verdict(passed: bool, contaminated: list[str], failing: list[str]) -> str:
-    """The check's one-line verdict for people."""
+def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str = "") -> str:
+    """The check's one-line verdict for people; `note` says why exclusions cannot make a failing report pass."""
     items = f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
     if passed:
         return f"within contract after exclusions: {items}, every hit excluded" if contaminated else \
             "within contract: no benchmark over its limits"
-    return items if contaminated else f"benchmarks over their limits: {', '.join(failing)}"
+    if not contaminated:
+        return f"benchmarks over their limits: {', '.join(failing)}"
+    return f"{items}; {note}" if note else items
+
+
+#: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).
+NOT_APPROVED = ("nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
+                "made under that run's policy (its 'approval policy' metadata)")
+
+
+def exclusion_note(spec: DatasetSpec, report: ContaminationReport, contract: VerifierContract) -> str:
+    """Why leaving out the contaminated records does not make `report` pass (empty when it does)."""
+    if not spec.policy.allow_exclusions:
+        return (f"the policy of {spec.name} forbids exclusions (allow_exclusions: false), so the records holding them "
+                "cannot be left out; " + NOT_APPROVED)
+    if not excludable(report, contract):
+        return "excluding the records that hold them is not enough (a benchmark over its uncheckable limit, " \
+               "a non-exhaustive method or capped hits); " + NOT_APPROVED
+    return ""
 
 
 def excludable(report: ContaminationReport, contract: VerifierContract) -> bool:

@@ -10,7 +10,8 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 - Dagster CLI, in-process executor: the same run with every step in one process;
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
 - with ``--celery``: the same CLI run through the Celery executor, steps on two
-  ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, the settings
+  ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, a vhost of
+  the benchmark's own made and deleted by pipelines/deploy/rabbitmq-vhost.sh, the settings
   of pipelines/deploy/celery-worker.yaml).
 
 Dagster overhead = CLI wall time - library-only wall time. "steps" is the time Dagster
@@ -26,20 +27,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BROKER = "amqp://guest:guest@127.0.0.1:5672//"
-#: The machine's one RabbitMQ queue is shared with the deployment tests: one user at a time.
-BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
+VHOST_SCRIPT = REPO / "pipelines" / "deploy" / "rabbitmq-vhost.sh"
 
 
 def reexec_if_needed() -> None:
@@ -178,37 +177,49 @@ def cli_run(spec, env: dict[str, str], executor: str) -> tuple[float, float, boo
 
 
 @contextlib.contextmanager
+def own_vhost() -> Iterator[str]:
+    """A RabbitMQ vhost of the benchmark's own (no other deployment's workers take its steps),
+    deleted afterwards; yields its broker URL."""
+    name = f"trainvault_bench_{uuid.uuid4().hex[:10]}"
+    made = subprocess.run([str(VHOST_SCRIPT), "add", name], capture_output=True, text=True, timeout=60)
+    if made.returncode:
+        raise SystemExit(made.stderr.strip())
+    try:
+        yield made.stdout.strip()
+    finally:
+        subprocess.run([str(VHOST_SCRIPT), "delete", name], check=True, timeout=60)
+
+
+@contextlib.contextmanager
 def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[None]:
-    """`count` dagster-celery workers for the run (each in its own process group, stopped after)."""
+    """`count` dagster-celery workers on the broker in `env` (each in its own process group, stopped after)."""
     exe = Path(sys.executable).with_name("dagster-celery")
     procs, logs = [], []
-    with open(BROKER_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            for n in range(count):
-                logs.append(home / f"worker{n}.log")
-                with open(logs[-1], "wb") as out:
-                    procs.append(subprocess.Popen(
-                        [str(exe), "worker", "start", "-A", "dagster_celery.app", "-n", f"bench{n}",
-                         "-y", str(REPO / "pipelines" / "deploy" / "celery-worker.yaml"), "--", "--concurrency=1",
-                         "--without-gossip", "--without-mingle"],
-                        cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-            deadline = time.monotonic() + 120
-            while not all(b" ready." in log.read_bytes() for log in logs):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise SystemExit(f"the Celery workers did not start; see {', '.join(map(str, logs))}")
-                time.sleep(0.2)
-            yield
-        finally:
-            for proc in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+    try:
+        for n in range(count):
+            logs.append(home / f"worker{n}.log")
+            with open(logs[-1], "wb") as out:
+                procs.append(subprocess.Popen(
+                    [str(exe), "worker", "start", "-A", "pipelines.celery_app", "-n", f"bench{n}",
+                     "-y", str(REPO / "pipelines" / "deploy" / "celery-worker.yaml"), "--", "--concurrency=1",
+                     "--without-gossip", "--without-mingle"],
+                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 120
+        while not all(b" ready." in log.read_bytes() for log in logs):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"the Celery workers did not start; see {', '.join(map(str, logs))}")
+            time.sleep(0.2)
+        yield
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
@@ -239,10 +250,12 @@ def measure(total: int, records: int, celery: bool = False) -> dict[str, float]:
                 env.pop(name, None)
             if executor == "celery":
                 # dagster-celery starts `celery` by name: the venv's bin first on PATH.
-                env.update(TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
+                env.update(TRAINVAULT_EXECUTOR="celery",
                            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
-                with celery_workers(env, home):
-                    wall, inside, ok = cli_run(spec_for(root), env, executor)
+                with own_vhost() as broker:
+                    env["TRAINVAULT_CELERY_BROKER"] = broker
+                    with celery_workers(env, home):
+                        wall, inside, ok = cli_run(spec_for(root), env, executor)
             else:
                 wall, inside, ok = cli_run(spec_for(root), env, executor)
             if not ok:

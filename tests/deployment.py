@@ -1,23 +1,27 @@
 """A Dagster deployment of the code location on 127.0.0.1, as pipelines/deploy/ and README
 "Deploy" describe it: a code server, `dagster-webserver`, `dagster-daemon` and (for the
 Celery executor) `dagster-celery` workers, all on one instance ($DAGSTER_HOME/dagster.yaml),
-driven through the webserver's GraphQL API as the UI drives it.
+driven through the webserver's GraphQL API as the UI drives it. Each Deployment has its own
+broker URL (its own RabbitMQ vhost: `services.rabbitmq_vhost`); its processes start one by
+one here, or all together through pipelines/deploy/local.sh (`start_local`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 from pipelines.examples.spec import key_fields
-from services import Process, Processes, free_port, port_open, wait_for
+from services import BIN, Process, Processes, free_port, port_open, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "pipelines" / "deploy"
@@ -59,6 +63,9 @@ query($id: ID!) { logsForRun(runId: $id, limit: 10000) { ... on EventConnection 
   ... on RunFailureEvent { message } } } } }"""
 ASSET_KEYS = "{ assetNodes { assetKey { path } isPartitioned } }"
 DAEMONS = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
+SHOWS_NUX = "{ shouldShowNux }"
+#: A fresh instance without a dagster.yaml of its own: telemetry and the community dialog off.
+INSTANCE_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
 
 
 def graphql_post(port: int, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -72,10 +79,10 @@ def graphql_post(port: int, query: str, variables: dict[str, Any] | None = None)
 
 
 def write_home(home: Path, instance_yaml: Path | None) -> Path:
-    """$DAGSTER_HOME with `instance_yaml` as its dagster.yaml (none: sqlite, telemetry off)."""
+    """$DAGSTER_HOME with `instance_yaml` as its dagster.yaml (none: sqlite, INSTANCE_YAML)."""
     home.mkdir(parents=True, exist_ok=True)
     if instance_yaml is None:
-        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        (home / "dagster.yaml").write_text(INSTANCE_YAML)
     else:
         shutil.copy(instance_yaml, home / "dagster.yaml")
     return home
@@ -98,6 +105,31 @@ def write_catalog(path: Path, entries: list[dict[str, Any]]) -> Path:
     return path
 
 
+def code_server_answers(port: int) -> bool:
+    """The code server at 127.0.0.1:`port` answers gRPC health checks (its location is loaded)."""
+    if not port_open(port):
+        return False
+    check = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)],
+                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    return check.returncode == 0
+
+
+def children(pid: int) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of each live child of `pid`, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except OSError:  # gone meanwhile
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), argv))
+    return found
+
+
 def write_workspace(path: Path, code_port: int) -> Path:
     """A workspace that reaches the code location's gRPC server (the deployed shape: webserver,
     daemon and runs all use one code server, which outlives a restart of the other two)."""
@@ -113,9 +145,20 @@ class Deployment:
     procs: Processes
     home: Path
     workspace: Path
+    #: The Celery broker of this deployment's workers and runs (amqp://.../<its own vhost>).
+    broker: str | None = None
     code_module: str = "pipelines.definitions"
     code_port: int = 0
     ui_port: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What each of its processes gets on top of `procs.env`."""
+        return {"TRAINVAULT_CELERY_BROKER": self.broker} if self.broker else {}
+
+    @property
+    def vhost(self) -> str:
+        return urlsplit(self.broker or "").path.lstrip("/")
 
     # -- processes -------------------------------------------------------------
 
@@ -126,27 +169,47 @@ class Deployment:
             "code-server",
             ["dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(self.code_port), "-m", self.code_module,
              "--working-directory", str(REPO), "--location-name", LOCATION],
-            cwd=REPO, ready=lambda p: port_open(self.code_port))
+            env=self.env, cwd=REPO, ready=lambda p: code_server_answers(self.code_port))
 
     def start_webserver(self) -> Process:
         self.ui_port = self.ui_port or free_port()
         proc = self.procs.start(
             "webserver", ["dagster-webserver", "-w", str(self.workspace), "-h", "127.0.0.1", "-p", str(self.ui_port)],
-            cwd=REPO, ready=lambda p: port_open(self.ui_port))
+            env=self.env, cwd=REPO, ready=lambda p: port_open(self.ui_port))
         wait_for(self.location_loaded, 120, "the webserver to load the code location")
         return proc
 
     def start_daemon(self) -> Process:
-        proc = self.procs.start("daemon", ["dagster-daemon", "run", "-w", str(self.workspace)], cwd=REPO)
+        proc = self.procs.start("daemon", ["dagster-daemon", "run", "-w", str(self.workspace)], env=self.env, cwd=REPO)
         wait_for(self.daemons_healthy, 120, "the daemon's heartbeats (scheduler, run queue, backfills)", interval=1)
         return proc
 
     def start_worker(self, name: str, config_yaml: Path) -> Process:
         """A dagster-celery worker: one task at a time, its name in every step it executes."""
         return self.procs.start(
-            name, ["dagster-celery", "worker", "start", "-A", "dagster_celery.app", "-n", name, "-y", str(config_yaml),
+            name, ["dagster-celery", "worker", "start", "-A", "pipelines.celery_app", "-n", name, "-y", str(config_yaml),
                    "--", "--concurrency=1", "--without-gossip", "--without-mingle"],
-            cwd=REPO, ready=lambda p: b" ready." in p.log.read_bytes())
+            env=self.env, cwd=REPO, ready=lambda p: b" ready." in p.log.read_bytes())
+
+    def start_local(self, timeout: float = 300) -> Process:
+        """pipelines/deploy/local.sh (`make deploy-local`) on free ports, $DAGSTER_HOME `home`, making
+        and using the vhost of `broker`; returns once the location is loaded and the daemon healthy."""
+        self.code_port, self.ui_port = self.code_port or free_port(), self.ui_port or free_port()
+        env = {**self.env, "TRAINVAULT_CELERY_BROKER": "", "TRAINVAULT_CELERY_VHOST": self.vhost,
+               "DAGSTER_HOME": str(self.home), "UI_PORT": str(self.ui_port), "CODE_PORT": str(self.code_port),
+               "VENV": str(BIN.parent)}
+        proc = self.procs.start("local.sh", [str(DEPLOY / "local.sh")], env=env, cwd=REPO,
+                                ready=lambda p: port_open(self.ui_port), timeout=timeout)
+        wait_for(self.location_loaded, 120, "the webserver to load the code location")
+        wait_for(self.daemons_healthy, 120, "the daemon's heartbeats (scheduler, run queue, backfills)", interval=1)
+        return proc
+
+    def local_worker(self, name: str) -> tuple[int, int]:
+        """(dagster-celery wrapper pid, Celery main process pid) of local.sh's worker `name`."""
+        (wrapper,) = [pid for pid, argv in children(self.procs.get("local.sh").pid)
+                      if "worker" in argv and f"{name}.{self.vhost}" in argv]
+        (main,) = [pid for pid, argv in children(wrapper) if "worker" in argv]
+        return wrapper, main
 
     # -- GraphQL -----------------------------------------------------------------
 
@@ -165,6 +228,10 @@ class Deployment:
                     raise AssertionError(f"code location failed to load: {error['message']}")
                 return True
         return False
+
+    def shows_nux(self) -> bool:
+        """Whether the UI opens with Dagster's "Join the Dagster community" dialog."""
+        return self.graphql(SHOWS_NUX)["shouldShowNux"]
 
     def daemons_healthy(self) -> bool:
         statuses = self.graphql(DAEMONS)["instance"]["daemonHealth"]["allDaemonStatuses"]

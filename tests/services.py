@@ -28,6 +28,7 @@ import pytest
 SERVICES = {"PostgreSQL": 5432, "Redis": 6379, "RabbitMQ": 5672}
 REQUIRE_ENV = "TRAINVAULT_REQUIRE_SERVICES"
 BIN = Path(sys.executable).parent
+VHOST_SCRIPT = Path(__file__).resolve().parent.parent / "pipelines" / "deploy" / "rabbitmq-vhost.sh"
 T = TypeVar("T")
 
 
@@ -178,6 +179,43 @@ def processes(log_dir: Path, env: dict[str, str], request: pytest.FixtureRequest
             sys.stderr.write(procs.report())
     finally:
         procs.stop_all()
+
+
+@contextlib.contextmanager
+def postgres_db(name: str) -> Iterator[str]:
+    """A fresh PostgreSQL database `name` for one instance's run, event log and schedule storage;
+    dropped afterwards (also while its processes still hold connections)."""
+    require_services("PostgreSQL")
+    import psycopg2
+
+    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f'CREATE DATABASE "{name}"')
+        yield name
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost(name: str) -> Iterator[str]:
+    """A RabbitMQ vhost of its own for one deployment, deleted afterwards with its queues; yields
+    the broker URL. Made by pipelines/deploy/rabbitmq-vhost.sh, as `make deploy-local` makes its own."""
+    require_services("RabbitMQ")
+
+    def run(action: str) -> str:
+        done = subprocess.run([str(VHOST_SCRIPT), action, name], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode:
+            pytest.fail(f"rabbitmq-vhost.sh {action} {name}: {done.stderr.strip()}", pytrace=False)
+        return done.stdout.strip()
+
+    broker = run("add")
+    try:
+        yield broker
+    finally:
+        run("delete")
 
 
 def base_env(**extra: str) -> dict[str, str]:

@@ -3,6 +3,7 @@ trainvault yields (jsonl.gz, parquet); a msgpack.zst card validates; bad approva
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -13,12 +14,14 @@ from urllib.parse import unquote
 
 import numpy as np
 import pytest
-from approval_chain import Chain, build_chain
+import zstandard
+from approval_chain import ITEMS, Chain, build_chain
 
 from trainvault import TrainVault
-from trainvault.approval import write_approval, write_keypair
+from trainvault.approval import ApprovalPolicy, SigningKey, write_approval, write_keypair
 from trainvault.cards import croissant_card, default_card_uri, write_croissant
 from trainvault.cli import main
+from trainvault.contamination import exclusions_from_report
 from trainvault.errors import ApprovalError, ConflictError, ManifestError
 from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
 
@@ -172,6 +175,16 @@ def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path)
     assert not errors and {w.split('"')[1].rsplit("/", 1)[1] for w in warnings} == RECOMMENDED
 
 
+def test_every_file_object_states_the_sha256_and_size_of_its_bytes(tmp_path: Path) -> None:
+    chain, approved = opened_chain(tmp_path, "jsonl.gz", profile=False)
+    card = croissant_card(chain.vault, approved)
+    objects = [node for node in card["distribution"] if node["@type"] == "cr:FileObject"]
+    assert {"files/custody/approval", "files/custody/data-manifest"} <= {node["@id"] for node in objects}
+    for node in objects:
+        data = Path(chain.root, "ds", node["contentUrl"]).read_bytes()
+        assert (node["sha256"], node["contentSize"]) == (hashlib.sha256(data).hexdigest(), f"{len(data)} B"), node["@id"]
+
+
 def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: Path) -> None:
     def records(shard: int) -> list[dict[str, Any]]:
         rng = np.random.default_rng(shard)
@@ -270,3 +283,57 @@ def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
         card = json.loads(s3_vault.storage.get(written.uri))
         assert next(n for n in card["distribution"] if n["@id"] == "files/train/easy/s0")["contentUrl"] == url
         assert issues(mlc.Dataset(jsonld=card)) == (set(), set())
+
+
+def planted_records(shard: int) -> list[dict[str, Any]]:
+    """typed_records with a test-release item planted in some records of shards 0 and 2."""
+    records = typed_records(shard)
+    for i in {0: [2, 7], 2: [5]}.get(shard, []):
+        records[i]["text"] += " " + ITEMS[1]["text"]
+    return records
+
+
+@pytest.mark.parametrize("data_format, float_rel_tol", [("jsonl.gz", 1e-11), ("parquet", 0.0), ("msgpack.zst", 0.0)])
+def test_a_card_of_an_approval_with_exclusions_hands_no_reader_an_excluded_record(
+    tmp_path: Path, data_format: str, float_rel_tol: float
+) -> None:
+    vault = TrainVault()
+    chain = build_chain(vault, str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=planted_records)
+    exclusions = exclusions_from_report(chain.extra["report"], report_sha256=chain.refs["contamination_report"].sha256)
+    assert [(r.shard, r.record_index) for r in exclusions.records] == [("easy/s0", 2), ("easy/s0", 7), ("hard/s2", 5)]
+    allow = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
+    approved = vault.approve_dataset(chain.with_exclusions(exclusions), policy=allow)
+    key = SigningKey.generate()
+    record = write_approval(vault, f"{chain.root}/ds/approval-v1.dsse.json", approved, signing_keys=[key])
+    opened = vault.open_approved(record.uri, record.sha256, trusted_keys=[key.public_key], policy=allow)
+    written = write_croissant(vault, opened, **ABOUT)
+    card_path = Path(written.uri.removeprefix("file://"))
+    card = json.loads(card_path.read_bytes())
+    assert write_croissant(vault, opened, **ABOUT) == written  # again: the same card and copies, a no-op
+
+    by_id = {node["@id"]: node for node in card["distribution"]}
+    published = {e.key: e for e in opened.manifest.splits["train"].shards}
+    for key_, dropped in [("easy/s0", 2), ("hard/s2", 1)]:
+        node = by_id[f"files/train/{key_}"]
+        data = (card_path.parent / node["contentUrl"]).read_bytes()
+        assert node["contentUrl"].startswith("approved-view/") and node["sha256"] != published[key_].sha256
+        assert (node["sha256"], node["contentSize"]) == (hashlib.sha256(data).hexdigest(), f"{len(data)} B")
+        assert node["contentUrl"] == f"approved-view/{node['sha256']}.{data_format}"  # named by its content
+        assert f"without the {dropped} records the approval excludes" in node["description"]
+    assert by_id["files/train/easy/s1"]["sha256"] == published["easy/s1"].sha256  # unaffected: as published
+    train = next(rs for rs in card["recordSet"] if rs["@id"] == "train")
+    assert (train["tv:recordCount"], train["tv:excludedRecords"]) == (33, 3)
+
+    expected = trainvault_records(opened, "train")
+    assert len(expected) == 33 and not any(ITEMS[1]["text"] in r["text"] for r in expected)
+    if data_format == "msgpack.zst":  # mlcroissant cannot decode it; the copies are what trainvault reads
+        copy = card_path.parent / by_id["files/train/easy/s0"]["contentUrl"]
+        assert b"alpha1" not in zstandard.ZstdDecompressor().decompressobj().decompress(copy.read_bytes())
+        return
+    dataset = mlc.Dataset(jsonld=str(card_path))
+    assert issues(dataset) == (set(), set())
+    # mlcroissant reads a file set's files in path order, not in the order the card lists them.
+    got = sorted(croissant_records(dataset, card, "train"), key=lambda r: r["id"])
+    assert len(got) == len(expected)
+    for g, e in zip(got, sorted(expected, key=lambda r: r["id"])):
+        assert g.keys() == e.keys() and all(same(g[k], e[k], float_rel_tol) for k in e), (g, e)

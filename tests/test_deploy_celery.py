@@ -1,15 +1,19 @@
-"""The code location run as deployed (issue 18): a Dagster instance on PostgreSQL
+"""The code location run as deployed (issues 18, 25): a Dagster instance on PostgreSQL
 (pipelines/deploy/dagster-celery.yaml, a fresh database dropped afterwards), the S3 store on a
 moto server, and real processes on 127.0.0.1 — a code server, `dagster-daemon`,
-`dagster-webserver` and two `dagster-celery` workers (RabbitMQ broker). One deployment serves
-every check; runs are launched through the webserver's GraphQL API.
+`dagster-webserver` and two `dagster-celery` workers on the deployment's own RabbitMQ vhost
+(made and deleted here). One deployment started process by process serves most checks; a
+second, started by pipelines/deploy/local.sh (`make deploy-local`) beside it on the same
+broker, serves the local.sh checks. Runs are launched through the webserver's GraphQL API.
 """
 
 from __future__ import annotations
 
-import fcntl
+import os
+import signal
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,29 +24,32 @@ pytest.importorskip("dagster_celery")
 pytest.importorskip("dagster_postgres")
 
 from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
-from deployment import DEPLOY, REPO, Deployment, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
+from deployment import (  # noqa: E402
+    DEPLOY, REPO, Deployment, children, dataset_entry, unique_name, write_catalog, write_home)
 from gated_records import GATE_ENV  # noqa: E402
 from pipelines.catalog import load_datasets  # noqa: E402
+from pipelines.celery_app import LOST_KEY  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
-from services import Processes, base_env, free_port, port_open, processes, require_services, wait_for  # noqa: E402
+from services import (  # noqa: E402
+    Processes, base_env, free_port, port_open, postgres_db, processes, rabbitmq_vhost, require_services, wait_for)
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
 
-BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
 GENERATOR = "gated_records:generate_records"
 RECORDS = 20
 #: The catalog: each check builds its own dataset (3 train stages x N shards + valid + test).
-MAIN, KILL, RESTART = "deploy_main", "deploy_kill", "deploy_restart"
-SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2}
+MAIN, KILL, RESTART, PAIR = "deploy_main", "deploy_kill", "deploy_restart", "deploy_pair"
+SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2, PAIR: 2}
+#: The local.sh deployment's catalog.
+LOCAL_PAIR, LOCAL_KILL = "local_pair", "local_kill"
+LOCAL_SHARDS_PER_STAGE = {LOCAL_PAIR: 2, LOCAL_KILL: 4}
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-#: Celery's queue on the machine's one RabbitMQ is shared by every checkout: one deployment at a time.
-BROKER_LOCK = Path("/tmp/trainvault-celery-broker.lock")
 
 
 @dataclass
@@ -57,81 +64,59 @@ class Celery:
     gate: Path
 
 
-@pytest.fixture(scope="module")
-def broker_lock() -> Iterator[None]:
-    require_services("PostgreSQL", "RabbitMQ")
-    with open(BROKER_LOCK, "a") as handle:
-        wait_for(lambda: _try_lock(handle), 900, f"{BROKER_LOCK} (another checkout's deployment test)", 1)
-        _purge_queue()
-        yield
+@dataclass
+class Site:
+    """What a deployment's processes share: a catalog on S3 (a bucket of its own), a key pair, a gate."""
+
+    tmp: Path
+    catalog: Path
+    bucket: str
+    gate: Path
+
+    def env(self, s3_server: str, db: str) -> dict[str, str]:
+        return base_env(
+            DAGSTER_HOME=str(self.tmp / "home"), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=db,
+            TRAINVAULT_DATASETS=str(self.catalog), TRAINVAULT_EXECUTOR="celery", TRAINVAULT_S3_URL=s3_server,
+            TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY, TRAINVAULT_S3_SECRET=S3_SECRET,
+            **{GATE_ENV: str(self.gate)})
 
 
-def _try_lock(handle) -> bool:
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _purge_queue() -> None:
-    """Steps left in the queue by a session that died would reach these workers: drop them."""
-    from kombu import Connection
-
-    with Connection(BROKER, connect_timeout=5) as conn:
-        channel = conn.channel()
-        try:
-            channel.queue_purge("dagster")
-        except Exception:  # noqa: BLE001 - no queue yet: nothing to drop
-            pass
-
-
-@pytest.fixture(scope="module")
-def postgres_db() -> Iterator[str]:
-    """A fresh database for the instance's run, event log and schedule storage; dropped afterwards."""
-    import psycopg2
-
-    name = unique_name("trainvault_deploy")
-    admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test", connect_timeout=5)
-    admin.autocommit = True
-    try:
-        admin.cursor().execute(f'CREATE DATABASE "{name}"')
-        yield name
-    finally:
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-
-@pytest.fixture(scope="module")
-def celery(broker_lock, postgres_db, s3_server, tmp_path_factory, request) -> Iterator[Celery]:
-    tmp = tmp_path_factory.mktemp("deploy")
+def make_site(tmp: Path, shards_per_stage: dict[str, int]) -> Site:
     keys = tmp / "approver"
     write_keypair(keys)
     bucket = unique_name("deploy").replace("_", "-")
     root = f"s3://{bucket}/publications"
     catalog = write_catalog(tmp / "datasets.yaml", [
         dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
-        for name, n in SHARDS_PER_STAGE.items()])
+        for name, n in shards_per_stage.items()])
     gate = tmp / "gate"
     gate.touch()
-    home = write_home(tmp / "home", DEPLOY / "dagster-celery.yaml")
-    env = base_env(
-        DAGSTER_HOME=str(home), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=postgres_db,
-        TRAINVAULT_DATASETS=str(catalog), TRAINVAULT_EXECUTOR="celery", TRAINVAULT_CELERY_BROKER=BROKER,
-        TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY,
-        TRAINVAULT_S3_SECRET=S3_SECRET, **{GATE_ENV: str(gate)})
-    with processes(tmp / "logs", env, request) as procs:
+    return Site(tmp, catalog, bucket, gate)
+
+
+def make_bucket(server: str, bucket: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{server}/{bucket}", method="PUT"), timeout=5).read()
+
+
+@pytest.fixture(scope="module")
+def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
+    require_services("PostgreSQL", "RabbitMQ")
+    site = make_site(tmp_path_factory.mktemp("deploy"), SHARDS_PER_STAGE)
+    home = write_home(site.tmp / "home", DEPLOY / "dagster-celery.yaml")
+    name = unique_name("trainvault_deploy")  # the database's and the vhost's, as local.sh names them
+    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
+          processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
         reference = start_moto(procs)
         for server in (s3_server, reference):
-            urllib.request.urlopen(urllib.request.Request(f"{server}/{bucket}", method="PUT"), timeout=5).read()
-        deployment = Deployment(procs, home, tmp / "workspace.yaml")
+            make_bucket(server, site.bucket)
+        deployment = Deployment(procs, home, site.tmp / "workspace.yaml", broker=broker)
         deployment.start_code_server()
         for name in ("w1", "w2"):
             deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
         deployment.start_webserver()
         deployment.start_daemon()
-        yield Celery(deployment, procs, {s.name: s for s in load_datasets(catalog)},
-                     TrainVault(storage=s3_config(s3_server)), TrainVault(storage=s3_config(reference)), gate)
+        yield Celery(deployment, procs, {s.name: s for s in load_datasets(site.catalog)},
+                     TrainVault(storage=s3_config(s3_server)), TrainVault(storage=s3_config(reference)), site.gate)
 
 
 def start_moto(procs: Processes) -> str:
@@ -178,15 +163,35 @@ def entry_id(entry) -> tuple:
     return entry.timestamp, entry.step_key, entry.user_message
 
 
-@pytest.fixture(scope="module")
-def instance(celery) -> Iterator[dg.DagsterInstance]:
-    """The deployment's instance read from this process (same dagster.yaml, same database)."""
+@contextmanager
+def instance_of(deployment: Deployment) -> Iterator[dg.DagsterInstance]:
+    """A deployment's instance read from this process (same dagster.yaml, same database)."""
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in celery.procs.env.items():
+        for name, value in deployment.procs.env.items():
             if name.startswith("DAGSTER_PG_"):
                 mp.setenv(name, value)
-        with dg.DagsterInstance.from_config(str(celery.deployment.home)) as inst:
+        with dg.DagsterInstance.from_config(str(deployment.home)) as inst:
             yield inst
+
+
+@pytest.fixture(scope="module")
+def instance(celery) -> Iterator[dg.DagsterInstance]:
+    with instance_of(celery.deployment) as inst:
+        yield inst
+
+
+def step_story(instance, run_id: str, step: str) -> list[tuple[str, dict]]:
+    """The step's STEP_STARTs ("start", {}) and lost-worker notices ("lost", their metadata), in log order."""
+    story = []
+    for record in instance.all_logs(run_id):
+        event = record.dagster_event
+        if event is None or record.step_key != step:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            story.append(("start", {}))
+        elif event.event_type == dg.DagsterEventType.ENGINE_EVENT and LOST_KEY in event.engine_event_data.metadata:
+            story.append(("lost", {k: v.value for k, v in event.engine_event_data.metadata.items()}))
+    return story
 
 
 @pytest.fixture(scope="module")
@@ -263,11 +268,11 @@ def test_the_ui_shows_the_assets_the_check_and_the_approval(celery, instance, ma
     assert {"dataset_shards", "contamination_scan", "contamination_report", "approved_dataset"} <= set(assets)
     shards = len(celery.specs[MAIN].partition_keys())
 
-    # The dataset's asset graph (its job's view): every asset, drawn as groups by stage; the
+    # The dataset's asset graph (its job's view): every asset, in the dataset's own group; the
     # catalog below shows each one's status.
     visit(page, f"{base}/locations/trainvault/jobs/lifecycle_{MAIN}", tmp_path / "asset-graph.png")
     expect(page.get_by_text(f"View {len(assets)} assets").first).to_be_visible()
-    expect(page.get_by_text("build", exact=True).first).to_be_visible()
+    expect(page.get_by_text(MAIN, exact=True).first).to_be_visible()
 
     visit(page, f"{base}/assets/{MAIN}", tmp_path / "catalog.png")
     expect(page.get_by_text("Materialized").first).to_be_visible()
@@ -302,6 +307,10 @@ def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, in
     assert celery.deployment.wait_run(run_id, timeout=600) == "SUCCESS"
     shard_hosts = celery_hosts(instance, run_id)[shard_step(KILL)]
     assert victim in shard_hosts and len(shard_hosts) == 2  # redelivered to the survivor
+    # The log says why the step started twice: the victim was lost, the survivor re-runs it.
+    story = step_story(instance, run_id, shard_step(KILL))
+    assert [kind for kind, _ in story] == ["start", "lost", "start"], story
+    assert story[1][1][LOST_KEY] == victim and story[1][1]["Redelivered to"] == (shard_hosts - {victim}).pop()
     # Same objects, same bytes, nothing extra (no half-published shard) as the in-process run.
     assert data_objects(celery.s3, spec) == reference_run(celery, KILL)
     # The killed worker comes back for the checks after this one.
@@ -351,3 +360,89 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery,
     assert f"{MAIN}/approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
     checks = check_results(instance, run_id)
     assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
+
+
+# -- pipelines/deploy/local.sh (`make deploy-local`) beside the deployment above --------------
+
+
+@dataclass
+class Local:
+    """The local.sh deployment: its site, its instance, local.sh's own output up to ready."""
+
+    deployment: Deployment
+    site: Site
+    instance: dg.DagsterInstance
+    startup_log: str
+
+
+@pytest.fixture(scope="module")
+def local(celery, s3_server, tmp_path_factory, request) -> Iterator[Local]:
+    """local.sh on free ports, a fresh database and a vhost of its own, on the same broker and
+    S3 server as `celery` (both deployments run at once)."""
+    site = make_site(tmp_path_factory.mktemp("local"), LOCAL_SHARDS_PER_STAGE)
+    make_bucket(s3_server, site.bucket)
+    name = unique_name("trainvault_local")  # the database's and the vhost's, as local.sh names them
+    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
+          processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
+        deployment = Deployment(procs, site.tmp / "home", site.tmp / "home" / "workspace.yaml", broker=broker)
+        script = deployment.start_local()
+        try:
+            with instance_of(deployment) as inst:
+                yield Local(deployment, site, inst, script.log.read_text(errors="replace"))
+        finally:
+            script.stop(grace=60)  # local.sh stops its processes itself (SIGKILL after 10 s)
+
+
+def workers_of(instance, run_id: str) -> set[str]:
+    """The names (before the @host) of the workers that ran the run's steps."""
+    return {host.split("@")[0] for hosts in celery_hosts(instance, run_id).values() for host in hosts}
+
+
+def test_local_sh_starts_the_webserver_and_daemon_once_the_code_server_answers(celery, local) -> None:
+    log = local.startup_log
+    assert "Traceback" not in log, log
+    answered = log.index("Started Dagster code proxy server")
+    assert answered < log.index("Instance is configured with the following daemons")
+    assert answered < log.index("Serving dagster-webserver")
+    # Neither fresh instance covers its first page with the "Join the Dagster community" dialog.
+    assert not local.deployment.shows_nux() and not celery.deployment.shows_nux()
+
+
+def test_two_deployments_on_one_broker_run_steps_only_on_their_own_workers(celery, instance, local) -> None:
+    runs = celery.deployment.launch_run(PAIR), local.deployment.launch_run(LOCAL_PAIR)
+    assert celery.deployment.wait_run(runs[0]) == "SUCCESS" and local.deployment.wait_run(runs[1]) == "SUCCESS"
+    # Each run's steps went to its own deployment's workers (w1, w2 / w1.<vhost>, w2.<vhost>) only.
+    vhost = local.deployment.vhost
+    assert set() < workers_of(instance, runs[0]) <= {"w1", "w2"}
+    assert set() < workers_of(local.instance, runs[1]) <= {f"w1.{vhost}", f"w2.{vhost}"}
+
+
+def test_local_sh_restarts_a_killed_worker_and_the_run_completes(celery, local) -> None:
+    deployment, spec = local.deployment, load_datasets(local.site.catalog)[1]
+    assert spec.name == LOCAL_KILL
+    script = deployment.procs.get("local.sh")
+    local.site.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
+    try:
+        run_id = deployment.launch_run(LOCAL_KILL)
+        (victim,) = wait_for(lambda: celery_hosts(local.instance, run_id).get(shard_step(LOCAL_KILL)), 300,
+                             "a worker to take the shard step", 1)
+        wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
+                 "the first shards to be written", 0.5)
+        name = victim.split(".")[0]
+        wrapper, main = deployment.local_worker(name)
+        others = {pid for pid, _ in children(script.pid)} - {wrapper}
+        os.kill(main, signal.SIGKILL)  # the Celery worker's main process, as a crash would
+        wait_for(lambda: f"worker {name} (pid {wrapper}) exited; starting it again" in script.log_tail(100_000), 60,
+                 "local.sh to start the killed worker again", 0.5)
+    finally:
+        local.site.gate.touch()
+    assert deployment.wait_run(run_id, timeout=600) == "SUCCESS"
+    story = step_story(local.instance, run_id, shard_step(LOCAL_KILL))
+    assert [kind for kind, _ in story] == ["start", "lost", "start"], story
+    assert story[1][1][LOST_KEY] == victim
+    # Nothing else stopped: local.sh, its code server, daemon, webserver and the other worker
+    # are the processes they were, and the killed worker runs again.
+    assert script.alive()
+    now = {pid for pid, _ in children(script.pid)}
+    assert others <= now and len(now - others) == 1
+    deployment.local_worker(name)

@@ -91,9 +91,10 @@ def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None
     graph = defs.resolve_asset_graph()
     manifest = graph.get(dg.AssetKey(["tiny", "data_manifest"]))
     assert manifest.owners == ["team:data", "ana@example.com"] and manifest.tags["domain"] == "text"
-    assert manifest.group_name == "build" and "file" in manifest.kinds
+    assert manifest.group_name == "tiny" and manifest.tags["trainvault/stage"] == "build" and "file" in manifest.kinds
     assert graph.get(dg.AssetKey(["tiny", "approved_dataset"])).kinds >= {"pytorch", "file"}
-    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"build", "evaluate", "approve"}
+    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"tiny"}  # one unit per dataset
+    assert {graph.get(k).tags["trainvault/stage"] for k in graph.get_all_asset_keys()} == {"build", "evaluate", "approve"}
     assert all(graph.get(k).description for k in graph.get_all_asset_keys())
     schedule = defs.resolve_schedule_def("nightly_rebuild_tiny")
     assert schedule.cron_schedule == "15 2 * * *"

@@ -14,11 +14,14 @@ def canonical_json(value: Any) -> bytes:
     """Serialise to canonical JSON: sorted keys, UTF-8, no insignificant whitespace.
 
     NaN and infinities are refused: they have no JSON spelling and would make two
-    equal documents hash differently across tools.
+    equal documents hash differently across tools. A value nested past Python's recursion
+    limit raises `ManifestError`.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise _too_deep("value to serialise") from None
+    return text.encode("utf-8")
 
 
 def sha256_hex(data: bytes | bytearray | memoryview) -> str:
@@ -33,6 +36,11 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 def is_sha256_hex(value: str) -> bool:
     """True for a 64-character lowercase hex digest."""
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+#: How deep JSON arrays and objects may nest in a document: trainvault's own nest a few levels,
+#: and deeper values would exhaust Python's recursion in the parser, the models or the encoder.
+MAX_JSON_DEPTH = 128
 
 
 class _DuplicateKey(Exception):
@@ -52,14 +60,47 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_strict(data: bytes | bytearray | str, *, source: str) -> Any:
-    """`json.loads` that refuses a key repeated within one object with `ManifestError`
-    naming `source` and the key: parsers disagree on which value wins, so such bytes do not
-    mean one document. Invalid JSON raises json's own `ValueError` for the caller to word
-    (catch `ManifestError` first: it is a `ValueError` too)."""
+    """`json.loads` that refuses, with `ManifestError` naming `source`: a key repeated within one
+    object (parsers disagree on which value wins, so such bytes do not mean one document), and
+    arrays or objects nested deeper than `MAX_JSON_DEPTH`. Invalid JSON raises json's own
+    `ValueError` for the caller to word (catch `ManifestError` first: it is a `ValueError` too)."""
     try:
-        return json.loads(data, object_pairs_hook=_unique_keys)
+        value = json.loads(data, object_pairs_hook=_unique_keys)
     except _DuplicateKey as dup:
         raise ManifestError(
             f"{source}: key {dup.key!r} appears more than once in one JSON object; trainvault refuses duplicate "
             "keys (parsers disagree on which value wins): write the document with each key once"
         ) from None
+    except RecursionError:
+        raise _too_deep(source) from None
+    if _brackets(data) > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise _too_deep(source)
+    return value
+
+
+def _too_deep(source: str) -> ManifestError:
+    return ManifestError(
+        f"{source}: JSON arrays and objects nest deeper than {MAX_JSON_DEPTH} levels; no trainvault document "
+        "does: the object is damaged or hostile, do not use it"
+    )
+
+
+def _brackets(data: bytes | bytearray | str) -> int:
+    """Opening brackets in `data`: a bound on its depth that needs no walk (strings counted too)."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in a parsed value (iterative: no recursion to exhaust)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest

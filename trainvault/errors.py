@@ -92,6 +92,15 @@ class CustodyError(ApprovalError):
     """Something outside the approved custody was asked for (an unapproved object, a write)."""
 
 
+class UnscannedFieldError(ApprovalError):
+    """Record fields carry text the verifier contract does not scan and the policy does not exempt;
+    `fields` names them (dotted paths)."""
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.fields = fields
+
+
 class UntrustedSignerError(ApprovalError):
     """A signed document (a contamination report, a scan manifest) is not signed by enough
     trusted keys; `keyids` names the keys that did sign it."""

@@ -1,6 +1,6 @@
 """`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
 
-1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry off) and the
+1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry and the UI's first-visit modal off) and the
    demo's approver and scanner key pairs (``.demo/keys/approver.key`` / ``.pub``,
    ``scanner.key`` / ``.pub``, made once).
 2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
@@ -8,17 +8,20 @@
    producer pins, every shard partition, the manifest, profile and (signed) training
    scan, the evaluation release, one contamination scan per shard, the signed report and
    its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
-   card and its check, in one run (multiprocess executor).
+   card and its check, in one run (multiprocess executor). While they run, a progress line per
+   dataset (steps done, steps running) whenever a step starts or ends, at least every 10 s.
 3. The trainer's side, with the library only: open each signed approval by URI and
    SHA-256 with the trusted public keys and the dataset's policy, iterate a few batches
    through the approved loader (every block verified before its records are yielded),
-   and print the Croissant card's path and the ``trainvault trace`` command for step 0.
+   and print the Croissant card's path and the ``.venv/bin/trainvault trace`` command for step 0;
+   at the end, what to do next (``make ui``, and those trace commands).
 
 ``TRAINVAULT_DEMO_PLANT=1`` plants evaluation items into demo_curriculum's train/hard/0.
 Its policy allows exclusions: it is approved with the planted records excluded, and the
 demo reads the whole train split through the approved loader and checks that none of
 them is yielded. With ``TRAINVAULT_DEMO_EXCLUSIONS=0`` too, contamination blocks: its
-check fails, its approval never runs and no approval record is written. demo_text is
+check fails (saying the policy forbids exclusions), its approval never runs and this run writes
+no approval record (one an earlier planted run left in the same version folder stays). demo_text is
 approved either way. The YAML reads the other settings (``TRAINVAULT_DEMO_ROOT``,
 ``..._SHARDS``, ``..._RECORDS``, keys). ``TRAINVAULT_DEMO_EXECUTOR=in_process`` runs every
 step in one process (what bench/lifecycle.py compares against).
@@ -37,6 +40,7 @@ from dagster import RunsFilter
 
 from pipelines.catalog import datasets_path, load_datasets
 from pipelines.definitions import whole_build_tags
+from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 
 STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
@@ -45,11 +49,12 @@ BATCH_SIZE = 8
 
 
 def prepare_home(home: Path) -> None:
-    """A Dagster instance folder with telemetry off (kept between demos: run history stays)."""
+    """A Dagster instance folder with telemetry and the UI's first-visit modal off, as the Makefile makes
+    it (kept between demos: run history stays)."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n")
+        config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
 
 
 def prepare_keys(specs) -> None:
@@ -64,9 +69,10 @@ def prepare_keys(specs) -> None:
             print(f"made the demo {role} key pair {prefix}.key (private, 0600) and {prefix}.pub")
 
 
-def materialize_all(specs, env: dict[str, str], log_dir: Path) -> dict[str, tuple[int, float]]:
+def materialize_all(specs, env: dict[str, str], log_dir: Path, progress=None) -> dict[str, tuple[int, float]]:
     """Each dataset's lifecycle job, one run over every shard, through the Dagster CLI; the runs
-    go at once (the instance's databases must exist first). (exit status, seconds) by dataset."""
+    go at once (the instance's databases must exist first). (exit status, seconds) by dataset.
+    `progress` (a `DemoProgress`) is polled while they run and told when each exits."""
     procs, start = {}, time.perf_counter()
     for spec in specs:
         cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
@@ -76,10 +82,16 @@ def materialize_all(specs, env: dict[str, str], log_dir: Path) -> dict[str, tupl
         with open(log, "wb") as out:
             procs[spec.name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     done: dict[str, tuple[int, float]] = {}
+    polled = 0.0
     while len(done) < len(procs):
         for name, proc in procs.items():
             if name not in done and proc.poll() is not None:
                 done[name] = (proc.returncode, time.perf_counter() - start)
+                if progress is not None:
+                    progress.exited_run(name, proc.returncode)
+        if progress is not None and time.perf_counter() - polled >= 1.0:
+            progress.poll()
+            polled = time.perf_counter()
         time.sleep(0.2)
     return done
 
@@ -89,10 +101,10 @@ def materialize(spec, env: dict[str, str], log: Path) -> tuple[int, float]:
     return materialize_all([spec], env, log.parent)[spec.name]
 
 
-def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool]]]:
-    """Each step's outcome and each check's (asset, verdict) in the run, from the instance's event log."""
+def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool, str]]]:
+    """Each step's outcome and each check's (asset, verdict, description) in the run, from the instance's event log."""
     steps: dict[str, str] = {}
-    checks: dict[str, tuple[str, bool]] = {}
+    checks: dict[str, tuple[str, bool, str]] = {}
     for record in instance.all_logs(run_id):
         ev = record.dagster_event
         if ev is None:
@@ -101,7 +113,7 @@ def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[
             steps[ev.step_key.split("__", 1)[-1]] = ev.event_type_value.removeprefix("STEP_").lower()
         elif ev.event_type_value == "ASSET_CHECK_EVALUATION":
             data = ev.event_specific_data
-            checks[data.check_name] = (data.asset_key.path[-1], data.passed)
+            checks[data.check_name] = (data.asset_key.path[-1], data.passed, data.description or "")
     return steps, checks
 
 
@@ -128,7 +140,8 @@ def print_manifest(vault, uri: str, sha256: str) -> None:
             print(f"{'':<7} curricula: " + ", ".join(f"{k} ({v} shards)" for k, v in info["curricula"].items()))
 
 
-def print_report(vault, uri: str, sha256: str) -> None:
+def print_report(vault, uri: str, sha256: str, excluded: int | None) -> None:
+    """The report's per-benchmark table; `excluded`: how many records the run's exclusions leave out (None: none made)."""
     from assets.contamination import attested_report
     from trainvault.refs import ObjectRef
 
@@ -143,6 +156,9 @@ def print_report(vault, uri: str, sha256: str) -> None:
         h = it.hits[0]
         print(f"  contaminated: {it.benchmark} {it.item_id} in {h.split}/{h.shard} record {h.record_index} "
               f"({it.matched_ngrams}/{it.total_ngrams} n-grams)")
+    if report.contaminated_items and excluded:
+        print(f"excluded: the approval leaves out the {excluded} records that hold them (the dataset's policy allows "
+              "exclusions), so no benchmark item reaches the trainer")
 
 
 def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
@@ -213,37 +229,73 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
         elif step == "contamination_exclusions" and (m := made.get((step, None))):
             extra = f"  {m['excluded records']} records to exclude"
         print(f"  {step:<22} {steps.get(step, 'not executed')}{extra}")
-        for check, (owner, passed) in checks.items():
+        for check, (owner, passed, description) in checks.items():
             if owner == step:
-                print(f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}")
+                print(f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}"
+                      + (f": {description}" if description else ""))
     print(f"run {run.run_id}: {run.status.value} in {seconds:.1f} s (exit {rc})")
     vault = TrainVault()
     if m := made.get(("data_manifest", None)):
         print_manifest(vault, m["uri"], m["sha256"])
     if m := made.get(("contamination_report", None)):
-        print_report(vault, m["uri"], m["sha256"])
+        exclusions = made.get(("contamination_exclusions", None), {})
+        print_report(vault, m["uri"], m["sha256"], exclusions.get("excluded records"))
     if rc != 0 and checks.get("within_contract", ("", True))[1] is not False:
         print(f"\nthe lifecycle did not finish; the last lines of {log}:")
         print("\n".join(log.read_text(errors="replace").splitlines()[-25:]))
     return rc == 0, made.get(("approved_dataset", None)), checks
 
 
-def blocked(spec, approval, checks) -> bool:
-    """Planted contamination under a policy without exclusions: the check fails and nothing is approved."""
+def approval_records(spec) -> set[str]:
+    """The approval records in `spec`'s version folder (earlier runs' included)."""
     from trainvault import TrainVault
 
-    approvals = TrainVault().storage.list(spec.publication().base + "/approvals")
+    return set(TrainVault().storage.list(spec.publication().base + "/approvals"))
+
+
+def blocked(spec, approval, checks, earlier: set[str]) -> bool:
+    """Planted contamination under a policy without exclusions: the check fails and this run approves
+    nothing (`earlier`: the approval records an earlier run left in the same version folder)."""
+    written = approval_records(spec) - earlier
     failed = checks.get("within_contract", ("", True))[1] is False
     print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
-          f"{'was not executed' if approval is None else 'RAN'}; approval records for {spec.name}: {len(approvals)}")
-    expected = failed and approval is None and not approvals
+          f"{'was not executed' if approval is None else 'RAN'}; approval records written by this run for "
+          f"{spec.name}: {len(written)} ({len(earlier)} from earlier runs)")
+    expected = failed and approval is None and not written
     print("as expected: contaminated data is never approved" if expected else "UNEXPECTED: see the log above")
     return expected
 
 
-def show_approval(spec, approval: dict) -> None:
-    """The approval, its Croissant card, the lines a trainer pastes and the trace command for step 0."""
-    from assets.approval import trace_command, trainer_snippet
+def venv_program(name: str) -> str:
+    """The command `name` of this interpreter's environment, as a path a shell in the current folder runs
+    (``.venv/bin/trainvault``): outside the venv the bare name is not on PATH."""
+    path = Path(sys.executable).with_name(name).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def first_batch_command(spec, approval: dict) -> str:
+    """The ``trainvault trace`` command naming the records of the approved loader's first batch (step 0)."""
+    from assets.approval import trace_command
+
+    command = trace_command(approval["uri"], approval["sha256"], spec, exclusions=bool(approval.get("excluded records")),
+                            batch_size=BATCH_SIZE, stages=train_stages(spec))
+    return venv_program("trainvault") + command.removeprefix("trainvault")
+
+
+def next_steps(traces: dict[str, str]) -> None:
+    """What to do after the demo: the UI on the same instance, and each approval's first batch traced."""
+    print("\nnext:\n  make ui    # the Dagster UI on http://127.0.0.1:3000 (UI_PORT= to change), on this demo's "
+          "instance: the runs above, each dataset's assets, checks and approval")
+    for name, command in traces.items():
+        print(f"  # the records of {name}'s first approved batch, read and verified:\n  {command}")
+
+
+def show_approval(spec, approval: dict) -> str:
+    """The approval, its Croissant card, the lines a trainer pastes and the trace command for step 0 (returned)."""
+    from assets.approval import trainer_snippet
 
     excluded = bool(approval.get("excluded records"))
     print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}")
@@ -251,8 +303,9 @@ def show_approval(spec, approval: dict) -> None:
     print("a trainer opens it with:\n")
     print("    " + trainer_snippet(approval["uri"], approval["sha256"], spec, exclusions=excluded).replace("\n", "\n    "))
     print("\nthe records of its first batch (step 0), read and verified:\n")
-    print("    " + trace_command(approval["uri"], approval["sha256"], spec, exclusions=excluded, batch_size=BATCH_SIZE,
-                                 stages=train_stages(spec)))
+    command = first_batch_command(spec, approval)
+    print("    " + command)
+    return command
 
 
 def main() -> int:
@@ -275,22 +328,24 @@ def main() -> int:
     instance = dg.DagsterInstance.get()  # creates the instance's databases before the runs open them
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    ran = materialize_all(specs, env, log_dir)
-    ok = True
+    earlier = {spec.name: approval_records(spec) for spec in specs}
+    ran = materialize_all(specs, env, log_dir, DemoProgress(instance, {s.name: f"lifecycle_{s.name}" for s in specs}))
+    ok, traces = True, {}
     for spec in specs:
         rc, seconds = ran[spec.name]
         finished, approval, checks = lifecycle(spec, instance, rc, seconds, log_dir / f"lifecycle-{spec.name}.log")
         planted_here = planted and spec.generator == PLANTED_GENERATOR
         if planted_here and not spec.policy.allow_exclusions:
-            ok = blocked(spec, approval, checks) and ok
+            ok = blocked(spec, approval, checks, earlier[spec.name]) and ok
             continue
         if not finished or approval is None:
             ok = False
             continue
-        show_approval(spec, approval)
+        traces[spec.name] = show_approval(spec, approval)
         approved, loader = open_as_trainer(spec, approval["uri"], approval["sha256"])
         if planted_here:
             ok = check_exclusions(approved, loader) and ok
+    next_steps(traces)
     return 0 if ok else 1
 
 

@@ -87,6 +87,11 @@ class ApprovedDataset:
         return self._result.request.data_manifest.sha256
 
     @property
+    def manifest_size(self) -> int:
+        """Bytes of the data manifest the gate hashed."""
+        return len(self._result.publication.raw)
+
+    @property
     def bindings(self) -> Mapping[str, ArtifactRef]:
         """Every binding the gate checked, by name: a read-only mapping of frozen references."""
         return self._bindings

@@ -127,6 +127,16 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             )
         return self._excluding(split, exclude).load(split, curriculum_stage, curriculum_stages, False)
 
+    def load_mixture(self, mixture: Any) -> Any:
+        """A mixture DataLoader whose components are stages of an approved split (a stage the
+        approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
+        split = getattr(mixture, "split", None)
+        ex = self._approved_exclusions
+        exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
+        if not exclude:
+            return super().load_mixture(mixture)
+        return self._excluding(split, exclude).load_mixture(mixture)
+
     def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
         """A loader over the same custody that never deals `exclude`. One per split: a shard key
         names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""

@@ -18,7 +18,8 @@ from trainvault.contamination.release import LoadedRelease
 from trainvault.contamination.exclusions import Exclusions, truncated_items
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
-from trainvault.errors import ApprovalError, ManifestError
+from trainvault.contamination.text_fields import TextFieldSurvey, exempt
+from trainvault.errors import ApprovalError, ManifestError, UnscannedFieldError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
 from trainvault.refs import ArtifactRef
 from trainvault.storage import parent_uri
@@ -250,3 +251,18 @@ def check_producer(desc: ShardDescriptor, pins: ProducerPins, where: str) -> Non
     if pinned != desc.producer.version:
         deny(f"{where}: the shard was produced by {desc.producer.library} {desc.producer.version}, the producer pins "
               f"say {pinned}: stale pins; write pins for the producers that made the data")
+
+
+def check_text_fields(survey: TextFieldSurvey, contract: VerifierContract, policy: ApprovalPolicy) -> None:
+    """Deny text-carrying fields the contract leaves unscanned, unless the policy exempts them."""
+    unscanned = sorted(f for f in survey.text_fields if not exempt(f, policy.unscanned_fields))
+    if not unscanned:
+        return
+    shown = ", ".join(repr(f) for f in unscanned[:10]) + (f" and {len(unscanned) - 10} more" if len(unscanned) > 10 else "")
+    raise UnscannedFieldError(
+        f"approval denied: record field(s) {shown} carry text (values of {survey.min_tokens} or more tokens) that the "
+        f"verifier contract does not scan (it scans {', '.join(map(repr, contract.fields))}): benchmark text there "
+        "would go unseen. Scan them (a top-level string field belongs in the contract's fields), or, if the trainer "
+        "never trains on them, exempt them: ApprovalPolicy(unscanned_fields=[...]) or --unscanned-field NAME",
+        tuple(unscanned),
+    )

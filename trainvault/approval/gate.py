@@ -29,6 +29,7 @@ from trainvault.approval.checks import (
     check_producer,
     check_report,
     check_scan,
+    check_text_fields,
     deny,
 )
 from trainvault.approval.hashing import DEFAULT_THREADS, HashedObject, hash_objects
@@ -50,6 +51,7 @@ from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import descriptor_bytes
@@ -186,7 +188,9 @@ def _gate(
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
-    rescan = rescan_report(storage, publication, chain.report, chain.index, policy)
+    survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
+    rescan = rescan_report(storage, publication, chain.report, chain.index, policy, survey)
+    check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     summary = _summary(refs, chain, rescan, policy, files_hashed=len(hashed) + len(bound),
                        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))

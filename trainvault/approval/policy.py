@@ -48,6 +48,10 @@ class ApprovalPolicy:
     - `allow_exclusions`, `max_excluded_fraction`: whether a request may bind an
       exclusions document, and at most which fraction of the manifest's records it may
       exclude (default 1/100).
+    - `unscanned_fields`: record fields (dotted paths, e.g. ``meta.title``) that may carry
+      text the verifier contract does not scan, because the trainer never trains on them;
+      a name exempts itself and every field below it. Default: none, so a contract that
+      leaves a text-carrying field unscanned is denied (`UnscannedFieldError`).
     """
 
     evaluation_release_sha256: str | None = None
@@ -61,6 +65,7 @@ class ApprovalPolicy:
     rescan_seed: int | None = None
     allow_exclusions: bool = False
     max_excluded_fraction: tuple[int, int] = (1, 100)
+    unscanned_fields: Collection[str] = ()
 
     def __post_init__(self) -> None:
         for name in ("evaluation_release_sha256", "verifier_contract_sha256"):
@@ -80,6 +85,13 @@ class ApprovalPolicy:
         object.__setattr__(self, "max_excluded_fraction", _ratio(self.max_excluded_fraction, "max_excluded_fraction"))
         if not isinstance(self.allow_exclusions, bool):
             raise ApprovalError(f"ApprovalPolicy.allow_exclusions must be True or False, got {self.allow_exclusions!r}")
+        fields = self.unscanned_fields
+        if isinstance(fields, (str, bytes)) or not isinstance(fields, Collection) or not all(
+            isinstance(f, str) and f and not f.startswith(".") and not f.endswith(".") for f in fields
+        ):
+            raise ApprovalError(f"ApprovalPolicy.unscanned_fields must be a list of field names (dotted paths such as "
+                                f"'meta.title'), got {fields!r}")
+        object.__setattr__(self, "unscanned_fields", tuple(sorted(set(fields))))
 
     def _check_scanner(self) -> None:
         for name in ("rescan_min_shards", "scanner_threshold"):

@@ -17,6 +17,7 @@ from trainvault.approval.policy import ApprovalPolicy
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.report import ContaminationReport
 from trainvault.contamination.scan import ShardItemHits, ShardScanResult, scan_shard
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import StrictModel
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
@@ -50,14 +51,15 @@ def rescan_report(
     report: ContaminationReport,
     index: EvalIndex,
     policy: ApprovalPolicy,
+    survey: TextFieldSurvey | None = None,
 ) -> RescanSummary:
     """Re-scan the policy's sample of shards with `index` (the bound release under the bound
-    contract) and deny a report that disagrees with any of them."""
+    contract) and deny a report that disagrees with any of them; `survey` observes their records."""
     seed, drawn = sample_shards(publication, policy)
     for group in drawn:
         first = group[0][1]
         result = scan_shard(storage, publication.manifest.data_format, first, index,
-                            descriptor=publication.descriptor(first))
+                            descriptor=publication.descriptor(first), survey=survey)
         for split, entry in group:
             _compare(report, split, entry.key, result)
     return RescanSummary(seed=seed, shards_total=len({e.sha256 for _, e in publication.entries()}),

@@ -1,9 +1,11 @@
 """A Croissant card (JSON-LD, Croissant 1.1) for an approved dataset.
 
-The card describes exactly what the approval binds: every shard as a ``cr:FileObject``
-(sha256, size, encoding format), a ``cr:FileSet`` per split listing exactly its shards (no
-glob that a file added later could match), a ``cr:RecordSet`` per split whose fields are
-read from the records themselves (every block verified, through the approval's custody),
+The card describes exactly what the approval lets a trainer read: every shard as a
+``cr:FileObject`` (sha256, size, encoding format); a shard the approval excludes records of
+as a clean copy without them (`trainvault.cards.approved_view`), so no Croissant reader gets
+an excluded record; a ``cr:FileSet`` per split listing exactly those files (no glob that a
+file added later could match), a ``cr:RecordSet`` per split whose fields are read from the
+approved records themselves (every block verified, through the approval's custody),
 the split's stages, curricula and bound profile, and the approval record and data manifest
 as file objects with their sha256. Croissant has no terms for custody, curricula or
 statistics; those are in the ``tv:`` namespace as JSON literals.
@@ -23,12 +25,13 @@ from typing import Any
 from urllib.parse import quote
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
+from trainvault.approval.gate import VerificationSummary
+from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.canonical import sha256_hex
 from trainvault.cards.fields import FieldSurvey, survey_fields
 from trainvault.errors import ApprovalError, ConfigurationError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
-from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageSource, join_uri, normalize_uri, parent_uri, parse_uri, storage_of
 
@@ -98,10 +101,12 @@ def _url(uri: str, folder: str) -> str:
 
 
 def _file_object(node_id: str, name: str, url: str, ref: ObjectRef, formats: list[str], note: str) -> dict[str, Any]:
-    out = {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url}
-    if ref.size is not None:
-        out["contentSize"] = f"{ref.size} B"
-    return {**out, "encodingFormat": formats if len(formats) > 1 else formats[0], "sha256": ref.sha256}
+    """A ``cr:FileObject``: every one states the sha256 and size of the bytes it names."""
+    if ref.size is None:
+        raise ManifestError(f"{ref.uri}: a card's file object needs the object's size; this is a trainvault bug")
+    return {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url,
+            "contentSize": f"{ref.size} B", "encodingFormat": formats if len(formats) > 1 else formats[0],
+            "sha256": ref.sha256}
 
 
 def _shard_id(split: str, entry: ShardEntry) -> str:
@@ -137,35 +142,35 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
 def _split_nodes(
     vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The split's file objects and file set, and its record set."""
+    """The split's file objects and file set (its approved view), and its record set."""
     formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
-    entries = manifest.splits[split].shards
-    files = [
-        _file_object(_shard_id(split, e), f"{split}/{e.key}", _url(e.uri, folder),
-                     ObjectRef(uri=e.uri, sha256=e.sha256, size=e.size_bytes), formats,
-                     f"{split} shard {e.key}: {e.record_count} records; {note}")
-        for e in entries
-    ]
+    shards = view_shards(vault, approved, split, folder)
+    files = [_shard_object(split, v, folder, formats, note) for v in shards]
     # Empty shards are zero-byte objects that some readers (Parquet) refuse; they hold no records.
-    filled = [f["contentUrl"] for f, e in zip(files, entries) if e.record_count]
+    filled = [f["contentUrl"] for f, v in zip(files, shards) if v.records]
     if filled:
         files.append({
             "@type": "cr:FileSet", "@id": f"files/{split}/shards", "name": f"{split} shards",
             "description": f"the {len(filled)} approved shards of split {split} that hold records, in manifest order "
-                           f"({len(entries) - len(filled)} empty shards are listed as file objects only)",
+                           f"({len(shards) - len(filled)} empty shards are listed as file objects only)",
             "encodingFormat": formats if len(formats) > 1 else formats[0],
             "includes": filled,
         })
+    excluded = excluded_by_shard(approved, split)
     custody = approved.custody_storage()
     surveys, records = survey_fields(
-        row for e in entries if e.record_count for row in ShardReader(custody, e, manifest.data_format).iter_records()
+        row for v in shards
+        for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
     )
+    dropped = sum(v.excluded for v in shards)
     record_set: dict[str, Any] = {
         "@type": "cr:RecordSet", "@id": split, "name": split,
-        "description": f"split {split}: {records} records in {len(entries)} shards ({manifest.data_format})",
+        "description": f"split {split}: {records} records in {len(shards)} shards ({manifest.data_format})"
+                       + (f"; the {dropped} records the approval excludes are left out" if dropped else ""),
         "field": [_field(split, s, records) for s in surveys],
         "tv:recordCount": records,
-        "tv:stages": _stages(entries),
+        "tv:excludedRecords": dropped,
+        "tv:stages": _stages(shards),
         "tv:curricula": {name: c.model_dump(mode="json") for name, c in manifest.splits[split].curricula.items()},
     }
     profile = _profile(vault, approved, split)
@@ -174,11 +179,22 @@ def _split_nodes(
     return files, record_set
 
 
-def _stages(entries: list[ShardEntry]) -> dict[str, list[str]]:
+def _shard_object(split: str, view: ViewShard, folder: str, formats: list[str], note: str) -> dict[str, Any]:
+    """A shard's file object: the published shard, or the clean copy of one with excluded records."""
+    e = view.entry
+    what = f"{split} shard {e.key}: {view.records} records"
+    if view.excluded:
+        what += (f", a copy of the published shard ({e.uri}, sha256 {e.sha256}) without the {view.excluded} records "
+                 "the approval excludes")
+    return _file_object(_shard_id(split, e), f"{split}/{e.key}", _url(view.ref.uri, folder), view.ref, formats,
+                        f"{what}; {note}")
+
+
+def _stages(shards: list[ViewShard]) -> dict[str, list[str]]:
     """Shard keys per curriculum stage (``_``: no stage), in manifest order."""
     out: dict[str, list[str]] = {}
-    for e in entries:
-        out.setdefault(e.curriculum_stage or "_", []).append(e.key)
+    for v in shards:
+        out.setdefault(v.entry.curriculum_stage or "_", []).append(v.entry.key)
     return out
 
 
@@ -212,7 +228,9 @@ def croissant_card(
     `open_approved`), for a card stored at `card_uri` (default `default_card_uri`).
 
     Reads every record once (blocks verified) to declare each split's fields, and each bound
-    ``<split>_metrics`` sidecar. Properties left None are omitted (Croissant recommends
+    ``<split>_metrics`` sidecar. For an approval with exclusions it first writes the clean
+    copies of the shards with excluded records beside the card (``approved-view/``,
+    create-only, named by content): the card lists those instead. Properties left None are omitted (Croissant recommends
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
@@ -223,7 +241,8 @@ def croissant_card(
         _file_object("files/custody/approval", "approval record", _url(record.uri, folder), record.ref, [DSSE_MEDIA_TYPE],
                      "the signed trainvault approval (in-toto statement in a DSSE envelope) this card describes"),
         _file_object("files/custody/data-manifest", "data manifest", _url(approved.manifest_uri, folder),
-                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256), ["application/json"],
+                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256, size=approved.manifest_size),
+                     ["application/json"],
                      "the trainvault data manifest the approval binds (canonical JSON)"),
     ]
     record_sets = []
@@ -241,13 +260,21 @@ def croissant_card(
         "name": name or posixpath.basename(parse_uri(folder).path) or "dataset",
         "description": description or (
             f"trainvault publication {approved.manifest_uri} ({manifest.data_format}): {s.shards} shards, "
-            f"{s.records} records; approved against evaluation release {s.evaluation_release_id} "
+            f"{_approved_records(s)}; approved against evaluation release {s.evaluation_release_id} "
             f"({s.contamination_method}, {s.contaminated_items} contaminated items)"),
         **{k: v for k, v in optional.items() if v is not None},
         "distribution": distribution,
         "recordSet": record_sets,
         "tv:approval": _approval(approved, record),
     }
+
+
+def _approved_records(summary: VerificationSummary) -> str:
+    """The records a trainer gets, and those the approval excludes (the card leaves them out)."""
+    excluded = summary.exclusions.records if summary.exclusions is not None else 0
+    if not excluded:
+        return f"{summary.records} records"
+    return f"{summary.records - excluded} approved records ({excluded} excluded records left out)"
 
 
 def _check_date(date_published: str | None) -> None:

@@ -62,7 +62,8 @@ def policy_from_args(args: argparse.Namespace) -> Any:
     from trainvault.approval.policy import ApprovalPolicy
 
     seed = None if args.rescan_seed is None else _int(args.rescan_seed, "--rescan-seed")
-    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": seed}
+    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": seed,
+                               "unscanned_fields": args.unscanned_field or ()}
     if not args.scanner_key and (args.scanner_threshold is not None or args.rescan is not None):
         # Without scanner keys the gate re-scans every shard; ignoring these would mislead.
         raise TrainVaultError("--scanner-threshold and --rescan apply to scanner keys: pass --scanner-key as well "
@@ -90,6 +91,10 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
     p.add_argument("--max-excluded", metavar="N/D", help="largest fraction of records excluded (default 1/100)")
+    p.add_argument("--unscanned-field", action="append", metavar="NAME",
+                   help="a record field (dotted path, e.g. meta.title) that may carry text the verifier contract does "
+                   "not scan, because the trainer never trains on it (repeatable; default: none, such a field is "
+                   "denied)")
 
 
 def cmd_exclusions(args: argparse.Namespace) -> int:

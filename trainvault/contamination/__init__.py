@@ -28,6 +28,7 @@ from trainvault.contamination.release import (
 )
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_records, scan_shard
+from trainvault.contamination.text_fields import TextFieldSurvey
 
 __all__ = [
     "DEFAULT_CONTRACT",
@@ -48,6 +49,7 @@ __all__ = [
     "Policy",
     "ScanProgress",
     "ShardScanResult",
+    "TextFieldSurvey",
     "V1_CONTRACT",
     "VerifierContract",
     "humaneval_benchmark",

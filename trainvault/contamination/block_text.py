@@ -33,6 +33,8 @@ class BlockText:
     fields: list[list[bytes]]
     #: A string id's UTF-8 bytes (checked), or the id value as unpacked (not a string).
     raw_ids: list[Any]
+    #: The block's records as unpacked: keys and strings as UTF-8 bytes, every byte string a string.
+    records: list[Any]
 
     def record_id(self, i: int) -> str | None:
         """Record `i`'s id as the scan reports it (`_Accumulator._record_id` of the decoded record)."""
@@ -77,7 +79,7 @@ class BlockTextReader:
         # Joined by spaces, the keys and string ids are UTF-8 exactly when each of them is.
         b" ".join(set().union(*records)).decode("utf-8")
         b" ".join(i for i in ids if type(i) is bytes).decode("utf-8")
-        return BlockText(out, ids)
+        return BlockText(out, ids, records)
 
 
 def _repacked(payload: bytes) -> list[Any] | None:

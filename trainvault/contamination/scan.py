@@ -17,6 +17,7 @@ from pydantic import Field
 
 from trainvault.contamination.block_text import BlockText, BlockTextReader
 from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, DecodeError, IntegrityError
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
@@ -298,20 +299,22 @@ def scan_shard(
     *,
     on_bytes: Callable[[int], None] | None = None,
     descriptor: ShardDescriptor | None = None,
+    survey: TextFieldSurvey | None = None,
 ) -> ShardScanResult:
     """Scan one published shard: read it once, verify it, and match every record.
 
     The whole object is streamed and hashed; each block is checked against its
     descriptor digest before it is decoded, and the object's SHA-256 and size must
     equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
-    number of shard bytes read since its last call. `descriptor`: the shard's descriptor,
-    already read and checked against `entry` (else it is read from storage).
+    number of shard bytes read since its last call; `survey` observes every block's records.
+    `descriptor`: the shard's descriptor, already read and checked against `entry` (else it
+    is read from storage).
     """
     reader = ShardReader(storage, entry, data_format, descriptor)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
-        _add_block(acc, reader, text, k, data, entry.uri)
+        _add_block(acc, reader, text, k, data, entry.uri, survey)
     if acc.records != entry.record_count:
         raise IntegrityError(
             f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
@@ -320,22 +323,25 @@ def scan_shard(
 
 
 def _add_block(
-    acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str
+    acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str,
+    survey: TextFieldSurvey | None = None,
 ) -> None:
-    """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`)."""
-    if text is None:
-        acc.add(reader.decode(k, data), uri)
-        return
-    payload = reader.inflate(k, data)
-    block = text.read(payload)
+    """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`);
+    `survey` observes them."""
+    payload = reader.inflate(k, data) if text is not None else None
+    block = text.read(payload) if text is not None else None
     if block is None:
-        acc.add(reader.records(k, payload), uri)
-        return
-    try:
-        acc.add_text(block)
-    except UnicodeDecodeError as exc:
-        reader.records(k, payload)  # raises the decoder's own error for a string that is not UTF-8
-        raise DecodeError(f"{uri}: block {k} holds text that is not UTF-8 ({exc}); re-publish the shard") from None
+        records = reader.decode(k, data) if payload is None else reader.records(k, payload)
+        acc.add(records, uri)
+    else:
+        try:
+            acc.add_text(block)
+        except UnicodeDecodeError as exc:
+            reader.records(k, payload)  # raises the decoder's own error for a string that is not UTF-8
+            raise DecodeError(f"{uri}: block {k} holds text that is not UTF-8 ({exc}); re-publish the shard") from None
+        records = block.records
+    if survey is not None:
+        survey.observe(records, raw=block is not None)
 
 
 def _verified_blocks(

@@ -228,3 +228,13 @@ class SplitDataLoader:
         if args.get("num_workers", 0):
             args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), [s.uri for s in selection.shards])
         return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, **args)
+
+    def load_mixture(self, mixture: Any) -> Any:
+        """A `MixtureDataLoader` drawing batches from `mixture`'s components (stages of its split)."""
+        from trainvault.loading.mixture_loader import MixtureDataLoader
+
+        args = dict(self._args)
+        if args.get("num_workers", 0):
+            uris = [e.uri for _, e in self.publication.entries()]
+            args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), uris)
+        return MixtureDataLoader(self, mixture, **args)

@@ -23,12 +23,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TracedRecord:
     """One record of a step's batch: its split, manifest shard key, index within the shard,
-    and its ``id`` field (None when it has none, or when records were not read)."""
+    and its ``id`` field (None when it has none, or when records were not read); under a
+    mixture also its component and the mixture revision in force (else None)."""
 
     split: str
     shard: str
     record_index: int
     id: Any = None
+    component: str | None = None
+    revision: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from trainvault.canonical import sha256_hex
+from trainvault.canonical import loads_strict, sha256_hex
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import (
     ConflictError,
@@ -311,9 +311,9 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
             return SidecarRef(ref, sidecar.split, False)
         if not overwrite:
             try:
-                old = json.loads(existing)
-                keys = differing_keys(old, json.loads(data))
-            except ValueError:
+                old = loads_strict(existing, source=uri)
+                keys = differing_keys(old, loads_strict(data, source=uri))
+            except ValueError:  # ManifestError too
                 keys = ["(the existing object is not JSON)"]
             shown = ", ".join(keys[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
             raise ConflictError(

@@ -6,14 +6,13 @@ so bad input leaves nothing on storage.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainvault.canonical import canonical_json
-from trainvault.errors import EncodeError
+from trainvault.canonical import canonical_json, loads_strict
+from trainvault.errors import EncodeError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
 from trainvault.rollouts.documents import ArchiveChunk, ArchiveEntry
 
@@ -83,14 +82,17 @@ def checked_metadata(value: Any, offset: int) -> dict[str, Any]:
         raise EncodeError(f"sample {offset}: describe_sample returned a {type(value).__name__}, not a mapping")
     try:
         data = canonical_json(dict(value))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # ManifestError too: nested past the recursion limit
         raise EncodeError(f"sample {offset}: metadata must be JSON-compatible (no NaN): {exc}") from None
     if len(data) > MAX_METADATA_BYTES:
         raise EncodeError(
             f"sample {offset}: metadata is {len(data)} bytes, over {MAX_METADATA_BYTES}; metadata is for "
             "inspection, so return fewer or shorter fields"
         )
-    return json.loads(data)
+    try:
+        return loads_strict(data, source=f"sample {offset} metadata")
+    except ManifestError as exc:  # nested deeper than a document may be
+        raise EncodeError(str(exc)) from None
 
 
 def batches(samples: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:

@@ -1,0 +1,142 @@
+"""Mixture benchmark: what drawing by a mixture schedule costs against plain loading.
+
+One dataset of `--records` small records (id + ~120 B of text) in three stages of 1/2,
+1/3 and 1/6 of the records, 1 MiB blocks, shuffled (window 16 blocks), batch
+`--batch-size`, num_workers 0 (so every cost lands in the measuring process). Legs, each
+the median of `--repeats` runs over one epoch's worth of records (`--records`):
+
+- raw: every block of every shard read and decoded in one loop (no verification,
+  batching or order): the limit;
+- plain: `load("train", curriculum_stages=[all three])`, one epoch;
+- mixture: `load_mixture` over the three stages, weights 3:2:1 (their sizes), the same
+  number of records;
+- sampling: the schedule and component lookups alone (`MixtureIterableDataset.plan`, which
+  the worker's read-ahead planner runs once per batch) for every batch of that run, as a
+  share of the mixture leg's time. Each chunk is planned twice and the second call timed:
+  the first computes the shuffle windows' record permutations, which `load()` computes
+  for its windows too (they are part of shuffling, not of mixing).
+
+    python bench/mixture.py --records 60000
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parent / ".data" / "mixture"
+SHARES = (3, 2, 1)
+
+
+def ids(records: list[dict[str, Any]]) -> list[int]:
+    return [r["id"] for r in records]
+
+
+def write(records: int) -> str:
+    """The dataset (re-used when a previous run wrote the same number of records)."""
+    from trainvault import TrainVault
+
+    root = DATA / f"r{records}"
+    uri = str(root / "data-manifest-v1.json")
+    if Path(uri).exists():
+        return uri
+    shutil.rmtree(root, ignore_errors=True)
+    saver = TrainVault().dataset_saver(uri)
+    start = 0
+    for i, share in enumerate(SHARES):
+        n = records * share // sum(SHARES)
+        saver.save("train", f"st{i}", ({"id": k, "text": f"record {k} " + "lorem ipsum dolor sit amet " * 4}
+                                       for k in range(start, start + n)), shard_id="s0")
+        start += n
+    saver.commit_manifest()
+    return uri
+
+
+def loader(uri: str, batch: int) -> Any:
+    from trainvault import TrainVault
+
+    return TrainVault().split_data_loader(uri, collate_fn=ids, shuffle=True, seed=7,
+                                          dataloader_args={"batch_size": batch})
+
+
+def mixture() -> Any:
+    from trainvault.loading.mixture import Mixture, MixtureComponent
+
+    return Mixture("train", [MixtureComponent(f"c{i}", w, f"st{i}") for i, w in enumerate(SHARES)])
+
+
+def raw(uri: str) -> int:
+    from trainvault import TrainVault, iter_shard
+
+    manifest = TrainVault().load_manifest(uri)
+    return sum(1 for s in manifest.splits["train"].shards for _ in iter_shard(manifest.data_format, s))
+
+
+def plain(uri: str, batch: int) -> int:
+    return sum(len(b) for b in loader(uri, batch).load("train", curriculum_stages=["st0", "st1", "st2"]))
+
+
+def mixed(uri: str, batch: int, records: int) -> int:
+    return sum(len(b) for b in itertools.islice(iter(loader(uri, batch).load_mixture(mixture())), records // batch))
+
+
+def sampling(uri: str, batch: int, records: int) -> float:
+    """Seconds spent planning every batch of the mixture leg (permutations already computed)."""
+    from trainvault.loading.mixture_dataset import PLAN_BATCHES
+
+    ld = loader(uri, batch).load_mixture(mixture())
+    ds = ld._mixture_dataset
+    schedule = ds.schedule(ds.point)
+    n = records // batch
+    spent = 0.0
+    for lo in range(0, n, PLAN_BATCHES):
+        ts = list(range(lo, min(n, lo + PLAN_BATCHES)))
+        ds.plan(ts, schedule)
+        t0 = time.perf_counter()
+        ds.plan(ts, schedule)
+        spent += time.perf_counter() - t0
+    return spent
+
+
+def timed(fn: Any, *args: Any) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    n = fn(*args)
+    return time.perf_counter() - t0, n
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=60_000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per leg; the median is shown")
+    args = parser.parse_args(argv)
+    uri = write(args.records)
+    legs = {
+        "raw": (raw, uri),
+        "plain": (plain, uri, args.batch_size),
+        "mixture": (mixed, uri, args.batch_size, args.records),
+    }
+    secs: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, (fn, *fargs) in legs.items():
+        runs = [timed(fn, *fargs) for _ in range(args.repeats)]
+        print(f"  {name}: {[round(t, 3) for t, _ in runs]} s", flush=True)
+        secs[name] = statistics.median(t for t, _ in runs)
+        counts[name] = runs[0][1]
+    print(f"{args.records:,} records, batch {args.batch_size}, shuffled, num_workers 0, median of {args.repeats}")
+    for name in ("raw", "plain", "mixture"):
+        rate = counts[name] / secs[name]
+        print(f"{name:9s} {rate:12,.0f} rec/s   {rate / (counts['raw'] / secs['raw']):6.2f} x raw")
+    ratio = (counts["mixture"] / secs["mixture"]) / (counts["plain"] / secs["plain"])
+    print(f"mixture / plain throughput: {ratio:.3f}")
+    planning = statistics.median(sampling(uri, args.batch_size, args.records) for _ in range(args.repeats))
+    print(f"sampling (schedule + lookups) share of the mixture leg's time: {100 * planning / secs['mixture']:.2f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The approved view of a split, as files a reader without trainvault can read.
+
+An approval with exclusions leaves records of a few shards out; a card that listed those
+shards would hand the excluded records to every Croissant reader. So the card lists each
+unaffected shard as published, and for each affected shard a clean copy: its records minus
+the excluded ones, in the same format, written create-only beside the card and named by
+its content (``approved-view/<sha256>.<ext>``). Records are read through the approval's
+custody (every block verified), so a copy holds only approved bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainvault.approval.approved import ApprovedDataset
+from trainvault.approval.guard import CustodyStorage
+from trainvault.formats import encode_shard, get_format
+from trainvault.publication.manifest import ShardEntry
+from trainvault.publication.reader import ShardReader
+from trainvault.refs import ObjectRef
+from trainvault.storage import StorageSource, join_uri, storage_of
+
+VIEW_FOLDER = "approved-view"
+
+
+@dataclass(frozen=True)
+class ViewShard:
+    """One shard of the approved view: the object a reader reads, and how many records it holds."""
+
+    entry: ShardEntry
+    #: The published shard, or its clean copy when the approval excludes records of it.
+    ref: ObjectRef
+    records: int
+    #: Records of the published shard the approval excludes (0: `ref` is the published shard).
+    excluded: int
+
+
+def approved_rows(
+    custody: CustodyStorage, data_format: str, entry: ShardEntry, excluded: frozenset[int]
+) -> Iterator[dict[str, Any]]:
+    """The records of `entry` the approval keeps, in shard order, read through its `custody`."""
+    if not entry.record_count:
+        return
+    reader = ShardReader(custody, entry, data_format)
+    for index, row in enumerate(reader.iter_records()):
+        if index not in excluded:
+            yield row
+
+
+def excluded_by_shard(approved: ApprovedDataset, split: str) -> Mapping[str, frozenset[int]]:
+    """Shard key -> indices of the records the approval excludes from it (empty without exclusions)."""
+    exclusions = approved.exclusions
+    return exclusions.by_shard(split) if exclusions is not None else {}
+
+
+def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
+    """Every shard of `split` in manifest order as the approved view holds it, writing the clean
+    copy of each shard with excluded records under `folder` (create-only; the same copy again is a no-op)."""
+    manifest = approved.manifest
+    fmt = get_format(manifest.data_format)
+    excluded = excluded_by_shard(approved, split)
+    custody = approved.custody_storage()
+    out = []
+    for entry in manifest.splits[split].shards:
+        dropped = excluded.get(entry.key, frozenset())
+        if not dropped:
+            ref = ObjectRef(uri=entry.uri, sha256=entry.sha256, size=entry.size_bytes)
+            out.append(ViewShard(entry, ref, entry.record_count, 0))
+            continue
+        rows = approved_rows(custody, manifest.data_format, entry, dropped)
+        copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
+        data = bytes(copy.data)
+        uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
+        storage_of(vault).put_create(uri, data)
+        out.append(ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count,
+                             len(dropped)))
+    return out

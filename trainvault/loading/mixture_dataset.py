@@ -1,0 +1,209 @@
+"""The IterableDataset of a mixture run: one rank's batches, formed inside the workers.
+
+From the run's last re-dealing point the slots are cut into rounds of ``world_size x
+batch_size`` (`RankSchedule`, the split loader's dealing), rank r takes the r-th slice of
+each round, and a rank's batches go to workers in chunks. For each batch the schedule
+names every slot's component and draw, the component names its window and member. A
+planner walks the worker's batches ahead of it and queues, per component, the windows in
+the order the worker will need them; each component's fetcher reads those ahead, so a
+worker decodes a window once and holds one window per component. Imports torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS, Item
+from trainvault.loading.mixture_schedule import Timeline
+from trainvault.loading.mixture_source import ComponentSource, WindowKey
+from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_batches
+
+#: The schedule of a stream that never ends counts this many records.
+ENDLESS = 1 << 62
+#: How many batches the read-ahead plans past the batch being formed (at least): a component absent
+#: from them (rare, or removed by a revision) is read when it is next needed.
+PLAN_HORIZON_BATCHES = 256
+_END = object()
+
+#: Batches planned together: the schedule and lookups run vectorised over all their slots.
+PLAN_BATCHES = 128
+
+
+@dataclass
+class ChunkPlan:
+    """Consecutive batches of a worker: their indices and batches, the windows they draw
+    from (sorted, so each component's in the order it needs them), and for every record
+    (batches concatenated) the index of its window there and its member."""
+
+    ts: list[int]
+    batches: list[RankBatch]
+    windows: list[WindowKey]
+    kids: list[int]
+    members: list[int]
+
+
+class MixtureIterableDataset(torch.utils.data.IterableDataset):
+    """One rank's batches of a mixture run from its last re-dealing point."""
+
+    def __init__(self, *, sources: Sequence[ComponentSource], batch_size: int, drop_last: bool, rank: int,
+                 world_size: int, collate_fn: Callable[[list[Any]], Any]):
+        super().__init__()
+        self.sources = list(sources)
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.rank, self.world_size = rank, world_size
+        self.collate_fn = collate_fn
+        self.timeline = Timeline([], [], [])
+        self.point = Redeal(0, 0, 0, batch_size, world_size, drop_last)
+
+    def set_run(self, sources: Sequence[ComponentSource], timeline: Timeline, point: Redeal) -> None:
+        """Deal from `point` (a step and slot) under `timeline`, over `sources` (by index)."""
+        self.sources, self.timeline, self.point = list(sources), timeline, point
+
+    def schedule(self, point: Redeal, rank: int | None = None, until: int | None = None) -> RankSchedule:
+        """`rank`'s batches from `point` up to slot `until` (default: the stream's end)."""
+        end = self.timeline.end if until is None else until
+        return point.schedule(point.position, ENDLESS if end is None else end, self.rank if rank is None else rank)
+
+    def plan(self, ts: list[int], schedule: RankSchedule) -> ChunkPlan:
+        """Which component window and member each record of batches `ts` is."""
+        batches = [schedule.batch(t) for t in ts]
+        counts = {b.count for b in batches}
+        if len(counts) == 1:  # whole rounds: one outer sum instead of an arange per batch
+            starts = np.fromiter((b.start for b in batches), dtype=np.int64, count=len(batches))
+            slots = np.add.outer(starts, np.arange(counts.pop(), dtype=np.int64)).reshape(-1)
+        else:
+            slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
+        comps, draws, _ = self.timeline.assign_slots(slots)
+        epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
+        for c in range(len(self.sources)):
+            sel = comps == c
+            if not sel.any():
+                continue
+            epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
+        if max(int(epochs.max()), int(windows.max())) < 1 << 26 and int(comps.max()) < 1 << 11:
+            # One int64 per record orders as (component, pass, window) does: a 1-D unique is fast.
+            codes, kids = np.unique((comps << 52) | (epochs << 26) | windows, return_inverse=True)
+            keys = [(c >> 52, (c >> 26) & (1 << 26) - 1, c & (1 << 26) - 1) for c in codes.tolist()]
+        else:
+            rows, kids = np.unique(np.stack([comps, epochs, windows], axis=1), axis=0, return_inverse=True)
+            keys = [(int(c), int(e), int(k)) for c, e, k in rows.tolist()]
+        return ChunkPlan(ts, batches, keys, kids.reshape(-1).tolist(), members.tolist())
+
+    def chunk(self, num_workers: int) -> int:
+        """Batches per worker chunk: about two windows of every component, so a window is
+        decoded by at most about two workers of a rank; 1 without workers."""
+        if num_workers <= 1:
+            return 1
+        per = sum(s.size / max(1, s.order(0).windows) for s in self.sources if s.size)
+        shuffle = any(s.shuffle for s in self.sources)
+        return max(1, round(2 * per * (1 if shuffle else 8) / (self.batch_size * self.world_size)))
+
+    def __iter__(self) -> Iterator[Item]:
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        schedule = self.schedule(self.point)
+        mine = worker_batches(len(schedule), self.chunk(num_workers), num_workers, worker)
+        return self._generate(_Planner(self, schedule, mine))
+
+    def _generate(self, planner: _Planner) -> Iterator[Item]:
+        streams: dict[int, Iterator[list[Any]]] = {}
+        cache: dict[WindowKey, list[Any]] = {}
+        try:
+            while (plan := planner.next_plan()) is not None:
+                at = 0
+                held: list[Any] = [None] * len(plan.windows)
+                for t, batch in zip(plan.ts, plan.batches):
+                    planner.consumed += 1
+                    kids = plan.kids[at : at + batch.count]
+                    for kid in sorted(set(kids)):
+                        if held[kid] is None:
+                            key = plan.windows[kid]
+                            while key not in cache:
+                                self._load_next(key[0], planner, streams, cache)
+                            held[kid] = cache[key]
+                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + batch.count])]
+                    at += batch.count
+                    yield t, 0, batch.after, self.collate_fn(records)
+        finally:
+            for stream in streams.values():
+                stream.close()  # type: ignore[attr-defined]
+
+    def _load_next(self, c: int, planner: _Planner, streams: dict[int, Iterator[list[Any]]],
+                   cache: dict[WindowKey, list[Any]]) -> None:
+        """Read component c's next planned window into `cache`, dropping its older one."""
+        key = planner.next_load(c)
+        source = self.sources[c]
+        for old in [k for k in cache if k[0] == c]:
+            del cache[old]  # windows of a component are needed in order: an older one never again
+        window: list[Any] = []
+        for i in source.window_plan_blocks(key[1], key[2]):
+            block = next(streams[c], _END) if c in streams else _END
+            if block is _END:  # its read-ahead stopped at the plan horizon: read on from here
+                lookahead = source.window_blocks if source.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
+                streams[c] = source.fetcher.iter_blocks(planner.fetch_blocks(c), lookahead)
+                block = next(streams[c])
+            window.extend(source.plan.keep(i, block))
+        cache[key] = window
+
+
+class _Planner:
+    """Walks a worker's batches ahead of it, PLAN_BATCHES at a time, keeping the plans for
+    the batch loop and queueing per component the windows it will need: one queue for what
+    to read, one for what to load, in the same order."""
+
+    def __init__(self, dataset: MixtureIterableDataset, schedule: RankSchedule, batches: Iterator[int]):
+        self.dataset, self.schedule, self.batches = dataset, schedule, batches
+        self.plans: deque[ChunkPlan] = deque()
+        self.fetch: dict[int, deque[WindowKey]] = {}
+        self.load: dict[int, deque[WindowKey]] = {}
+        self.last: dict[int, WindowKey] = {}
+        self.planned = 0
+        self.consumed = 0
+
+    def advance(self, force: bool) -> bool:
+        """Plan the next batches; without `force`, only within the horizon."""
+        if not force and self.planned >= self.consumed + PLAN_HORIZON_BATCHES:
+            return False
+        ts = list(itertools.islice(self.batches, PLAN_BATCHES))
+        if not ts:
+            return False
+        plan = self.dataset.plan(ts, self.schedule)
+        self.planned += len(ts)
+        self.plans.append(plan)
+        for key in plan.windows:
+            c = key[0]
+            if self.last.get(c) != key:
+                self.last[c] = key
+                self.fetch.setdefault(c, deque()).append(key)
+                self.load.setdefault(c, deque()).append(key)
+        return True
+
+    def next_plan(self) -> ChunkPlan | None:
+        while not self.plans:
+            if not self.advance(True):
+                return None
+        return self.plans.popleft()
+
+    def _next(self, queues: dict[int, deque[WindowKey]], c: int, force: bool) -> WindowKey | None:
+        while not queues.get(c):
+            if not self.advance(force):
+                return None
+        return queues[c].popleft()
+
+    def next_load(self, c: int) -> WindowKey:
+        key = self._next(self.load, c, True)
+        if key is None:
+            raise RuntimeError(f"trainvault mixture: component {c} has no planned window left; the plan and the batches disagree")
+        return key
+
+    def fetch_blocks(self, c: int) -> Iterator[tuple[int, int]]:
+        source = self.dataset.sources[c]
+        while (key := self._next(self.fetch, c, False)) is not None:
+            yield from source.wanted(key[1], key[2])

@@ -1,0 +1,59 @@
+"""Which records a mixture step saw: the schedule names component and revision of each
+slot, the component names its record; nothing before the step is replayed. With `read`,
+only the blocks holding the step's records are read, each verified before decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainvault.loading.mixture_schedule import Timeline
+from trainvault.loading.mixture_source import ComponentSource
+from trainvault.loading.order import RankBatch
+from trainvault.loading.trace import TracedRecord
+
+
+def trace_mixture_batch(
+    split: str, timeline: Timeline, sources: Sequence[ComponentSource], names: Sequence[str], batch: RankBatch,
+    *, read: bool = True,
+) -> list[TracedRecord]:
+    comps, draws, revs = timeline.assign(batch.start, batch.count)
+    located: list[tuple[int, int, int]] = [(0, 0, 0)] * batch.count  # (plan block, local, shard key index)
+    where: list[tuple[str, int]] = [("", 0)] * batch.count
+    for c in dict.fromkeys(comps.tolist()):
+        at = (comps == c).nonzero()[0]
+        source = sources[c]
+        epochs, windows, members = source.locate(draws[at])
+        for e, k in dict.fromkeys(zip(epochs.tolist(), windows.tolist())):
+            sel = (epochs == e) & (windows == k)
+            blocks, local = source.members_blocks(e, k, members[sel])
+            for i, b, r in zip(at[sel].tolist(), blocks.tolist(), local.tolist()):
+                located[i] = (b, r, c)
+                where[i] = (source.shards[int(source.plan.shard[b])].key, source.plan.record_index(b, r))
+    ids: list[Any] = [None] * batch.count
+    if read:
+        ids = [_id(r) for r in _read(sources, located)]
+    return [
+        TracedRecord(split, key, index, rid, component=names[c], revision=int(rev))
+        for (key, index), rid, c, rev in zip(where, ids, comps.tolist(), revs.tolist())
+    ]
+
+
+def _read(sources: Sequence[ComponentSource], located: Sequence[tuple[int, int, int]]) -> list[Any]:
+    """The records at (plan block, local index, component), each block read and verified once."""
+    decoded: dict[tuple[int, int], list[Any]] = {}
+    for c in dict.fromkeys(loc[2] for loc in located):
+        source = sources[c]
+        needed = list(dict.fromkeys(b for b, _, cc in located if cc == c))
+        wanted = [(int(source.plan.shard[b]), int(source.plan.block[b])) for b in needed]
+        stream = source.fetcher.iter_blocks(wanted, lookahead=len(needed))
+        try:
+            for b in needed:
+                decoded[(c, b)] = source.plan.keep(b, next(stream))
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+    return [decoded[(c, b)][r] for b, r, c in located]
+
+
+def _id(record: Any) -> Any:
+    return record.get("id") if isinstance(record, Mapping) else None
