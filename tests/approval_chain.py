@@ -105,6 +105,11 @@ class Chain:
         return self.request(**overrides, sidecars={EXCLUSIONS_SIDECAR: self.publish(name, exclusions)})
 
 
+def unpacked_manifest(saver: Any) -> bytes:
+    """The bytes of the manifest `saver` builds as a trainvault before descriptor packs wrote it."""
+    return saver.build_manifest().model_copy(update={"descriptor_pack": None}).to_json_bytes()
+
+
 def build_chain(
     vault: TrainVault,
     root: str,
@@ -118,9 +123,11 @@ def build_chain(
     shard_records: Any = None,
     data_format: str = "msgpack.zst",
     scanner_key: SigningKey | None = None,
+    packed: bool = True,
 ) -> Chain:
     """`shard_records(i)`: the records of train shard i (default: text records from `make_records`).
-    `scanner_key`: sign the scan manifest and the report with it (attestations), and bind those."""
+    `scanner_key`: sign the scan manifest and the report with it (attestations), and bind those.
+    `packed=False`: commit the manifest as trainvault wrote it before descriptor packs (no pack)."""
     manifest_uri = f"{root}/ds/data-manifest-v1.json"
     saver = vault.dataset_saver(manifest_uri, data_format=data_format, block_bytes=block_bytes)
     records: dict[str, list[dict[str, Any]]] = {}
@@ -133,7 +140,10 @@ def build_chain(
     valid = make_records(100 + seed_offset, 5)
     records["valid"] = valid
     saver.save("valid", None, valid, shard_id="v0")
-    saver.commit_manifest()
+    if packed:
+        saver.commit_manifest()
+    else:
+        vault.storage.put_create(manifest_uri, unpacked_manifest(saver))
     from trainvault.canonical import sha256_hex
 
     manifest_sha = sha256_hex(vault.storage.get(manifest_uri))

@@ -52,9 +52,9 @@ def test_clean_chain_is_approved_on_every_store(vault_root: tuple[TrainVault, st
     assert isinstance(approved, ApprovedDataset)
     assert approved.manifest_sha256 == chain.refs["data_manifest"].sha256
     assert approved.summary.records == 25 and approved.summary.shards == 3
-    # 3 shards, 3 descriptors and the 6 bound documents hashed, with progress up to all of them:
-    # the bar counts what the summary counts.
-    assert seen and seen[-1].files_done == seen[-1].files_total == approved.summary.files_hashed == 12
+    # The 6 bound documents, 3 shards and the descriptor pack (one object holding the 3 descriptors)
+    # hashed, with progress up to all of them: the bar counts what the summary counts.
+    assert seen and seen[-1].files_done == seen[-1].files_total == approved.summary.files_hashed == 6 + 3 + 1
     assert seen[-1].bytes_done == seen[-1].bytes_total
 
 
@@ -113,11 +113,57 @@ def test_manifest_edited_and_rebound(chain: Any) -> None:
     denied(chain.vault, chain.request(data_manifest=ref), "training_scan_manifest was made for data manifest")
 
 
-def test_descriptor_edited(chain: Any) -> None:
+def test_descriptor_edited(tmp_path: Path) -> None:
+    # A manifest written before descriptor packs binds each descriptor object itself.
+    chain = build_chain(TrainVault(), str(tmp_path), packed=False)
     manifest = chain.vault.load_manifest(chain.manifest_uri)
+    assert manifest.descriptor_pack is None
     desc = manifest.splits["train"].shard("easy/s0").descriptor_uri
     flip_byte(chain.vault, desc, 10)
     denied(chain.vault, chain.request(), r"descriptor .*changed after it was scanned")
+
+
+def test_unpacked_manifest_is_approved_and_loads(tmp_path: Path) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path), packed=False)
+    approved = chain.vault.approve_dataset(chain.request())
+    # 4 shards and their 4 descriptors hashed, one by one.
+    assert approved.summary.files_hashed == 8 + len(chain.refs)
+    got = [r for batch in approved.split_data_loader(collate_fn=list).load("train") for r in batch]
+    assert got == [r for k in ("s0", "s1", "s2") for r in chain.records[k]]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "swap"])
+def test_descriptor_pack_damaged_is_refused(chain: Any, damage: str) -> None:
+    pack = chain.vault.load_manifest(chain.manifest_uri).descriptor_pack
+    assert pack is not None
+    data = chain.vault.storage.get(pack.uri)
+    if damage == "flip":
+        flip_byte(chain.vault, pack.uri, len(data) // 2)
+    elif damage == "truncate":
+        chain.vault.storage.put(pack.uri, data[:-7])
+    elif damage == "delete":
+        chain.vault.storage.delete(pack.uri)
+    else:  # a canonical pack of the same size whose descriptor disagrees with the manifest
+        chain.vault.storage.put(pack.uri, data.replace(b'"record_count":30', b'"record_count":31', 1))
+    assert chain.vault.storage.exists(pack.uri) == (damage != "delete")
+    # The gate reads the pack first, checked against the manifest's binding, for the re-scan's
+    # descriptors: a changed pack is refused there, before the hash pass.
+    what = {"flip": "altered after publication", "truncate": "truncated", "delete": "is missing",
+            "swap": "altered after publication"}[damage]
+    denied(chain.vault, chain.request(), rf"descriptor-packs/{pack.sha256}\.json.*({what})")
+
+
+def test_loose_descriptor_is_not_read_by_the_gate(chain: Any) -> None:
+    # With a pack, the gate binds each descriptor through the pack's copy (checked against the
+    # manifest's descriptor_sha256): the loose descriptor objects are never fetched.
+    manifest = chain.vault.load_manifest(chain.manifest_uri)
+    for _, split in manifest.splits.items():
+        for entry in split.shards:
+            chain.vault.storage.delete(entry.descriptor_uri)
+    approved = chain.vault.approve_dataset(chain.request())
+    assert approved.summary.files_hashed == 4 + 1 + len(chain.refs)
+    got = [r for batch in approved.split_data_loader(collate_fn=list).load("train") for r in batch]
+    assert got == [r for k in ("s0", "s1", "s2") for r in chain.records[k]]
 
 
 def test_scan_manifest_missing_a_file(chain: Any) -> None:

@@ -21,3 +21,18 @@ def test_publication_and_chain_bytes_match_the_recorded_digests() -> None:
     changed = [uri for uri in expected if written[uri] != expected[uri]]
     assert not changed, f"{len(changed)} objects changed bytes, e.g. {changed[:5]}"
     assert any(uri.endswith("approval-v1.dsse.json") for uri in written)
+
+
+#: The data manifests' digests as recorded before descriptor packs existed (main at 15e5f2c).
+PRE_PACK_MANIFESTS = {
+    "memory://golden/dataset/data-manifest-unpacked.json":
+        "ce1d022ade164bf77f4ca42fc979eddac29a12cf11d98839e687826c2898bc74",
+}
+
+
+def test_a_manifest_without_a_pack_keeps_its_pre_pack_bytes() -> None:
+    # The new optional field is omitted when absent, so manifests published before packs still
+    # hash (and are approved) as they were.
+    expected = json.loads((GOLDEN / "chain-digests.json").read_text())
+    for uri, digest in PRE_PACK_MANIFESTS.items():
+        assert expected[uri] == digest

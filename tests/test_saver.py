@@ -25,6 +25,7 @@ from trainvault import (
     TrainVault,
     iter_shard,
 )
+from trainvault.canonical import sha256_hex
 from trainvault.saver import DatasetSaver
 from trainvault.storage import join_uri, normalize_uri
 
@@ -59,10 +60,14 @@ def test_publication_layout_and_manifest_fields(vault_root: tuple[TrainVault, st
     saver.save("train", None, records_for("train", None, "x"), shard_id="x")
     saver.save("valid", None, records_for("valid", None, "0"), shard_id="0")
     manifest = saver.commit_manifest()
+    pack = manifest.descriptor_pack
+    assert pack is not None and pack.uri == join_uri(root, "descriptor-packs", f"{pack.sha256}.json")
+    assert sha256_hex(vault.storage.get(pack.uri)) == pack.sha256 and pack.size == len(vault.storage.get(pack.uri))
 
     assert sorted(list_keys(vault, root)) == sorted(
         [
             "data-manifest-v1.json",
+            f"descriptor-packs/{pack.sha256}.json",
             "shards/train/easy/0.msgpack.zst",
             "shards/train/easy/0.complete.json",
             "shards/train/easy/1.msgpack.zst",
@@ -74,7 +79,8 @@ def test_publication_layout_and_manifest_fields(vault_root: tuple[TrainVault, st
         ]
     )
     raw = json.loads(vault.storage.get(manifest_uri(root)))
-    assert set(raw) == {"format", "version", "data_format", "splits"}
+    assert set(raw) == {"format", "version", "data_format", "splits", "descriptor_pack"}
+    assert raw["descriptor_pack"] == {"uri": pack.uri, "sha256": pack.sha256, "size": pack.size}
     assert raw["data_format"] == "msgpack.zst" and raw["version"] == 1
     entry = raw["splits"]["train"]["shards"][1]
     assert set(entry) == {

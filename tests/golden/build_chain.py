@@ -67,6 +67,9 @@ def save_readme_dataset(vault: TrainVault, root: str, data_format: str, train_sh
     saver.register_curriculum("train", "early", [saver.recover("train", "easy", shard_id="0"),
                                                  saver.recover("train", "medium", shard_id="0")])
     saver.commit_manifest()
+    # The manifest as trainvault wrote it before descriptor packs: its bytes must not drift either.
+    unpacked = saver.build_manifest().model_copy(update={"descriptor_pack": None})
+    vault.storage.put_create(f"{root}/data-manifest-unpacked.json", unpacked.to_json_bytes())
     return saver.manifest_uri
 
 

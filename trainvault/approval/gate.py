@@ -54,6 +54,7 @@ from trainvault.contamination.report import ContaminationReport
 from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
+from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
 from trainvault.storage import (
@@ -180,13 +181,13 @@ def _gate(
     chain = _judge_chain(storage, refs, docs, policy)
     ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
     survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
-    rescan = Rescan(storage, chain.publication, chain.index, policy, survey)
+    # The drawn shards' descriptors come from the pack (one request, checked against the manifest).
+    rescan = Rescan(storage, chain.publication.read_pack(storage), chain.index, policy, survey)
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     # The bar counts the bound documents too, as the summary does.
     shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
     hashed = _hash_declared(storage, chain, threads, shown, fed_by_hashing(ledgers.consumers(), rescan.consumers()))
-    descriptors_raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in chain.publication.entries()}
-    publication = chain.publication.with_descriptors(descriptors_raw)
+    publication, descriptors_raw = _attach_descriptors(chain.publication, hashed)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
@@ -265,6 +266,20 @@ def _judge_chain(
                   {"report": report.signers, "scan": scan.signers}, exclusions)
 
 
+def _attach_descriptors(
+    publication: Publication, hashed: Mapping[str, HashedObject]
+) -> tuple[Publication, dict[str, bytes]]:
+    """Every descriptor, parsed and checked against its entry, from the bytes just hashed: the
+    pack's copy of each (which must hash to the manifest's ``descriptor_sha256``), or, for a
+    manifest written before packs, each descriptor object's."""
+    ref = publication.manifest.descriptor_pack
+    if ref is None:
+        raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
+        return publication.with_descriptors(raw), raw
+    attached = publication.with_pack(_kept(hashed[ref.uri]))
+    return attached, descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
+
+
 def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:
     """A bound report or scan manifest: signed by the policy's scanner keys, or (without them) plain."""
     try:
@@ -285,7 +300,7 @@ def _hash_declared(
         hashed = hash_objects(
             storage,
             [f.resolved for f in files],
-            keep={f.resolved for f in files if f.role == "descriptor"},
+            keep={f.resolved for f in files if f.role in ("descriptor", "descriptor-pack")},
             # No file is read past the size it was scanned as.
             bound_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
             threads=threads,

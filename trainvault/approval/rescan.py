@@ -57,8 +57,10 @@ class Rescan:
         self.publication = publication
         self.seed, self.drawn = sample_shards(publication, policy)
         data_format = publication.manifest.data_format
-        self.feeds = {normalize_uri(group[0][1].uri): ScanFeed(storage, data_format, group[0][1], index, survey)
-                      for group in self.drawn}
+        # A descriptor attached from the pack is used as it is (no request per drawn shard).
+        self.feeds = {normalize_uri(entry.uri): ScanFeed(storage, data_format, entry, index, survey,
+                                                         publication.descriptors.get(entry.descriptor_uri))
+                      for entry in (group[0][1] for group in self.drawn)}
 
     def consumers(self) -> dict[str, Callable[[], ChunkConsumer]]:
         """A consumer for each drawn shard (by the URI the gate hashes it under)."""

@@ -1,9 +1,10 @@
 """The training scan manifest (training-scan-manifest-v1.json): every file a publication declares, re-hashed.
 
-It lists the data manifest itself, every completion descriptor and every data object,
-each with the size and SHA-256 read from storage now (not copied from the manifest), plus
-totals. The contamination report binds it, and the gate checks that its file set equals
-the manifest's, so no shard goes unscanned and none is added.
+It lists the data manifest itself, its descriptor pack (or, in a manifest written before
+packs, every completion descriptor) and every data object, each with the size and SHA-256
+read from storage now (not copied from the manifest), plus totals. The contamination
+report binds it, and the gate checks that its file set equals the manifest's, so no shard
+goes unscanned and none is added.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from trainvault.storage import (
 )
 
 SCAN_MANIFEST_NAME = "training-scan-manifest-v1.json"
-Role = Literal["data-manifest", "descriptor", "shard"]
+Role = Literal["data-manifest", "descriptor", "descriptor-pack", "shard"]
 
 
 class ScannedFile(StrictModel):
@@ -96,16 +97,19 @@ def declared_files(publication: Publication) -> tuple[list[DeclaredFile], dict[s
         publication.uri: DeclaredFile("data-manifest", name, publication.uri, len(publication.raw), publication.sha256)
     }
     totals = {"shards": 0, "records": 0, "shard_bytes": 0}
+    pack, resolved_pack = publication.as_written.descriptor_pack, publication.manifest.descriptor_pack
+    if pack is not None and resolved_pack is not None:
+        found[resolved_pack.uri] = DeclaredFile("descriptor-pack", pack.uri, resolved_pack.uri, pack.size, pack.sha256)
     for split_name, written in publication.as_written.splits.items():
         resolved = publication.manifest.splits[split_name].shards
         for e, r in zip(written.shards, resolved, strict=True):
             totals["shards"] += 1
             totals["records"] += e.record_count
             totals["shard_bytes"] += e.size_bytes
-            for f in (
-                DeclaredFile("shard", e.uri, r.uri, e.size_bytes, e.sha256),
-                DeclaredFile("descriptor", e.descriptor_uri, r.descriptor_uri, None, e.descriptor_sha256),
-            ):
+            files = [DeclaredFile("shard", e.uri, r.uri, e.size_bytes, e.sha256)]
+            if pack is None:  # with a pack, the pack holds (and binds) every descriptor
+                files.append(DeclaredFile("descriptor", e.descriptor_uri, r.descriptor_uri, None, e.descriptor_sha256))
+            for f in files:
                 seen = found.setdefault(f.resolved, f)
                 if (seen.role, seen.size_bytes, seen.sha256) != (f.role, f.size_bytes, f.sha256):
                     raise ManifestError(

@@ -22,7 +22,7 @@ from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, DecodeError, IntegrityError, TrainVaultError
 from trainvault.formats.cutter import BlockCutter
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
-from trainvault.publication.manifest import ShardEntry
+from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import Sha256
 from trainvault.storage import Storage
@@ -299,6 +299,7 @@ def scan_shard(
     index: EvalIndex,
     *,
     on_bytes: Callable[[int], None] | None = None,
+    descriptor: ShardDescriptor | None = None,
     survey: TextFieldSurvey | None = None,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> ShardScanResult:
@@ -309,9 +310,10 @@ def scan_shard(
     equal the manifest entry's (`IntegrityError` otherwise). `on_bytes` receives the
     number of shard bytes read since its last call; `survey` observes every block's records;
     `on_records` gets each verified block's decoded records, in order (other per-record work
-    over the same single read).
+    over the same single read). `descriptor`: the shard's descriptor, already read and checked
+    against `entry` (else it is read from storage).
     """
-    reader = ShardReader(storage, entry, data_format)
+    reader = ShardReader(storage, entry, data_format, descriptor)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
@@ -380,14 +382,14 @@ class ScanFeed:
     `result` raises it."""
 
     def __init__(self, storage: Storage, data_format: str, entry: ShardEntry, index: EvalIndex,
-                 survey: TextFieldSurvey | None = None):
+                 survey: TextFieldSurvey | None = None, descriptor: ShardDescriptor | None = None):
         self.entry, self.survey = entry, survey
         self.error: TrainVaultError | None = None
         self._acc = _Accumulator(index)
         self._text: BlockTextReader | None = None
         self._cutter: BlockCutter | None = None
         try:
-            self._reader = ShardReader(storage, entry, data_format)
+            self._reader = ShardReader(storage, entry, data_format, descriptor)
             self._cutter = BlockCutter(entry.uri, self._reader.blocks)
         except TrainVaultError as exc:
             self.error = exc

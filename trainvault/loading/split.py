@@ -65,10 +65,11 @@ class SplitDataLoader:
     ``drop_last``, which the loader applies itself. `rank` and `world_size` are taken from
     `torch.distributed` when it is initialised. `view` (a `RecordView`): batch its logical
     records of each block instead of the stored records. `manifest_uri`: the manifest's URI, or a
-    `Publication` already read (its attached descriptors are used as they are). `exclude`:
-    manifest shard key -> 0-based record indices in that shard that are never dealt (every
-    position, epoch length and the resume state count the remaining records). `observe`: the
-    window of the per-step figures, the slowest-rank gather and the watchdog (`Observability`).
+    `Publication` already read (its attached descriptors are used as they are; else its
+    descriptor pack is read). `exclude`: manifest shard key -> 0-based record indices in that
+    shard that are never dealt (every position, epoch length and the resume state count the
+    remaining records). `observe`: the window of the per-step figures, the slowest-rank gather
+    and the watchdog (`Observability`).
     """
 
     def __init__(
@@ -116,9 +117,9 @@ class SplitDataLoader:
             raise ConfigurationError(f"batch_size must be a positive int, got {self.batch_size!r}")
         self.drop_last = bool(self._args.pop("drop_last", False))
 
-        self.publication = (
-            manifest_uri if isinstance(manifest_uri, Publication) else Publication.load(storage, manifest_uri)
-        )
+        publication = manifest_uri if isinstance(manifest_uri, Publication) else Publication.load(storage, manifest_uri)
+        # One read for every descriptor (a manifest written before packs: each is read on first use).
+        self.publication = publication.read_pack(storage)
         self.manifest_uri = self.publication.uri
         self.manifest_sha256 = self.publication.sha256
         self.manifest = self.publication.manifest

@@ -6,8 +6,9 @@ and the descriptor last, so shards saved by other processes are found too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, field
 
 from trainvault.canonical import sha256_hex
 from trainvault.errors import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
@@ -24,9 +25,20 @@ from trainvault.storage import Storage, join_uri
 
 _DISCOVERY_THREADS = 16
 
-#: Per split, in manifest order: each complete shard's entry and the curriculum metadata
-#: its descriptor records.
-Discovered = dict[str, list[tuple[ShardEntry, dict[str, Any] | None]]]
+
+@dataclass(frozen=True)
+class Found:
+    """A complete shard: its manifest entry, its descriptor and the descriptor's stored bytes."""
+
+    entry: ShardEntry
+    descriptor: ShardDescriptor
+    raw: bytes = field(repr=False)
+
+
+#: Per split, in manifest order: each complete shard found.
+Discovered = dict[str, list[Found]]
+#: Descriptors a caller already holds (it wrote or read them), by descriptor URI.
+Held = Mapping[str, tuple[ShardDescriptor, bytes]]
 
 
 def shard_entry(descriptor_uri: str, data_uri: str, desc: ShardDescriptor, desc_bytes: bytes) -> ShardEntry:
@@ -59,23 +71,27 @@ def read_shard_descriptor(
     return desc, raw
 
 
-def discover_shards(storage: Storage, root: str, data_format: str) -> Discovered:
+def discover_shards(storage: Storage, root: str, data_format: str, held: Held | None = None) -> Discovered:
     """Every complete shard under `root`, found by listing (other processes' too), per split in
-    manifest order, with the curriculum metadata its descriptor records."""
+    manifest order. Descriptors are read in parallel, except those in `held` whose listed size
+    is the size held."""
     prefix = join_uri(root, "shards")
     base = prefix + "/"
     objects = storage.list(prefix)
     sizes = {o.uri: o.size for o in objects}
     descriptors = [o.uri for o in objects if o.uri.endswith(DESCRIPTOR_SUFFIX)]
+    held = held or {}
 
-    def load(uri: str) -> tuple[str, ShardEntry, dict[str, Any] | None]:
+    def load(uri: str) -> tuple[str, Found]:
         parts = uri[len(base) :].split("/")
         if len(parts) != 3:
             raise ManifestError(f"{uri}: a descriptor outside the shards/<split>/<stage>/ layout")
         split, stage_dir, file = parts
         stage = None if stage_dir == NO_STAGE else stage_dir
         shard_id = file[: -len(DESCRIPTOR_SUFFIX)]
-        found = read_shard_descriptor(storage, root, split, stage, shard_id)
+        found = held.get(uri)
+        if found is None or len(found[1]) != sizes[uri]:
+            found = read_shard_descriptor(storage, root, split, stage, shard_id)
         if found is None:
             raise ObjectNotFoundError(f"{uri} disappeared while the manifest was being built; retry")
         desc, raw = found
@@ -90,15 +106,18 @@ def discover_shards(storage: Storage, root: str, data_format: str) -> Discovered
                 f"{data_uri} is missing or not {desc.size_bytes} bytes as its descriptor says; delete the "
                 "shard's objects and save it again"
             )
-        return split, shard_entry(uri, data_uri, desc, raw), desc.curriculum_metadata
+        return split, Found(shard_entry(uri, data_uri, desc, raw), desc, raw)
 
-    with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
-        loaded = list(pool.map(load, descriptors))
+    unheld = [uri for uri in descriptors if uri not in held]
+    loaded = [load(uri) for uri in descriptors if uri in held]  # no request unless a size differs
+    if unheld:
+        with ThreadPoolExecutor(max_workers=_DISCOVERY_THREADS) as pool:
+            loaded += pool.map(load, unheld)
     by_split: Discovered = {}
-    for split, entry, metadata in loaded:
-        by_split.setdefault(split, []).append((entry, metadata))
+    for split, found in loaded:
+        by_split.setdefault(split, []).append(found)
 
-    described = {entry.uri for _, entry, _ in loaded} | set(descriptors)
+    described = {found.entry.uri for _, found in loaded} | set(descriptors)
     incomplete = [o.uri for o in objects if o.uri not in described]
     if incomplete:
         shown = ", ".join(incomplete[:5]) + (f" and {len(incomplete) - 5} more" if len(incomplete) > 5 else "")
@@ -106,4 +125,4 @@ def discover_shards(storage: Storage, root: str, data_format: str) -> Discovered
             f"{len(incomplete)} object(s) under {prefix} belong to no complete shard: {shown}. "
             "Save those shards again (a crash interrupted them) before committing"
         )
-    return {s: sorted(es, key=lambda pair: natural_key(pair[0].key)) for s, es in by_split.items()}
+    return {s: sorted(fs, key=lambda f: natural_key(f.entry.key)) for s, fs in by_split.items()}

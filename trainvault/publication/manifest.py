@@ -4,6 +4,7 @@
 <root>/data-manifest-v1.json                                  publication marker, written last
 <root>/shards/<split>/<stage or _>/<shard_id>.<ext>           data object
 <root>/shards/<split>/<stage or _>/<shard_id>.complete.json   completion descriptor
+<root>/descriptor-packs/<sha256>.json                         every descriptor in one object
 ```
 
 The manifest holds no timestamps: it is a pure function of the shards and the curriculum
@@ -15,12 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import InvalidNameError, SelectionError
 from trainvault.formats import FORMATS, BlockRef, ByteRange
-from trainvault.refs import Sha256
+from trainvault.refs import ObjectRef, Sha256
 from trainvault.storage import join_uri, parse_uri
 
 MANIFEST_NAME = "data-manifest-v1.json"
@@ -194,6 +195,24 @@ class DataManifest(Document):
     version: Literal[1] = 1
     data_format: str
     splits: dict[str, SplitManifest]
+    #: Every shard's descriptor in one object, in manifest order (`trainvault.publication.pack`);
+    #: None in a manifest written before packs existed, whose descriptors are read one by one.
+    descriptor_pack: ObjectRef | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_missing_pack(self, handler: Any) -> dict[str, Any]:
+        # A manifest without a pack keeps the bytes (and sha256) it was published with.
+        out = handler(self)
+        if out.get("descriptor_pack") is None:
+            out.pop("descriptor_pack", None)
+        return out
+
+    @field_validator("descriptor_pack")
+    @classmethod
+    def _pack_sized(cls, value: ObjectRef | None) -> ObjectRef | None:
+        if value is not None and value.size is None:
+            raise ValueError("descriptor_pack must bind the pack's size")
+        return value
 
     @field_validator("data_format")
     @classmethod

@@ -7,7 +7,9 @@ by one set of rules: `trainvault.uris.resolve_uri`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import gc
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -19,17 +21,22 @@ from trainvault.publication.manifest import (
     ShardEntry,
     SplitManifest,
 )
-from trainvault.publication.reader import parse_descriptor
+from trainvault.publication.pack import read_pack, unpack
+from trainvault.publication.reader import check_descriptor, parse_descriptor
 from trainvault.storage import Storage
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
 
 
 def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
-    """The same manifest with every shard and descriptor URI absolute, resolved against `base`.
-    `absolute`: what an absolute reference may name (see `resolve_uri`)."""
+    """The same manifest with every shard, descriptor and descriptor pack URI absolute, resolved
+    against `base`. `absolute`: what an absolute reference may name (see `resolve_uri`)."""
     parse_uri(base)
     splits = {}
-    changed = False
+    pack = manifest.descriptor_pack
+    if pack is not None:
+        where = f"the manifest in {base}, its descriptor pack"
+        pack = pack.model_copy(update={"uri": resolve_uri(pack.uri, base, absolute=absolute, where=where)})
+    changed = pack != manifest.descriptor_pack
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
@@ -41,7 +48,21 @@ def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolu
         splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
     if not changed:
         return manifest
-    return manifest.model_copy(update={"splits": splits})
+    return manifest.model_copy(update={"splits": splits, "descriptor_pack": pack})
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a large manifest or pack is parsed: parsing
+    makes millions of small objects and no cycles, and each collection pass would walk them all
+    again (at 5,000 shards it was over half of a loader's build time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +70,7 @@ class Publication:
     """A data manifest as stored at `uri`: its bytes (`raw`), their `sha256`, and the parsed
     `manifest` with every shard and descriptor URI absolute (`as_written`: as stored). `descriptors` (by descriptor URI)
     holds each shard's descriptor, parsed and checked against its entry, once attached with
-    `with_descriptors`; empty until then."""
+    `with_descriptors` or `read_pack`; empty until then."""
 
     uri: str
     sha256: str
@@ -70,8 +91,9 @@ class Publication:
             raise IntegrityError(
                 f"{uri}: sha256 is {digest}, expected {sha256}; the manifest changed: bind (or pin) the manifest you mean"
             )
-        parsed = DataManifest.from_json_bytes(raw, source=uri)
-        resolved = resolve_manifest_uris(parsed, parent_uri(uri), absolute=absolute)
+        with _collector_paused():
+            parsed = DataManifest.from_json_bytes(raw, source=uri)
+            resolved = resolve_manifest_uris(parsed, parent_uri(uri), absolute=absolute)
         return cls(uri, digest, bytes(raw), resolved, parsed)
 
     @classmethod
@@ -102,19 +124,47 @@ class Publication:
 
     def with_descriptors(self, raw: Mapping[str, bytes]) -> Publication:
         """This publication with every shard's descriptor parsed from `raw` (descriptor URI ->
-        the bytes read) and checked against its entry and the manifest's data format."""
+        the bytes read), each checked against its entry's descriptor_sha256 (see `_attach`)."""
         parsed: dict[str, ShardDescriptor] = {}
         for _, entry in self.entries():
             data = raw.get(entry.descriptor_uri)
             if data is None:
                 raise ManifestError(f"{self.uri}: no descriptor bytes for shard {entry.key!r} ({entry.descriptor_uri})")
-            desc = parse_descriptor(entry, data)
-            if desc.data_format != self.data_format:
+            parsed[entry.descriptor_uri] = parse_descriptor(entry, data)
+        return self._attach(parsed, lambda entry: entry.descriptor_uri)
+
+    def with_pack(self, raw: bytes) -> Publication:
+        """This publication with every descriptor attached from the bytes of its descriptor pack
+        (whose digest the caller checked against the manifest; see `_attach`)."""
+        ref = self.manifest.descriptor_pack
+        if ref is None:
+            raise ManifestError(f"{self.uri} binds no descriptor pack (it was written before packs)")
+        with _collector_paused():
+            descriptors = unpack(self.manifest, raw, ref.uri)
+            parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
+            return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
+
+    def read_pack(self, storage: Storage) -> Publication:
+        """This publication with every descriptor attached from its descriptor pack, read in one
+        request and checked against the manifest (see `trainvault.publication.pack`). Unchanged
+        when descriptors are attached already or the manifest (written before packs) has none."""
+        ref = self.manifest.descriptor_pack
+        if ref is None or self.descriptors:
+            return self
+        return self.with_pack(read_pack(storage, ref, self.uri))
+
+    def _attach(self, parsed: Mapping[str, ShardDescriptor], where: Callable[[ShardEntry], str]) -> Publication:
+        """This publication with `parsed` attached, each descriptor checked against its entry,
+        split and the manifest's data format."""
+        for split, entry in self.entries():
+            desc = check_descriptor(entry, parsed[entry.descriptor_uri], where(entry))
+            if (desc.split, desc.data_format) != (split, self.data_format):
                 raise ManifestError(
-                    f"{entry.descriptor_uri}: descriptor says {desc.data_format}, the manifest {self.data_format}"
+                    f"{where(entry)}: describes split {desc.split!r} in {desc.data_format}, the manifest "
+                    f"lists it in split {split!r} in {self.data_format}"
                 )
-            parsed[entry.descriptor_uri] = desc
-        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, MappingProxyType(parsed))
+        attached = MappingProxyType(dict(parsed))
+        return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, attached)
 
     def descriptor(self, entry: ShardEntry) -> ShardDescriptor:
         """The attached descriptor of `entry` (see `with_descriptors`)."""

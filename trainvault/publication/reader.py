@@ -38,7 +38,13 @@ def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
             f"{entry.descriptor_uri}: descriptor sha256 does not match the manifest; the descriptor was altered "
             "after publication: do not train on this shard"
         )
-    desc = ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri)
+    return check_descriptor(entry, ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri),
+                            entry.descriptor_uri)
+
+
+def check_descriptor(entry: ShardEntry, desc: ShardDescriptor, where: str) -> ShardDescriptor:
+    """`desc`, if it agrees with the manifest entry (size, sha256, record count, key); `where`
+    names the descriptor in the `IntegrityError` raised otherwise."""
     mismatched = [
         f"{name} {a!r} in the descriptor, {b!r} in the manifest"
         for name, a, b in (
@@ -50,7 +56,7 @@ def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
         if a != b
     ]
     if mismatched:
-        raise IntegrityError(f"{entry.descriptor_uri}: differs from the manifest entry: {'; '.join(mismatched)}")
+        raise IntegrityError(f"{where}: differs from the manifest entry: {'; '.join(mismatched)}")
     return desc
 
 

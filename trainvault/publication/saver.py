@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainvault.canonical import canonical_json
+from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.formats import DEFAULT_BLOCK_BYTES, EncodedShard, encode_shard, get_format
-from trainvault.publication.discovery import discover_shards, read_shard_descriptor, shard_entry
+from trainvault.publication.discovery import Found, discover_shards, read_shard_descriptor, shard_entry
 from trainvault.publication.manifest import (
     Curriculum,
     DataManifest,
@@ -32,6 +32,8 @@ from trainvault.publication.manifest import (
     validate_name,
     validate_stage,
 )
+from trainvault.publication.pack import build_pack, pack_uri
+from trainvault.refs import ObjectRef
 from trainvault.storage import (
     SINGLE_PUT_LIMIT,
     Storage,
@@ -103,6 +105,8 @@ class DatasetSaver:
         self.max_shard_bytes = min(max_shard_bytes, SINGLE_PUT_LIMIT)
         # Shards saved or recovered by this process, per split: key -> entry.
         self._known: dict[str, dict[str, ShardEntry]] = {}
+        # Their descriptors with the bytes stored, by descriptor URI: commit need not read them again.
+        self._held: dict[str, tuple[ShardDescriptor, bytes]] = {}
         self._stage_metadata: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._curricula: dict[str, dict[str, Curriculum]] = {}
         #: (split, key) of the shards this saver wrote (not found complete).
@@ -142,7 +146,8 @@ class DatasetSaver:
             encoded = self._put_data(shard, records)
             desc, desc_bytes = self._put_descriptor(shard, self._descriptor(shard, encoded, metadata), metadata)
             self._written.add((split, shard.key))
-        return self._remember(split, shard_entry(shard.descriptor_uri, shard.data_uri, desc, desc_bytes), metadata)
+        entry = shard_entry(shard.descriptor_uri, shard.data_uri, desc, desc_bytes)
+        return self._remember(split, entry, desc, desc_bytes)
 
     def _place(self, split: str, curriculum_stage: str | None, shard_id: str) -> _Shard:
         return _Shard(
@@ -222,16 +227,17 @@ class DatasetSaver:
         self._verify_data(desc, data_uri)
         desc_uri = shard_descriptor_uri(self.root, split, curriculum_stage, shard_id)
         entry = shard_entry(desc_uri, data_uri, desc, desc_bytes)
-        return self._remember(split, entry, desc.curriculum_metadata)
+        return self._remember(split, entry, desc, desc_bytes)
 
     def wrote(self, split: str, key: str) -> bool:
         """Whether this saver wrote shard `key` of `split` (False: found complete and reused, or not saved)."""
         return (split, key) in self._written
 
-    def _remember(self, split: str, entry: ShardEntry, metadata: dict[str, Any] | None) -> ShardEntry:
+    def _remember(self, split: str, entry: ShardEntry, desc: ShardDescriptor, desc_bytes: bytes) -> ShardEntry:
         self._known.setdefault(split, {})[entry.key] = entry
+        self._held[entry.descriptor_uri] = (desc, desc_bytes)
         if entry.curriculum_stage is not None:
-            self._stage_metadata.setdefault((split, entry.curriculum_stage), metadata)
+            self._stage_metadata.setdefault((split, entry.curriculum_stage), desc.curriculum_metadata)
         return entry
 
     def _check_same_shard(self, desc: ShardDescriptor, metadata: dict[str, Any] | None, name: str) -> None:
@@ -317,46 +323,57 @@ class DatasetSaver:
 
     def build_manifest(self) -> DataManifest:
         """The manifest that `commit_manifest` would write, from the shards on storage."""
-        discovered = discover_shards(self.storage, self.root, self.data_format)
+        return self._build()[0]
+
+    def _build(self) -> tuple[DataManifest, ObjectRef, bytes]:
+        """The manifest, the descriptor pack it binds and the pack's bytes."""
+        discovered = discover_shards(self.storage, self.root, self.data_format, self._held)
         for split in self._curricula:
             if split not in discovered:
                 raise ManifestError(f"curricula are registered for split {split!r}, which has no complete shard")
-        splits: dict[str, SplitManifest] = {}
-        for split in sorted(discovered, key=natural_key):
-            pairs = discovered[split]
-            entries = [e for e, _ in pairs]
-            stages: dict[str, tuple[list[str], dict[str, Any] | None]] = {}
-            for entry, metadata in pairs:
-                stage = entry.curriculum_stage
-                if stage is None:
-                    continue
-                keys_of_stage, first_metadata = stages.setdefault(stage, ([], metadata))
-                if first_metadata != metadata:
-                    raise ConflictError(
-                        f"split {split!r} stage {stage!r}: shards carry different curriculum_metadata; "
-                        "every shard of a stage must be saved with the same metadata"
-                    )
-                keys_of_stage.append(entry.key)
-            curricula = {stage: Curriculum(shards=k, metadata=m) for stage, (k, m) in stages.items()}
-            keys = {e.key for e in entries}
-            for name, registered in self._curricula.get(split, {}).items():
-                missing = [k for k in registered.shards if k not in keys]
-                if missing:
-                    raise ManifestError(f"curriculum {name!r} names shards no longer on storage: {missing[:3]}")
-                if name in curricula and curricula[name] != registered:
-                    raise ConflictError(
-                        f"curriculum {name!r} in split {split!r} would replace the stage of that name "
-                        "inferred from save(); choose another curriculum name"
-                    )
-                curricula[name] = registered
-            splits[split] = SplitManifest(shards=entries, curricula=dict(sorted(curricula.items())))
-        if not splits:
+        if not discovered:
             raise ManifestError(f"no complete shard under {self.root}; save shards before building a manifest")
-        return DataManifest(data_format=self.data_format, splits=splits)
+        order = sorted(discovered, key=natural_key)
+        splits = {split: self._split_manifest(split, discovered[split]) for split in order}
+        pack = build_pack(self.data_format,
+                          [(f.entry.descriptor_uri, f.descriptor, f.raw) for s in order for f in discovered[s]])
+        digest = sha256_hex(pack)
+        ref = ObjectRef(uri=pack_uri(self.root, digest), sha256=digest, size=len(pack))
+        return DataManifest(data_format=self.data_format, splits=splits, descriptor_pack=ref), ref, pack
+
+    def _split_manifest(self, split: str, found: list[Found]) -> SplitManifest:
+        """A split's shards, and its curricula: the stages inferred from save() plus those registered."""
+        stages: dict[str, tuple[list[str], dict[str, Any] | None]] = {}
+        for f in found:
+            stage, metadata = f.entry.curriculum_stage, f.descriptor.curriculum_metadata
+            if stage is None:
+                continue
+            keys_of_stage, first_metadata = stages.setdefault(stage, ([], metadata))
+            if first_metadata != metadata:
+                raise ConflictError(
+                    f"split {split!r} stage {stage!r}: shards carry different curriculum_metadata; "
+                    "every shard of a stage must be saved with the same metadata"
+                )
+            keys_of_stage.append(f.entry.key)
+        curricula = {stage: Curriculum(shards=k, metadata=m) for stage, (k, m) in stages.items()}
+        keys = {f.entry.key for f in found}
+        for name, registered in self._curricula.get(split, {}).items():
+            missing = [k for k in registered.shards if k not in keys]
+            if missing:
+                raise ManifestError(f"curriculum {name!r} names shards no longer on storage: {missing[:3]}")
+            if name in curricula and curricula[name] != registered:
+                raise ConflictError(
+                    f"curriculum {name!r} in split {split!r} would replace the stage of that name "
+                    "inferred from save(); choose another curriculum name"
+                )
+            curricula[name] = registered
+        return SplitManifest(shards=[f.entry for f in found], curricula=dict(sorted(curricula.items())))
 
     def commit_manifest(self) -> DataManifest:
-        """Build the manifest and write it create-only. Idempotent for the same publication."""
-        manifest = self.build_manifest()
+        """Build the manifest, write its descriptor pack and then the manifest, both create-only.
+        Idempotent for the same publication."""
+        manifest, ref, pack = self._build()
+        self.storage.put_create(ref.uri, pack)  # named by its digest: equal bytes or none
         try:
             self.storage.put_create(self.manifest_uri, manifest.to_json_bytes())
         except ConflictError:
