@@ -153,9 +153,11 @@ CASES: dict[str, Callable[..., None]] = {
 # -- fixtures ---------------------------------------------------------------------------------------
 
 
-def signed_chain(root: Path) -> tuple[Any, tuple[str, str, str]]:
-    """A chain with a signed approval record: (chain, open_approved arguments)."""
-    chain = build_chain(TrainVault(), str(root / "chain"), shards=3, records_per_shard=20)
+def signed_chain(root: Path, target: str = "shard") -> tuple[Any, tuple[str, str, str]]:
+    """A chain with a signed approval record: (chain, open_approved arguments). A loose descriptor
+    is read only for a manifest written without a descriptor pack, so that target gets one."""
+    chain = build_chain(TrainVault(), str(root / "chain"), shards=3, records_per_shard=20,
+                        packed=target != "descriptor")
     approved = chain.vault.approve_dataset(chain.request())
     key = SigningKey.generate()
     _, public, _ = write_keypair(root / "approver", key)
@@ -167,7 +169,10 @@ def target_uri(chain: Any, target: str) -> str:
     if target == "release-item":
         (item,) = Path(local_path(chain.root)).glob("release/**/*.jsonl")
         return normalize_uri(str(item))
-    entry = chain.vault.load_manifest(chain.manifest_uri).splits["train"].shards[-1]
+    manifest = chain.vault.load_manifest(chain.manifest_uri)
+    if target == "descriptor-pack":
+        return manifest.descriptor_pack.uri
+    entry = manifest.splits["train"].shards[-1]
     return entry.uri if target == "shard" else entry.descriptor_uri
 
 
@@ -181,10 +186,10 @@ def refused(result: dict[str, Any], kinds: tuple[str, ...], uri: str) -> None:
 # -- the gate ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["shard", "descriptor"])
+@pytest.mark.parametrize("target", ["shard", "descriptor", "descriptor-pack"])
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "loop", "socket"])
 def test_gate_refuses_special_files(tmp_path: Path, kind: str, target: str) -> None:
-    chain, args = signed_chain(tmp_path)
+    chain, args = signed_chain(tmp_path, target)
     uri = target_uri(chain, target)
     SWAPS[kind](local_path(uri))
     result = run_isolated("open_approved", *args)
@@ -193,15 +198,18 @@ def test_gate_refuses_special_files(tmp_path: Path, kind: str, target: str) -> N
     assert "regular file" in result["message"]
 
 
-@pytest.mark.parametrize("target", ["shard", "descriptor", "release-item"])
+@pytest.mark.parametrize("target", ["shard", "descriptor", "descriptor-pack", "release-item"])
 def test_gate_reads_no_further_than_the_bound_size(tmp_path: Path, target: str) -> None:
-    chain, args = signed_chain(tmp_path)
+    chain, args = signed_chain(tmp_path, target)
     uri = target_uri(chain, target)
     swap_sparse(local_path(uri))
     result = run_isolated("open_approved", *args)
     refused(result, ("ApprovalError",), uri)
     if target == "release-item":
         assert "item file of benchmark 'tiny' does not match the release (size more" in result["message"]
+    elif target == "descriptor-pack":  # read whole to the size the manifest binds, before the hash pass
+        assert "but it is bound as" in result["message"]
+        assert "truncated, extended or replaced after it was bound" in result["message"]
     else:
         assert f"is {SPARSE_BYTES} bytes" in result["message"]
         assert "changed after it was scanned" in result["message"]
@@ -210,12 +218,17 @@ def test_gate_reads_no_further_than_the_bound_size(tmp_path: Path, target: str) 
 # -- the unapproved loader ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("target", ["descriptor", "descriptor-pack"])
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "loop", "socket", "sparse"])
-def test_plain_loader_refuses_a_special_descriptor(tmp_path: Path, kind: str) -> None:
-    chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=10)
-    uri = target_uri(chain, "descriptor")
+def test_plain_loader_refuses_a_special_descriptor(tmp_path: Path, kind: str, target: str) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=10, packed=target != "descriptor")
+    uri = target_uri(chain, target)
     SWAPS[kind](local_path(uri))
     result = run_isolated("plain_loader", chain.manifest_uri)
+    if kind == "sparse" and target == "descriptor-pack":  # read to the size the manifest binds, no further
+        refused(result, ("IntegrityError",), uri)
+        assert "truncated, extended or replaced after it was bound" in result["message"]
+        return
     refused(result, ("StorageError",), uri)
     if kind == "sparse":
         assert "ObjectTooLargeError" in result["types"][0]

@@ -59,7 +59,9 @@ def main() -> None:
     vault = TrainVault()
     saver = vault.dataset_saver(f"{ROOT}/dataset/data-manifest-v1.json", data_format="jsonl.gz")
     saver.save("train", None, records(), shard_id="0")
-    saver.commit_manifest()
+    # The manifest as trainvault wrote it before descriptor packs: the report binds its digest.
+    unpacked = saver.build_manifest().model_copy(update={"descriptor_pack": None})
+    vault.storage.put_create(saver.manifest_uri, unpacked.to_json_bytes())
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-v1-evals", [jsonl_benchmark("tiny", BENCHMARK)])
     contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json",
                                 VerifierContract.model_validate(CONTRACT))

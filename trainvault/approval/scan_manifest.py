@@ -163,8 +163,8 @@ def scan_publication(
     hashed = hash_objects(
         storage,
         [f.resolved for f in others],
-        # Descriptors are small documents: read whole (not streamed), as the gate reads them.
-        keep={f.resolved for f in others if f.role == "descriptor"},
+        # Descriptors and their pack are documents: read whole (not streamed), as the gate reads them.
+        keep={f.resolved for f in others if f.role in ("descriptor", "descriptor-pack")},
         expected_sizes={f.resolved: f.size_bytes or 0 for f in others},
         bound_sizes={f.resolved: f.size_bytes for f in others if f.size_bytes is not None},
         threads=threads,
