@@ -22,8 +22,8 @@ import torch.utils.data
 
 from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS, Item
 from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource, WindowKey
-from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_batches
+from trainvault.loading.mixture_source import ComponentSource, WindowKey, groups
+from trainvault.loading.order import RankSchedule, Redeal, worker_batches
 
 #: The schedule of a stream that never ends counts this many records.
 ENDLESS = 1 << 62
@@ -38,12 +38,13 @@ PLAN_BATCHES = 128
 
 @dataclass
 class ChunkPlan:
-    """Consecutive batches of a worker: their indices and batches, the windows they draw
+    """Consecutive batches of a worker: their indices, sizes and positions after, the windows they draw
     from (sorted, so each component's in the order it needs them), and for every record
     (batches concatenated) the index of its window there and its member."""
 
     ts: list[int]
-    batches: list[RankBatch]
+    counts: list[int]
+    afters: list[int]
     windows: list[WindowKey]
     kids: list[int]
     members: list[int]
@@ -73,19 +74,14 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
 
     def plan(self, ts: list[int], schedule: RankSchedule) -> ChunkPlan:
         """Which component window and member each record of batches `ts` is."""
-        batches = [schedule.batch(t) for t in ts]
-        counts = {b.count for b in batches}
-        if len(counts) == 1:  # whole rounds: one outer sum instead of an arange per batch
-            starts = np.fromiter((b.start for b in batches), dtype=np.int64, count=len(batches))
-            slots = np.add.outer(starts, np.arange(counts.pop(), dtype=np.int64)).reshape(-1)
+        starts, counts, afters = schedule.batch_arrays(np.asarray(ts, dtype=np.int64))
+        if len(ts) and counts.min() == counts.max():  # whole rounds: one outer sum instead of an arange per batch
+            slots = np.add.outer(starts, np.arange(counts[0], dtype=np.int64)).reshape(-1)
         else:
-            slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
+            slots = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
         comps, draws, _ = self.timeline.assign_slots(slots)
         epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
-        for c in range(len(self.sources)):
-            sel = comps == c
-            if not sel.any():
-                continue
+        for c, sel in groups(comps):
             epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
         if max(int(epochs.max()), int(windows.max())) < 1 << 26 and int(comps.max()) < 1 << 11:
             # One int64 per record orders as (component, pass, window) does: a 1-D unique is fast.
@@ -94,7 +90,7 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         else:
             rows, kids = np.unique(np.stack([comps, epochs, windows], axis=1), axis=0, return_inverse=True)
             keys = [(int(c), int(e), int(k)) for c, e, k in rows.tolist()]
-        return ChunkPlan(ts, batches, keys, kids.reshape(-1).tolist(), members.tolist())
+        return ChunkPlan(ts, counts.tolist(), afters.tolist(), keys, kids.reshape(-1).tolist(), members.tolist())
 
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
@@ -119,18 +115,18 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
             while (plan := planner.next_plan()) is not None:
                 at = 0
                 held: list[Any] = [None] * len(plan.windows)
-                for t, batch in zip(plan.ts, plan.batches):
+                for t, count, after in zip(plan.ts, plan.counts, plan.afters):
                     planner.consumed += 1
-                    kids = plan.kids[at : at + batch.count]
+                    kids = plan.kids[at : at + count]
                     for kid in sorted(set(kids)):
                         if held[kid] is None:
                             key = plan.windows[kid]
                             while key not in cache:
                                 self._load_next(key[0], planner, streams, cache)
                             held[kid] = cache[key]
-                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + batch.count])]
-                    at += batch.count
-                    yield t, 0, batch.after, self.collate_fn(records)
+                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + count])]
+                    at += count
+                    yield t, 0, after, self.collate_fn(records)
         finally:
             for stream in streams.values():
                 stream.close()  # type: ignore[attr-defined]
