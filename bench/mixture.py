@@ -4,13 +4,13 @@ One dataset of `--records` small records (id + ~120 B of text) in three stages o
 1/3 and 1/6 of the records, 1 MiB blocks, shuffled (window 16 blocks), batch
 `--batch-size`, num_workers 0 (so every cost lands in the measuring process). Each of
 `--repeats` rounds runs every leg once, in turn (so load on a shared machine hits all legs
-alike), over one pass's worth of records (the dataset's, in whole batches for the mixture):
+alike), over one pass of the dataset's records:
 
 - raw: every block of every shard read and decoded in one loop (no verification,
   batching or order): the limit;
 - plain: `load("train", curriculum_stages=[all three])`, one epoch;
-- mixture: `load_mixture` over the three stages, weights 3:2:1 (their sizes), as many
-  whole batches as fit in the dataset (so no component starts a second pass);
+- mixture: `load_mixture` over the three stages, weights 3:2:1 (their sizes), each
+  `run_out="drop"`: one pass of every component, the same records as the plain leg;
 - sampling: the schedule and component lookups alone (`MixtureIterableDataset.plan`, which
   the worker's read-ahead planner runs once per PLAN_BATCHES batches) for every batch of
   the mixture leg. Each chunk is planned twice and the second call timed: the first
@@ -28,7 +28,6 @@ in wall-clock time and in this process's CPU time (steadier on a shared machine)
 from __future__ import annotations
 
 import argparse
-import itertools
 import shutil
 import statistics
 import time
@@ -73,7 +72,10 @@ def loader(uri: str, batch: int) -> Any:
 def mixture() -> Any:
     from trainvault.loading.mixture import Mixture, MixtureComponent
 
-    return Mixture("train", [MixtureComponent(f"c{i}", w, f"st{i}") for i, w in enumerate(SHARES)])
+    # run_out="drop": one pass of every component, then the stream ends: the records of one
+    # epoch of the plain leg. (With "repeat" the planner would plan, and compute the shuffle
+    # permutations of, the next pass's first windows just before the leg stops.)
+    return Mixture("train", [MixtureComponent(f"c{i}", w, f"st{i}", run_out="drop") for i, w in enumerate(SHARES)])
 
 
 def raw(uri: str) -> int:
@@ -87,11 +89,11 @@ def plain(uri: str, batch: int) -> int:
     return sum(len(b) for b in loader(uri, batch).load("train", curriculum_stages=["st0", "st1", "st2"]))
 
 
-def mixed(uri: str, batch: int, batches: int) -> int:
-    return sum(len(b) for b in itertools.islice(iter(loader(uri, batch).load_mixture(mixture())), batches))
+def mixed(uri: str, batch: int) -> int:
+    return sum(len(b) for b in loader(uri, batch).load_mixture(mixture()))
 
 
-def sampling(uri: str, batch: int, batches: int) -> tuple[float, float]:
+def sampling(uri: str, batch: int) -> tuple[float, float]:
     """Wall and CPU seconds spent planning every batch of the mixture leg (permutations
     already computed)."""
     from trainvault.loading.mixture_dataset import PLAN_BATCHES
@@ -99,6 +101,7 @@ def sampling(uri: str, batch: int, batches: int) -> tuple[float, float]:
     ld = loader(uri, batch).load_mixture(mixture())
     ds = ld._mixture_dataset
     schedule = ds.schedule(ds.point)
+    batches = len(schedule)
     wall = cpu = 0.0
     for lo in range(0, batches, PLAN_BATCHES):
         ts = list(range(lo, min(batches, lo + PLAN_BATCHES)))
@@ -125,8 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     uri = write(args.records)
     total = raw(uri)
-    batches = total // args.batch_size
-    legs = {"raw": (raw, uri), "plain": (plain, uri, args.batch_size), "mixture": (mixed, uri, args.batch_size, batches)}
+    legs = {"raw": (raw, uri), "plain": (plain, uri, args.batch_size), "mixture": (mixed, uri, args.batch_size)}
     rates: dict[str, list[float]] = {name: [] for name in legs}
     cpu_rates: dict[str, list[float]] = {name: [] for name in legs}
     shares: list[float] = []
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             secs[name], cpus[name], n = timed(fn, *fargs)
             rates[name].append(n / secs[name])
             cpu_rates[name].append(n / cpus[name])
-        wall, cpu = sampling(uri, args.batch_size, batches)
+        wall, cpu = sampling(uri, args.batch_size)
         shares.append(wall / secs["mixture"])
         cpu_shares.append(cpu / cpus["mixture"])
         print("  round: " + ", ".join(f"{k} {v:.3f} s" for k, v in secs.items()) + f", sampling {100 * shares[-1]:.2f} %",

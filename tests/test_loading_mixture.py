@@ -24,6 +24,7 @@ from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import SelectionError  # noqa: E402
 from trainvault.loading import SplitDataLoader  # noqa: E402
 from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
+from trainvault.loading.mixture_dataset import window_ids  # noqa: E402
 from trainvault.loading.mixture_schedule import (  # noqa: E402
     MAX_TABLE_PERIOD,
     Timeline,
@@ -129,6 +130,20 @@ def test_slots_beyond_int64_products_are_assigned() -> None:
         assert int(mine.sum()) == after[c] - before[c]
         assert (draws[mine] == before[c] + np.arange(mine.sum())).all()
     assert 0 < after[0] - before[0] <= 4
+
+
+@pytest.mark.parametrize("rising", [True, False])
+def test_window_ids_number_windows_as_a_sorted_unique(rising: bool) -> None:
+    """The planner's run-based window numbering (draws rising) and its fallback (any order)
+    give np.unique's keys and indices."""
+    rng = np.random.default_rng(3)
+    draws = np.sort(rng.integers(0, 5000, 3000)) if rising else rng.integers(0, 5000, 3000)
+    epochs, windows = draws // 1000, (draws % 1000) // 70
+    keys: list[tuple[int, int, int]] = [(0, 0, 0)]
+    got = window_ids(4, draws, epochs, windows, keys)
+    rows, want = np.unique(np.stack([epochs, windows], axis=1), axis=0, return_inverse=True)
+    assert keys[1:] == [(4, e, w) for e, w in rows.tolist()]
+    assert got.tolist() == want.reshape(-1).tolist()
 
 
 def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:

@@ -50,6 +50,21 @@ class ChunkPlan:
     members: list[int]
 
 
+def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarray, keys: list[WindowKey]) -> np.ndarray:
+    """Index among the (c, pass, window) keys appended to `keys` of each draw's window."""
+    if len(draws) > 1 and (draws[1:] < draws[:-1]).any():  # not from slots in order; exact all the same
+        rows, ids = np.unique(np.stack([epochs, windows], axis=1), axis=0, return_inverse=True)
+        keys.extend((c, e, w) for e, w in rows.tolist())
+        return ids.reshape(-1)
+    # Draws rising with the slot: (pass, window) never goes back, so each change is a new window.
+    change = np.empty(len(draws), dtype=bool)
+    change[:1] = True
+    change[1:] = (epochs[1:] != epochs[:-1]) | (windows[1:] != windows[:-1])
+    firsts = np.flatnonzero(change)
+    keys.extend((c, e, w) for e, w in zip(epochs[firsts].tolist(), windows[firsts].tolist()))
+    return np.cumsum(change) - 1
+
+
 class MixtureIterableDataset(torch.utils.data.IterableDataset):
     """One rank's batches of a mixture run from its last re-dealing point."""
 
@@ -80,17 +95,13 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         else:
             slots = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
         comps, draws, _ = self.timeline.assign_slots(slots)
-        epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
-        for c, sel in groups(comps):
-            epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
-        if max(int(epochs.max()), int(windows.max())) < 1 << 26 and int(comps.max()) < 1 << 11:
-            # One int64 per record orders as (component, pass, window) does: a 1-D unique is fast.
-            codes, kids = np.unique((comps << 52) | (epochs << 26) | windows, return_inverse=True)
-            keys = [(c >> 52, (c >> 26) & (1 << 26) - 1, c & (1 << 26) - 1) for c in codes.tolist()]
-        else:
-            rows, kids = np.unique(np.stack([comps, epochs, windows], axis=1), axis=0, return_inverse=True)
-            keys = [(int(c), int(e), int(k)) for c, e, k in rows.tolist()]
-        return ChunkPlan(ts, counts.tolist(), afters.tolist(), keys, kids.reshape(-1).tolist(), members.tolist())
+        kids, members = np.empty_like(draws), np.empty_like(draws)
+        keys: list[WindowKey] = []
+        for c, sel in groups(comps):  # ascending c: keys sorted by component, then pass and window
+            mine = draws[sel]
+            epochs, windows, members[sel] = self.sources[c].locate(mine)
+            kids[sel] = len(keys) + window_ids(c, mine, epochs, windows, keys)
+        return ChunkPlan(ts, counts.tolist(), afters.tolist(), keys, kids.tolist(), members.tolist())
 
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
