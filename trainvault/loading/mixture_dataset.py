@@ -56,7 +56,11 @@ def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarra
         rows, ids = np.unique(np.stack([epochs, windows], axis=1), axis=0, return_inverse=True)
         keys.extend((c, e, w) for e, w in rows.tolist())
         return ids.reshape(-1)
-    # Draws rising with the slot: (pass, window) never goes back, so each change is a new window.
+    # Draws rising with the slot: (pass, window) never goes back, so each change is a new
+    # window, and equal ends mean one window (the common case: windows outlast a chunk).
+    if not len(draws) or (epochs[0] == epochs[-1] and windows[0] == windows[-1]):
+        keys.extend([(c, int(epochs[0]), int(windows[0]))] if len(draws) else [])
+        return np.zeros(len(draws), dtype=np.int64)
     change = np.empty(len(draws), dtype=bool)
     change[:1] = True
     change[1:] = (epochs[1:] != epochs[:-1]) | (windows[1:] != windows[:-1])

@@ -94,20 +94,21 @@ class ComponentSource:
         for e, sel in groups(epochs):
             order = self.order(e)
             k = np.searchsorted(order.window_start, pos[sel], side="right") - 1
-            local = pos[sel] - order.window_start[k]
             windows[sel] = k
             if self.replacement:
                 sizes = order.window_start[k + 1] - order.window_start[k]
                 members[sel] = (_mix(derive_key(self.key, "draw", e), draws[sel]) % sizes.astype(np.uint64)).astype(np.int64)
             else:
-                members[sel] = local if not order.shuffle else self._permuted(order, k, local)
+                members[sel] = self._members(order, k, pos[sel])
         return epochs, windows, members
 
-    def _permuted(self, order: EpochOrder, k: np.ndarray, local: np.ndarray) -> np.ndarray:
-        out = np.empty_like(local)
-        for w, sel in groups(k):
+    def _members(self, order: EpochOrder, k: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Window member of each pass position `pos` in window `k` (its shuffled place)."""
+        out = np.empty_like(pos)
+        for w, at in groups(k):
+            local = pos[at] - int(order.window_start[w])
             perm = self._permutation(order, w)
-            out[sel] = local[sel] if perm is None else perm[local[sel]]
+            out[at] = local if perm is None else perm[local]
         return out
 
     def _permutation(self, order: EpochOrder, window: int) -> np.ndarray | None:
