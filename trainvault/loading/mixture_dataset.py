@@ -38,9 +38,9 @@ PLAN_BATCHES = 128
 
 @dataclass
 class ChunkPlan:
-    """Consecutive batches of a worker: their indices, sizes and positions after, the windows they draw
-    from (sorted, so each component's in the order it needs them), and for every record
-    (batches concatenated) the index of its window there and its member."""
+    """Consecutive batches of a worker: their indices, sizes and positions after, the
+    windows they draw from (sorted, so each component's in the order it needs them), and
+    for every record (batches concatenated) the index of its window there and its member."""
 
     ts: list[int]
     counts: list[int]

@@ -38,7 +38,8 @@ import numpy as np
 #: A leaf (component index) or a node (a, b, left, right): left share a/b.
 Tree = Union[int, tuple[int, int, "Tree", "Tree"]]
 _INT64_SAFE = 1 << 60
-#: Largest tree period assigned by table lookup (two int64 tables of this length, 1 MiB).
+#: Largest tree period assigned by table lookup (three int64 tables of this length, 1.5 MiB;
+#: a process keeps the 16 latest).
 MAX_TABLE_PERIOD = 1 << 16
 
 
@@ -87,7 +88,7 @@ def period(tree: Tree) -> tuple[int, dict[int, int]]:
     return k * b, per
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def periodic_table(tree: Tree) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
     """(P, component, draw and draws-per-period of that component for slots 0..P-1), or
     None when P exceeds MAX_TABLE_PERIOD."""

@@ -270,7 +270,7 @@ class RankSchedule:
         starts = self.start + ts * self.round + self.rank * self.batch_size
         counts = np.full(len(ts), self.batch_size, dtype=np.int64)
         afters = self.start + (ts + 1) * self.round
-        for i in np.flatnonzero((ts >= self.full_rounds - 1) | (ts < 0)).tolist():
+        for i in np.flatnonzero(ts >= self.full_rounds - 1).tolist():
             b = self.batch(int(ts[i]))
             starts[i], counts[i], afters[i] = b.start, b.count, b.after
         return starts, counts, afters
