@@ -12,7 +12,7 @@ alike), over one pass of the dataset's records:
 - mixture: `load_mixture` over the three stages, weights 3:2:1 (their sizes), each
   `run_out="drop"`: one pass of every component, the same records as the plain leg;
 - sampling: the schedule and component lookups alone (`MixtureIterableDataset.plan`, which
-  the worker's read-ahead planner runs once per PLAN_BATCHES batches) for every batch of
+  the worker's read-ahead planner runs once per `plan_batches()` batches) for every batch of
   the mixture leg. Each chunk is planned twice and the second call timed: the first
   computes the shuffle windows' record permutations, which `load()` computes for its
   windows too (they are part of shuffling, not of mixing).
@@ -96,15 +96,13 @@ def mixed(uri: str, batch: int) -> int:
 def sampling(uri: str, batch: int) -> tuple[float, float]:
     """Wall and CPU seconds spent planning every batch of the mixture leg (permutations
     already computed)."""
-    from trainvault.loading.mixture_dataset import PLAN_BATCHES
-
     ld = loader(uri, batch).load_mixture(mixture())
     ds = ld._mixture_dataset
     schedule = ds.schedule(ds.point)
-    batches = len(schedule)
+    batches, step = len(schedule), ds.plan_batches()
     wall = cpu = 0.0
-    for lo in range(0, batches, PLAN_BATCHES):
-        ts = list(range(lo, min(batches, lo + PLAN_BATCHES)))
+    for lo in range(0, batches, step):
+        ts = list(range(lo, min(batches, lo + step)))
         ds.plan(ts, schedule)
         t0, c0 = time.perf_counter(), time.process_time()
         ds.plan(ts, schedule)

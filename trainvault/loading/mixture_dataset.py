@@ -32,8 +32,9 @@ ENDLESS = 1 << 62
 PLAN_HORIZON_BATCHES = 256
 _END = object()
 
-#: Batches planned together: the schedule and lookups run vectorised over all their slots.
-PLAN_BATCHES = 128
+#: Records planned together (whole batches, at least one): the schedule and lookups run
+#: vectorised over all their slots, so fixed costs per plan stay small against the records.
+PLAN_RECORDS = 16_384
 
 
 @dataclass
@@ -107,6 +108,10 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
             kids[sel] = len(keys) + window_ids(c, mine, epochs, windows, keys)
         return ChunkPlan(ts, counts.tolist(), afters.tolist(), keys, kids.tolist(), members.tolist())
 
+    def plan_batches(self) -> int:
+        """Batches planned together: PLAN_RECORDS' worth, at least one."""
+        return max(1, PLAN_RECORDS // self.batch_size)
+
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
         decoded by at most about two workers of a rank; 1 without workers."""
@@ -165,7 +170,7 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
 
 
 class _Planner:
-    """Walks a worker's batches ahead of it, PLAN_BATCHES at a time, keeping the plans for
+    """Walks a worker's batches ahead of it, `plan_batches()` at a time, keeping the plans for
     the batch loop and queueing per component the windows it will need: one queue for what
     to read, one for what to load, in the same order."""
 
@@ -182,7 +187,7 @@ class _Planner:
         """Plan the next batches; without `force`, only within the horizon."""
         if not force and self.planned >= self.consumed + PLAN_HORIZON_BATCHES:
             return False
-        ts = list(itertools.islice(self.batches, PLAN_BATCHES))
+        ts = list(itertools.islice(self.batches, self.dataset.plan_batches()))
         if not ts:
             return False
         plan = self.dataset.plan(ts, self.schedule)
