@@ -24,7 +24,16 @@ from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import SelectionError  # noqa: E402
 from trainvault.loading import SplitDataLoader  # noqa: E402
 from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
-from trainvault.loading.mixture_schedule import Timeline, tree_depth  # noqa: E402
+from trainvault.loading.mixture_dataset import window_ids  # noqa: E402
+from trainvault.loading.mixture_schedule import (  # noqa: E402
+    MAX_TABLE_PERIOD,
+    Timeline,
+    assign,
+    assign_local,
+    build_tree,
+    periodic_table,
+    tree_depth,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -87,6 +96,54 @@ def test_share_over_1000_batches_of_32_is_within_a_thousandth_of_a_percent() -> 
         for c, w in ws.items():
             worst = max(worst, abs(float((comps == c).mean()) - float(w / sum(ws.values()))))
     assert worst <= tl.depth() / 32_000 < 0.0001
+
+
+@settings(max_examples=60, deadline=5000, derandomize=True)
+@given(weights=st.lists(st.tuples(st.integers(1, 999), st.sampled_from([1, 10, 100, 1000])), min_size=1, max_size=9),
+       start=st.one_of(st.integers(0, 10**6), st.integers(0, 1 << 61)))
+def test_table_lookup_assigns_exactly_as_the_tree(weights: list[tuple[int, int]], start: int) -> None:
+    """The periodic table (the fast path) gives the tree's component and draw for every slot,
+    also far past the table's period and past int64 products (the tree on Python ints)."""
+    tree = build_tree([(c, Fraction(n, d)) for c, (n, d) in enumerate(weights)])
+    x = np.arange(start, start + 2000, dtype=np.int64)
+    want_c, want_d = assign(tree, x.astype(object))
+    got_c, got_d = assign_local(tree, x)
+    assert got_c.tolist() == [int(c) for c in want_c] and got_d.tolist() == [int(d) for d in want_d]
+
+
+def test_small_weights_use_the_table_and_large_denominators_the_tree() -> None:
+    """Weights with few decimals take the table path; a period past MAX_TABLE_PERIOD does not."""
+    assert periodic_table(build_tree([(0, Fraction(1, 2)), (1, Fraction(3, 10)), (2, Fraction(1, 5))]))[0] == 10
+    assert periodic_table(build_tree([(0, Fraction(1)), (1, Fraction(MAX_TABLE_PERIOD + 1))])) is None
+
+
+def test_slots_beyond_int64_products_are_assigned() -> None:
+    """Weights 1 : 999,983 (period too long for the table) at slot 10^12: 2ax overflows int64,
+    so the tree runs on Python ints (main raised TypeError from np.divmod on objects)."""
+    ws = {0: Fraction(1), 1: Fraction(999_983)}
+    tl = Timeline([1 << 62] * 2, [False] * 2, [(0, ws)])
+    start, n = 10**12, 3_000_000
+    comps, draws, _ = tl.assign(start, n)
+    before, after = tl.segments[0].counts_at(start), tl.segments[0].counts_at(start + n)
+    for c in ws:
+        mine = comps == c
+        assert int(mine.sum()) == after[c] - before[c]
+        assert (draws[mine] == before[c] + np.arange(mine.sum())).all()
+    assert 0 < after[0] - before[0] <= 4
+
+
+@pytest.mark.parametrize("rising", [True, False])
+def test_window_ids_number_windows_as_a_sorted_unique(rising: bool) -> None:
+    """The planner's run-based window numbering (draws rising) and its fallback (any order)
+    give np.unique's keys and indices."""
+    rng = np.random.default_rng(3)
+    draws = np.sort(rng.integers(0, 5000, 3000)) if rising else rng.integers(0, 5000, 3000)
+    epochs, windows = draws // 1000, (draws % 1000) // 70
+    keys: list[tuple[int, int, int]] = [(0, 0, 0)]
+    got = window_ids(4, draws, epochs, windows, keys)
+    rows, want = np.unique(np.stack([epochs, windows], axis=1), axis=0, return_inverse=True)
+    assert keys[1:] == [(4, e, w) for e, w in rows.tolist()]
+    assert got.tolist() == want.reshape(-1).tolist()
 
 
 def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:

@@ -97,3 +97,19 @@ def test_infinite_dealing_runs_on_across_epochs() -> None:
                     owner[first + t] = w
             first += n
         assert owner == {i: (i // chunk) % workers for i in range(first)}
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("total,start", [(1, 0), (3, 0), (101, 7), (1000, 640), (1 << 62, 12_345)])
+@pytest.mark.parametrize("world,batch", [(1, 1), (2, 16), (3, 5), (7, 3)])
+def test_batch_arrays_match_batch(total: int, start: int, world: int, batch: int, drop_last: bool) -> None:
+    """The vectorised batches the mixture planner uses are `batch(t)`'s, edges included."""
+    for r in range(world):
+        s = RankSchedule(start, total, batch, world, r, drop_last)
+        n = min(len(s), 300)
+        ts = np.array(sorted({*range(n), *range(max(0, len(s) - 3), len(s))}), dtype=np.int64)
+        starts, counts, afters = s.batch_arrays(ts)
+        want = [s.batch(int(t)) for t in ts]
+        assert starts.tolist() == [b.start for b in want]
+        assert counts.tolist() == [b.count for b in want]
+        assert afters.tolist() == [b.after for b in want]

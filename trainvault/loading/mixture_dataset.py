@@ -22,8 +22,8 @@ import torch.utils.data
 
 from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS, Item
 from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource, WindowKey
-from trainvault.loading.order import RankBatch, RankSchedule, Redeal, worker_batches
+from trainvault.loading.mixture_source import ComponentSource, WindowKey, groups
+from trainvault.loading.order import RankSchedule, Redeal, worker_batches
 
 #: The schedule of a stream that never ends counts this many records.
 ENDLESS = 1 << 62
@@ -32,21 +32,42 @@ ENDLESS = 1 << 62
 PLAN_HORIZON_BATCHES = 256
 _END = object()
 
-#: Batches planned together: the schedule and lookups run vectorised over all their slots.
-PLAN_BATCHES = 128
+#: Records planned together (whole batches, at least one): the schedule and lookups run
+#: vectorised over all their slots, so fixed costs per plan stay small against the records.
+PLAN_RECORDS = 16_384
 
 
 @dataclass
 class ChunkPlan:
-    """Consecutive batches of a worker: their indices and batches, the windows they draw
-    from (sorted, so each component's in the order it needs them), and for every record
-    (batches concatenated) the index of its window there and its member."""
+    """Consecutive batches of a worker: their indices, sizes and positions after, the
+    windows they draw from (sorted, so each component's in the order it needs them), and
+    for every record (batches concatenated) the index of its window there and its member."""
 
     ts: list[int]
-    batches: list[RankBatch]
+    counts: list[int]
+    afters: list[int]
     windows: list[WindowKey]
     kids: list[int]
     members: list[int]
+
+
+def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarray, keys: list[WindowKey]) -> np.ndarray:
+    """Index among the (c, pass, window) keys appended to `keys` of each draw's window."""
+    if len(draws) > 1 and (draws[1:] < draws[:-1]).any():  # not from slots in order; exact all the same
+        rows, ids = np.unique(np.stack([epochs, windows], axis=1), axis=0, return_inverse=True)
+        keys.extend((c, e, w) for e, w in rows.tolist())
+        return ids.reshape(-1)
+    # Draws rising with the slot: (pass, window) never goes back, so each change is a new
+    # window, and equal ends mean one window (the common case: windows outlast a chunk).
+    if not len(draws) or (epochs[0] == epochs[-1] and windows[0] == windows[-1]):
+        keys.extend([(c, int(epochs[0]), int(windows[0]))] if len(draws) else [])
+        return np.zeros(len(draws), dtype=np.int64)
+    change = np.empty(len(draws), dtype=bool)
+    change[:1] = True
+    change[1:] = (epochs[1:] != epochs[:-1]) | (windows[1:] != windows[:-1])
+    firsts = np.flatnonzero(change)
+    keys.extend((c, e, w) for e, w in zip(epochs[firsts].tolist(), windows[firsts].tolist()))
+    return np.cumsum(change) - 1
 
 
 class MixtureIterableDataset(torch.utils.data.IterableDataset):
@@ -73,28 +94,23 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
 
     def plan(self, ts: list[int], schedule: RankSchedule) -> ChunkPlan:
         """Which component window and member each record of batches `ts` is."""
-        batches = [schedule.batch(t) for t in ts]
-        counts = {b.count for b in batches}
-        if len(counts) == 1:  # whole rounds: one outer sum instead of an arange per batch
-            starts = np.fromiter((b.start for b in batches), dtype=np.int64, count=len(batches))
-            slots = np.add.outer(starts, np.arange(counts.pop(), dtype=np.int64)).reshape(-1)
+        starts, counts, afters = schedule.batch_arrays(np.asarray(ts, dtype=np.int64))
+        if len(ts) and counts.min() == counts.max():  # whole rounds: one outer sum instead of an arange per batch
+            slots = np.add.outer(starts, np.arange(counts[0], dtype=np.int64)).reshape(-1)
         else:
-            slots = np.concatenate([np.arange(b.start, b.start + b.count, dtype=np.int64) for b in batches])
+            slots = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
         comps, draws, _ = self.timeline.assign_slots(slots)
-        epochs, windows, members = np.empty_like(draws), np.empty_like(draws), np.empty_like(draws)
-        for c in range(len(self.sources)):
-            sel = comps == c
-            if not sel.any():
-                continue
-            epochs[sel], windows[sel], members[sel] = self.sources[c].locate(draws[sel])
-        if max(int(epochs.max()), int(windows.max())) < 1 << 26 and int(comps.max()) < 1 << 11:
-            # One int64 per record orders as (component, pass, window) does: a 1-D unique is fast.
-            codes, kids = np.unique((comps << 52) | (epochs << 26) | windows, return_inverse=True)
-            keys = [(c >> 52, (c >> 26) & (1 << 26) - 1, c & (1 << 26) - 1) for c in codes.tolist()]
-        else:
-            rows, kids = np.unique(np.stack([comps, epochs, windows], axis=1), axis=0, return_inverse=True)
-            keys = [(int(c), int(e), int(k)) for c, e, k in rows.tolist()]
-        return ChunkPlan(ts, batches, keys, kids.reshape(-1).tolist(), members.tolist())
+        kids, members = np.empty_like(draws), np.empty_like(draws)
+        keys: list[WindowKey] = []
+        for c, sel in groups(comps):  # ascending c: keys sorted by component, then pass and window
+            mine = draws[sel]
+            epochs, windows, members[sel] = self.sources[c].locate(mine)
+            kids[sel] = len(keys) + window_ids(c, mine, epochs, windows, keys)
+        return ChunkPlan(ts, counts.tolist(), afters.tolist(), keys, kids.tolist(), members.tolist())
+
+    def plan_batches(self) -> int:
+        """Batches planned together: PLAN_RECORDS' worth, at least one."""
+        return max(1, PLAN_RECORDS // self.batch_size)
 
     def chunk(self, num_workers: int) -> int:
         """Batches per worker chunk: about two windows of every component, so a window is
@@ -119,18 +135,18 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
             while (plan := planner.next_plan()) is not None:
                 at = 0
                 held: list[Any] = [None] * len(plan.windows)
-                for t, batch in zip(plan.ts, plan.batches):
+                for t, count, after in zip(plan.ts, plan.counts, plan.afters):
                     planner.consumed += 1
-                    kids = plan.kids[at : at + batch.count]
+                    kids = plan.kids[at : at + count]
                     for kid in sorted(set(kids)):
                         if held[kid] is None:
                             key = plan.windows[kid]
                             while key not in cache:
                                 self._load_next(key[0], planner, streams, cache)
                             held[kid] = cache[key]
-                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + batch.count])]
-                    at += batch.count
-                    yield t, 0, batch.after, self.collate_fn(records)
+                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + count])]
+                    at += count
+                    yield t, 0, after, self.collate_fn(records)
         finally:
             for stream in streams.values():
                 stream.close()  # type: ignore[attr-defined]
@@ -154,7 +170,7 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
 
 
 class _Planner:
-    """Walks a worker's batches ahead of it, PLAN_BATCHES at a time, keeping the plans for
+    """Walks a worker's batches ahead of it, `plan_batches()` at a time, keeping the plans for
     the batch loop and queueing per component the windows it will need: one queue for what
     to read, one for what to load, in the same order."""
 
@@ -171,7 +187,7 @@ class _Planner:
         """Plan the next batches; without `force`, only within the horizon."""
         if not force and self.planned >= self.consumed + PLAN_HORIZON_BATCHES:
             return False
-        ts = list(itertools.islice(self.batches, PLAN_BATCHES))
+        ts = list(itertools.islice(self.batches, self.dataset.plan_batches()))
         if not ts:
             return False
         plan = self.dataset.plan(ts, self.schedule)

@@ -12,6 +12,12 @@ tree's depth (ceil(log2 components)); any window of L consecutive slots inside a
 holds within d records of w L. That is the share bound: d / L absolute (2 components:
 1/32,000 over 1,000 batches of 32).
 
+Each tree is periodic: shifting a slot by P, the least multiple of every node's b that
+moves each child's local slots by a multiple of that child's own period, keeps every
+decision and adds a fixed count to each component's draws. When P is small (weights with
+few decimals) a slot is assigned by one lookup in a table of the first P slots built by
+the tree itself, which gives exactly the tree's answer at a fraction of its cost.
+
 Segments start at each revision and where a ``drop`` component finishes its pass (the
 others renormalise; found by binary search on the exact counts, so still pure). A segment
 with no component left ends the stream.
@@ -20,6 +26,8 @@ with no component left ends the stream.
 from __future__ import annotations
 
 import bisect
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -30,6 +38,9 @@ import numpy as np
 #: A leaf (component index) or a node (a, b, left, right): left share a/b.
 Tree = Union[int, tuple[int, int, "Tree", "Tree"]]
 _INT64_SAFE = 1 << 60
+#: Largest tree period assigned by table lookup (three int64 tables of this length, 1.5 MiB;
+#: a process keeps the 16 latest).
+MAX_TABLE_PERIOD = 1 << 16
 
 
 def build_tree(items: Sequence[tuple[int, Fraction]]) -> Tree:
@@ -52,13 +63,55 @@ def assign(tree: Tree, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.full(len(x), tree, dtype=np.int64), x
     a, b, lt, rt = tree
     # round(p(x+1)) > round(p x) exactly when the remainder of (2ax + b) / 2b reaches 2b - 2a.
-    f0, rem = np.divmod(2 * a * x + b, 2 * b)
+    t = 2 * a * x + b
+    f0 = t // (2 * b)
+    rem = t - f0 * (2 * b)  # not np.divmod: it refuses the object arrays of slots beyond int64
     go_left = rem >= 2 * b - 2 * a
     comp = np.empty(len(x), dtype=np.int64)
     draw = np.empty_like(x)
     comp[go_left], draw[go_left] = assign(lt, f0[go_left])
     comp[~go_left], draw[~go_left] = assign(rt, (x - f0)[~go_left])
     return comp, draw
+
+
+def period(tree: Tree) -> tuple[int, dict[int, int]]:
+    """The tree's period P and each component's draws per period: slot x + P draws what x
+    draws, that many draws later."""
+    if isinstance(tree, int):
+        return 1, {tree: 1}
+    a, b, lt, rt = tree
+    (pl, cl), (pr, cr) = period(lt), period(rt)
+    # k periods of b slots send k*a slots left and k*(b-a) right: whole child periods.
+    k = math.lcm(pl // math.gcd(a, pl), pr // math.gcd(b - a, pr))
+    per = {c: n * (k * a // pl) for c, n in cl.items()}
+    per.update({c: n * (k * (b - a) // pr) for c, n in cr.items()})
+    return k * b, per
+
+
+@functools.lru_cache(maxsize=16)
+def periodic_table(tree: Tree) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(P, component, draw and draws-per-period of that component for slots 0..P-1), or
+    None when P exceeds MAX_TABLE_PERIOD."""
+    p, per = period(tree)
+    if p > MAX_TABLE_PERIOD:
+        return None
+    comps, draws = assign(tree, np.arange(p, dtype=np.int64))
+    step = np.zeros(max(per) + 1, dtype=np.int64)
+    step[list(per)] = list(per.values())
+    return p, comps, draws, step[comps]
+
+
+def assign_local(tree: Tree, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`assign`, by table lookup where the tree's period allows (the same answer, cheaper)."""
+    table = periodic_table(tree)
+    if table is None:
+        if len(x) and (int(x.max()) + 2) * _max_b(tree) * 2 >= _INT64_SAFE:
+            x = x.astype(object)  # exact beyond int64, slower
+        comps, draws = assign(tree, x)
+        return comps, draws.astype(np.int64)
+    p, comps, draws, step = table
+    q, r = np.divmod(x, p)
+    return comps[r], draws[r] + q * step[r]
 
 
 def prefix_counts(tree: Tree, n: int, out: dict[int, int]) -> dict[int, int]:
@@ -175,11 +228,9 @@ class Timeline:
             x = slots[sel] - seg.start
             if not len(x):
                 continue
-            if (int(x.max()) + 2) * _max_b(seg.tree) * 2 >= _INT64_SAFE:
-                x = x.astype(object)  # exact beyond int64, slower
-            c, d = assign(seg.tree, x)
+            c, d = assign_local(seg.tree, x)
             comps[sel] = c
-            draws[sel] = d.astype(np.int64) + np.asarray(seg.base, dtype=np.int64)[c]
+            draws[sel] = d + np.asarray(seg.base, dtype=np.int64)[c]
             revs[sel] = seg.revision
         return comps, draws, revs
 

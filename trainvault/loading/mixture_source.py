@@ -11,6 +11,7 @@ uniform draw over the whole component would lose (one block read per record).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,21 @@ def _mix(key: int, values: np.ndarray) -> np.ndarray:
         x = (x ^ (x >> np.uint64(30))) * _M1
         x = (x ^ (x >> np.uint64(27))) * _M2
         return x ^ (x >> np.uint64(31))
+
+
+def groups(keys: np.ndarray) -> Iterator[tuple[int, slice | np.ndarray]]:
+    """Each value present in `keys` (small ints, few distinct) and where it occurs: a full
+    slice when it is the only one (the common case: no mask to build or apply)."""
+    if not len(keys):
+        return
+    lo, hi = int(keys.min()), int(keys.max())
+    if lo == hi:
+        yield lo, slice(None)
+        return
+    for v in range(lo, hi + 1):
+        sel = keys == v
+        if sel.any():
+            yield v, sel
 
 
 @dataclass
@@ -75,29 +91,26 @@ class ComponentSource:
         epochs, pos = np.divmod(draws, self.size)
         windows = np.empty_like(draws)
         members = np.empty_like(draws)
-        for e in range(int(epochs.min()), int(epochs.max()) + 1) if len(draws) else ():
-            sel = epochs == e
-            if not sel.any():
-                continue
+        for e, sel in groups(epochs):
             order = self.order(e)
             k = np.searchsorted(order.window_start, pos[sel], side="right") - 1
-            local = pos[sel] - order.window_start[k]
             windows[sel] = k
             if self.replacement:
                 sizes = order.window_start[k + 1] - order.window_start[k]
                 members[sel] = (_mix(derive_key(self.key, "draw", e), draws[sel]) % sizes.astype(np.uint64)).astype(np.int64)
             else:
-                members[sel] = local if not order.shuffle else self._permuted(order, k, local)
+                members[sel] = self._members(order, k, pos[sel])
         return epochs, windows, members
 
-    def _permuted(self, order: EpochOrder, k: np.ndarray, local: np.ndarray) -> np.ndarray:
-        out = np.empty_like(local)
-        for w in range(int(k.min()), int(k.max()) + 1) if len(k) else ():
-            sel = k == w
-            if not sel.any():
-                continue
+    def _members(self, order: EpochOrder, k: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Window member of each pass position `pos` in window `k` (its shuffled place)."""
+        if not order.shuffle:
+            return pos - order.window_start[k]
+        out = np.empty_like(pos)
+        for w, at in groups(k):
+            local = pos[at] - int(order.window_start[w])
             perm = self._permutation(order, w)
-            out[sel] = local[sel] if perm is None else perm[local[sel]]
+            out[at] = local if perm is None else perm[local]
         return out
 
     def _permutation(self, order: EpochOrder, window: int) -> np.ndarray | None:

@@ -263,6 +263,18 @@ class RankSchedule:
             return RankBatch(first, count, self.total)
         raise IndexError(t)
 
+    def batch_arrays(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`batch(t)`'s start, count and after for each t of `ts`, vectorised over the full
+        rounds (the last full round and the tail, which differ, go through `batch`)."""
+        ts = np.asarray(ts, dtype=np.int64)
+        starts = self.start + ts * self.round + self.rank * self.batch_size
+        counts = np.full(len(ts), self.batch_size, dtype=np.int64)
+        afters = self.start + (ts + 1) * self.round
+        for i in np.flatnonzero(ts >= self.full_rounds - 1).tolist():
+            b = self.batch(int(ts[i]))
+            starts[i], counts[i], afters[i] = b.start, b.count, b.after
+        return starts, counts, afters
+
 
 def worker_batches(n_batches: int, chunk: int, num_workers: int, worker: int, first: int = 0) -> Iterator[int]:
     """Indices of a rank's batches that `worker` forms: the rank's batch stream is cut into
