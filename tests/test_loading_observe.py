@@ -11,6 +11,7 @@ import functools
 import logging
 import multiprocessing
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,7 @@ def test_observe_must_be_an_observability(local_uri: str) -> None:
 
 
 def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:
-    prometheus_client = pytest.importorskip("prometheus_client")  # not a trainvault dependency
+    prometheus_client = pytest.importorskip("prometheus_client")  # a dev dependency, not a trainvault one
     from trainvault.loading.export import PrometheusExport
 
     registry = prometheus_client.CollectorRegistry()
@@ -227,16 +228,12 @@ def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:
     assert value("trainvault_loader_data_wait_seconds", {"rank": "0"}) == figures["data_wait_s"]
 
 
-def test_prometheus_export_without_the_package_names_it() -> None:
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        from trainvault.loading.export import PrometheusExport
+def test_prometheus_export_without_the_package_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainvault.loading.export import PrometheusExport
 
-        with pytest.raises(ImportError, match="pip install prometheus-client"):
-            PrometheusExport()
-    else:
-        pytest.skip("prometheus_client is installed here")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
+    with pytest.raises(ImportError, match="pip install prometheus-client"):
+        PrometheusExport()
 
 
 def test_block_runs_are_read_with_one_request_each(s3_uri: str, proxy: FaultProxy) -> None:
