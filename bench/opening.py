@@ -36,7 +36,7 @@ from typing import Any
 
 from trainvault import StorageConfig
 from trainvault.loading import SplitDataLoader
-from trainvault.saver import DatasetSaver
+from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import Storage
 
 

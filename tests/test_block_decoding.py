@@ -9,7 +9,7 @@ import pytest
 
 from trainvault import DecodeError, EncodeError, TrainVault
 from trainvault.formats import FORMATS, encode_shard, get_format
-from trainvault.reader import ShardReader, read_descriptor
+from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage
 
 

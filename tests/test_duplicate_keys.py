@@ -26,7 +26,7 @@ from trainvault.approval import (
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import ContaminationReport, VerifierContract, jsonl_benchmark, load_release, read_document
 from trainvault.profile import profile_publication, read_metrics_sidecar, write_metrics_sidecars
-from trainvault.reader import read_descriptor
+from trainvault.publication.reader import read_descriptor
 from trainvault.rollouts import RolloutArchive
 
 

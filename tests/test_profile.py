@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError, Storage
 from trainvault.errors import ProfileError, TaskDataValidationError
-from trainvault.manifest import MANIFEST_NAME
+from trainvault.publication.manifest import MANIFEST_NAME
 from trainvault.profile import (
     MAX_CATEGORICAL_LABELS,
     AvgMinMax,
@@ -33,7 +33,7 @@ from trainvault.profile import (
     sidecar_uri,
     write_metrics_sidecars,
 )
-from trainvault.saver import DatasetSaver
+from trainvault.publication.saver import DatasetSaver
 
 # -- realistic rows -----------------------------------------------------------------
 
@@ -471,7 +471,7 @@ def test_collate_sources_with_num_repeats(tmp_path: Path, storage: Storage) -> N
     train = profile.splits["train"].metrics
     assert (train.number_of_examples, train.number_of_tasks) == (32, 12)
     # Repeats are adjacent: each task's copies sit together.
-    from trainvault.reader import iter_shard
+    from trainvault.publication.reader import iter_shard
 
     first = [r["task_id"] for r in iter_shard(manifest.data_format, manifest.splits["train"].shard("_/chat._.0"))]
     assert first[:6] == ["chat-0"] * 3 + ["chat-1"] * 3

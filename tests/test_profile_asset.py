@@ -19,7 +19,7 @@ from resources.handoff import HandoffIOManager  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import Storage  # noqa: E402
 from trainvault.profile import read_metrics_sidecar  # noqa: E402
-from trainvault.saver import DatasetSaver  # noqa: E402
+from trainvault.publication.saver import DatasetSaver  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

@@ -26,7 +26,7 @@ from trainvault import (
     iter_shard,
 )
 from trainvault.canonical import sha256_hex
-from trainvault.saver import DatasetSaver
+from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import join_uri, normalize_uri
 
 

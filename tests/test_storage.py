@@ -270,7 +270,7 @@ def test_forked_child_gets_clear_error_instead_of_hanging(tmp_path) -> None:
 
 def test_import_pulls_no_heavy_dependency() -> None:
     code = (
-        "import sys, trainvault, trainvault.formats, trainvault.saver, trainvault.reader;"
+        "import sys, trainvault, trainvault.formats, trainvault.publication.saver, trainvault.publication.reader;"
         "heavy = [m for m in ('dagster', 'torch', 'pyarrow', 'safetensors', 'numpy') if m in sys.modules];"
         "print(heavy)"
     )
