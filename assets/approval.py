@@ -30,19 +30,35 @@ from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ObjectNotFoundError
 from trainvault.refs import ObjectRef
 
-DESCRIPTION = ("The signed (DSSE, Ed25519) approval record: the library's gate re-hashes every bound document "
-               "and shard and recomputes the verdict first; what a trainer opens by URI and SHA-256.")
-INPUTS = ("data_manifest", "training_scan", "evaluation_release", "contamination_report", "producer_pins",
-          "dataset_profile")
+DESCRIPTION = (
+    "The signed (DSSE, Ed25519) approval record: the library's gate re-hashes every bound document "
+    "and shard and recomputes the verdict first; what a trainer opens by URI and SHA-256."
+)
+INPUTS = (
+    "data_manifest",
+    "training_scan",
+    "evaluation_release",
+    "contamination_report",
+    "producer_pins",
+    "dataset_profile",
+)
 EXCLUSIONS = "contamination_exclusions"
 OPENS = "approval_opens"
-OPENS_DESCRIPTION = ("a trainer can open the approval record with the trusted keys: it is signed by them and carries "
-                     "the request the gate judged under the dataset's policy")
+OPENS_DESCRIPTION = (
+    "a trainer can open the approval record with the trusted keys: it is signed by them and carries "
+    "the request the gate judged under the dataset's policy"
+)
 
 
-def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_release: Handoff,
-                     contamination_report: Handoff, producer_pins: Handoff, dataset_profile: Handoff,
-                     contamination_exclusions: Handoff | None = None):
+def approval_request(
+    data_manifest: Handoff,
+    training_scan: Handoff,
+    evaluation_release: Handoff,
+    contamination_report: Handoff,
+    producer_pins: Handoff,
+    dataset_profile: Handoff,
+    contamination_exclusions: Handoff | None = None,
+):
     """The approval request: the six artifacts, the profile's sidecars and the exclusions (if any), as
     this run's stages handed them off."""
     from trainvault.approval import ApprovalRequest, ArtifactRef
@@ -65,16 +81,19 @@ def approval_request(data_manifest: Handoff, training_scan: Handoff, evaluation_
     )
 
 
-def trainer_snippet(uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None,
-                    exclusions: bool = False) -> str:
+def trainer_snippet(
+    uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None, exclusions: bool = False
+) -> str:
     """The lines a trainer pastes to open this approval (credentials from its own environment)."""
     key = repr(spec.trusted_keys_path or "approver.pub")
     vault = "TrainVault()"
     imports = "from trainvault import TrainVault\n"
     if store is not None and store.s3_base_url:
         imports = "import os\n" + imports
-        vault = (f"TrainVault(s3_base_url={store.s3_base_url!r}, region={store.region!r}, "
-                 "access_key_id=os.environ['TRAINVAULT_S3_KEY_ID'], secret_access_key=os.environ['TRAINVAULT_S3_SECRET'])")
+        vault = (
+            f"TrainVault(s3_base_url={store.s3_base_url!r}, region={store.region!r}, "
+            "access_key_id=os.environ['TRAINVAULT_S3_KEY_ID'], secret_access_key=os.environ['TRAINVAULT_S3_SECRET'])"
+        )
     return (
         imports
         + "from trainvault.approval import ApprovalPolicy, load_verifying_key\n"
@@ -96,16 +115,23 @@ def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
     return f"ApprovalPolicy({', '.join(args)})"
 
 
-def trace_command(uri: str, sha256: str, spec: DatasetSpec, *, exclusions: bool, batch_size: int,
-                  stages: list[str] | None) -> str:
+def trace_command(
+    uri: str, sha256: str, spec: DatasetSpec, *, exclusions: bool, batch_size: int, stages: list[str] | None
+) -> str:
     """The ``trainvault trace`` command for step 0 of a run over the approval's train split."""
     paths = spec.scanner_key_paths()
     words = ["trainvault", "trace", uri, "--sha256", sha256, "--key", spec.trusted_keys_path or "approver.pub"]
     words += [w for p in paths for w in ("--scanner-key", p)]
     if exclusions:
         words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
-    words += ["--batch-size", str(batch_size), *[w for s in stages or [] for w in ("--stage", s)], "--step", "0",
-              "--records"]
+    words += [
+        "--batch-size",
+        str(batch_size),
+        *[w for s in stages or [] for w in ("--stage", s)],
+        "--step",
+        "0",
+        "--records",
+    ]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -162,8 +188,9 @@ def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -
         return existing, False
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
     surveys = split_surveys(surveys_of(vault.storage, spec, opened.manifest))
-    card = write_croissant(vault, opened, uri, name=spec.name, description=spec.description or None,
-                           version=pub.version, surveys=surveys)
+    card = write_croissant(
+        vault, opened, uri, name=spec.name, description=spec.description or None, version=pub.version, surveys=surveys
+    )
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
 
@@ -172,8 +199,11 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
 
     asset_key = key(spec, "approved_dataset")
 
-    @dg.asset(**asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"), ins=ins(spec, *inputs),
-              check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)])
+    @dg.asset(
+        **asset_args(spec, "approved_dataset", APPROVE, DESCRIPTION, "pytorch"),
+        ins=ins(spec, *inputs),
+        check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)],
+    )
     def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff):
         from trainvault.errors import ApprovalError
 
@@ -187,15 +217,24 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         try:
             approved = vault.approve_dataset(request, policy=policy)
         except ApprovalError as exc:
-            raise dg.Failure(str(exc), metadata={"request": dg.MetadataValue.json(request.model_dump(mode="json"))}) from exc
+            raise dg.Failure(
+                str(exc), metadata={"request": dg.MetadataValue.json(request.model_dump(mode="json"))}
+            ) from exc
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
         record, written = signed_approval(context, vault, spec, pub.approval_uri(request_sha256), approved)
         opened = opened_as_trainer(vault, spec, record, approved)
         card, card_written = croissant_card(vault, spec, pub, opened, request_sha256)
         yield dg.Output(
-            Handoff.of(pub, "approved_dataset", record.uri, record.sha256, data_manifest=manifest.ref,
-                       evaluation_release=release.ref, contract=release.also["contract"]),
+            Handoff.of(
+                pub,
+                "approved_dataset",
+                record.uri,
+                record.sha256,
+                data_manifest=manifest.ref,
+                evaluation_release=release.ref,
+                contract=release.also["contract"],
+            ),
             metadata={
                 **object_metadata(record.uri, record.sha256, pub.version),
                 "written": written,
@@ -214,7 +253,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "croissant": link(card.uri),
                 "croissant written": card_written,
                 "open it (trainer)": dg.MetadataValue.md(
-                    "```python\n" + trainer_snippet(record.uri, record.sha256, spec, store, EXCLUSIONS in handoffs)
+                    "```python\n"
+                    + trainer_snippet(record.uri, record.sha256, spec, store, EXCLUSIONS in handoffs)
                     + "\n```"
                 ),
                 "request": dg.MetadataValue.json(request.model_dump(mode="json")),
@@ -222,7 +262,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
             data_version=dg.DataVersion(summary.data_manifest_sha256),
         )
         yield dg.AssetCheckResult(
-            check_name=OPENS, passed=opened.manifest_sha256 == manifest.ref.sha256,
+            check_name=OPENS,
+            passed=opened.manifest_sha256 == manifest.ref.sha256,
             description=f"{record.uri} opens with the trusted keys and approves manifest {opened.manifest_sha256}",
             metadata={"data_manifest_sha256": opened.manifest_sha256, "approval sha256": record.sha256},
         )
@@ -234,7 +275,9 @@ def excluded_records(vault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
     from trainvault.contamination import Exclusions, read_document
 
-    return len(read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records)
+    return len(
+        read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records
+    )
 
 
 def excluded_count(summary) -> int:

@@ -20,7 +20,6 @@ downstream in the run executes, and `approved_dataset` refuses on its own too. W
 the signer is trusted is the gate's to judge, in `approved_dataset`.
 """
 
-
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
@@ -47,27 +46,40 @@ from trainvault.errors import IntegrityError
 from trainvault.publication.pinned import Publication as PinnedManifest
 from trainvault.verification import VerifiedShard, verify_shard
 
-SCAN_DESCRIPTION = ("The verification pass, one partition per shard: one verified read of the shard serves its "
-                    "contamination scan (n-gram overlap under the verifier contract, reduced into the report), its "
-                    "profile and its field survey; a shard whose results are stored by content is not read again.")
-REPORT_DESCRIPTION = ("The contamination report: every shard's scan reduced against the evaluation release, "
-                      "binding manifest, scan manifest, release, contract and pins by digest, signed by the scanner's key. "
-                      "Blocking check: within_contract.")
-EXCLUSIONS_DESCRIPTION = ("The training records the approval leaves out: every record a hit of the contamination report "
-                          "names, with the benchmark items found there (exclusions-v1); the approved loader skips them.")
+SCAN_DESCRIPTION = (
+    "The verification pass, one partition per shard: one verified read of the shard serves its "
+    "contamination scan (n-gram overlap under the verifier contract, reduced into the report), its "
+    "profile and its field survey; a shard whose results are stored by content is not read again."
+)
+REPORT_DESCRIPTION = (
+    "The contamination report: every shard's scan reduced against the evaluation release, "
+    "binding manifest, scan manifest, release, contract and pins by digest, signed by the scanner's key. "
+    "Blocking check: within_contract."
+)
+EXCLUSIONS_DESCRIPTION = (
+    "The training records the approval leaves out: every record a hit of the contamination report "
+    "names, with the benchmark items found there (exclusions-v1); the approved loader skips them."
+)
 
 
 def attested_report(vault, ref) -> ContaminationReport:
     """The report a hand-off names, read by digest (signed or not: the gate judges the signer)."""
     data = vault.storage.get_document(ref.uri)
     if sha256_hex(data) != ref.sha256:
-        raise IntegrityError(f"{ref.uri}: the contamination report changed since it was handed off; rerun the lifecycle")
+        raise IntegrityError(
+            f"{ref.uri}: the contamination report changed since it was handed off; rerun the lifecycle"
+        )
     return read_attested(data, ContaminationReport, trusted_keys=None, source=ref.uri).document
 
 
 def index_of(vault, release: Handoff):
-    return load_index(vault, release_uri=release.ref.uri, contract_uri=release.also["contract"].uri,
-                      release_sha256=release.ref.sha256, contract_sha256=release.also["contract"].sha256)
+    return load_index(
+        vault,
+        release_uri=release.ref.uri,
+        contract_uri=release.also["contract"].uri,
+        release_sha256=release.ref.sha256,
+        contract_sha256=release.also["contract"].sha256,
+    )
 
 
 def shard_entry(manifest, partition: str):
@@ -81,16 +93,38 @@ def shard_entry(manifest, partition: str):
 
 def report_metadata(report: ContaminationReport) -> dict[str, object]:
     """Per-benchmark results as a table and the contaminated item ids, for the UI."""
-    rows = [{"benchmark": b.name, "items": b.n_items, "checkable": b.n_checkable, "contaminated": b.n_contaminated,
-             "uncheckable": b.n_uncheckable, "pass": b.passed} for b in report.benchmarks]
-    ids = [f"{it.benchmark}: {it.item_id} (shard {it.hits[0].split}/{it.hits[0].shard}, record {it.hits[0].record_index})"
-           for it in report.contaminated_items]
+    rows = [
+        {
+            "benchmark": b.name,
+            "items": b.n_items,
+            "checkable": b.n_checkable,
+            "contaminated": b.n_contaminated,
+            "uncheckable": b.n_uncheckable,
+            "pass": b.passed,
+        }
+        for b in report.benchmarks
+    ]
+    ids = [
+        f"{it.benchmark}: {it.item_id} (shard {it.hits[0].split}/{it.hits[0].shard}, record {it.hits[0].record_index})"
+        for it in report.contaminated_items
+    ]
     return {
         "pass": report.passed,
-        "per benchmark": table(rows, [("benchmark", "string"), ("items", "int"), ("checkable", "int"),
-                                      ("contaminated", "int"), ("uncheckable", "int"), ("pass", "bool")]),
+        "per benchmark": table(
+            rows,
+            [
+                ("benchmark", "string"),
+                ("items", "int"),
+                ("checkable", "int"),
+                ("contaminated", "int"),
+                ("uncheckable", "int"),
+                ("pass", "bool"),
+            ],
+        ),
         "contaminated items": dg.MetadataValue.md("\n".join(f"- `{i}`" for i in ids) or "none"),
-        "contaminated item ids": dg.MetadataValue.json([f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]),
+        "contaminated item ids": dg.MetadataValue.json(
+            [f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]
+        ),
         "coverage": dg.MetadataValue.json(report.coverage.model_dump()),
     }
 
@@ -99,10 +133,14 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
     args = asset_args(spec, "contamination_scan", EVALUATE, SCAN_DESCRIPTION, "python")
     args.pop("io_manager_key")  # each shard's result is published beside the report
 
-    @dg.asset(**args, ins=ins(spec, "data_manifest", "evaluation_release"),
-              partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()))
-    def contamination_scan(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff,
-                           evaluation_release: Handoff) -> None:
+    @dg.asset(
+        **args,
+        ins=ins(spec, "data_manifest", "evaluation_release"),
+        partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()),
+    )
+    def contamination_scan(
+        context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff, evaluation_release: Handoff
+    ) -> None:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
@@ -111,16 +149,27 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
 
         def verify(partition: str) -> tuple[str, VerifiedShard]:
             split = parse_partition_key(partition)[0]
-            return partition, verify_shard(vault.storage, spec.shard_results_root, manifest.data_format, split,
-                                           shard_entry(manifest, partition), index)
+            return partition, verify_shard(
+                vault.storage,
+                spec.shard_results_root,
+                manifest.data_format,
+                split,
+                shard_entry(manifest, partition),
+                index,
+            )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
             for partition, verified in pool.map(verify, selected_shards(context, spec)):
                 result = verified.scan
                 bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
-                meta = {**object_metadata(bound.uri, bound.sha256, pub.version), "dagster/row_count": result.records,
-                        "tokens": result.tokens, "items hit": len(result.items), "shards read": int(verified.read)}
+                meta = {
+                    **object_metadata(bound.uri, bound.sha256, pub.version),
+                    "dagster/row_count": result.records,
+                    "tokens": result.tokens,
+                    "items hit": len(result.items),
+                    "shards read": int(verified.read),
+                }
                 if partitioned:
                     context.add_asset_metadata(meta, partition_key=partition)
                 else:
@@ -130,11 +179,19 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
 
 
 def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args(spec, "contamination_report", EVALUATE, REPORT_DESCRIPTION, "python"),
-              ins=ins(spec, "data_manifest", "training_scan", "evaluation_release", "producer_pins"),
-              deps=[key(spec, "contamination_scan")])
-    def contamination_report(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff,
-                             training_scan: Handoff, evaluation_release: Handoff, producer_pins: Handoff) -> dg.Output[Handoff]:
+    @dg.asset(
+        **asset_args(spec, "contamination_report", EVALUATE, REPORT_DESCRIPTION, "python"),
+        ins=ins(spec, "data_manifest", "training_scan", "evaluation_release", "producer_pins"),
+        deps=[key(spec, "contamination_scan")],
+    )
+    def contamination_report(
+        context: dg.AssetExecutionContext,
+        store: ObjectStore,
+        data_manifest: Handoff,
+        training_scan: Handoff,
+        evaluation_release: Handoff,
+        producer_pins: Handoff,
+    ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
@@ -143,18 +200,34 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
         # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
         # earlier run: as stored); reduce_report checks each against the manifest's shard.
         recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
-        results = [read_document(vault.storage, ShardScanResult, pub.shard_scan_uri(release, contract, k),
-                                 sha256=recorded.get(k, {}).get("sha256")).document for k in spec.partition_keys()]
-        report = reduce_report(index, manifest, results, data_manifest_sha256=data_manifest.ref.sha256,
-                               scan_manifest_sha256=training_scan.ref.sha256,
-                               producer_pins_sha256=producer_pins.ref.sha256)
+        results = [
+            read_document(
+                vault.storage,
+                ShardScanResult,
+                pub.shard_scan_uri(release, contract, k),
+                sha256=recorded.get(k, {}).get("sha256"),
+            ).document
+            for k in spec.partition_keys()
+        ]
+        report = reduce_report(
+            index,
+            manifest,
+            results,
+            data_manifest_sha256=data_manifest.ref.sha256,
+            scan_manifest_sha256=training_scan.ref.sha256,
+            producer_pins_sha256=producer_pins.ref.sha256,
+        )
         scanner = spec.scanner_signing_key()
-        bound = write_attestation(vault, pub.report_uri(release, contract, scanner.keyid), report,
-                                  signing_keys=scanner)
+        bound = write_attestation(vault, pub.report_uri(release, contract, scanner.keyid), report, signing_keys=scanner)
         return dg.Output(
-            Handoff.of(pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]),
-            metadata={**object_metadata(bound.uri, bound.sha256, pub.version), **report_metadata(report),
-                      "signed by (scanner key id)": scanner.keyid},
+            Handoff.of(
+                pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]
+            ),
+            metadata={
+                **object_metadata(bound.uri, bound.sha256, pub.version),
+                **report_metadata(report),
+                "signed by (scanner key id)": scanner.keyid,
+            },
             data_version=dg.DataVersion(bound.sha256),
         )
 
@@ -162,9 +235,15 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
 
 
 def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=report_asset, blocking=True, name="within_contract",
-                    description="the report passes the verifier contract's policy")
-    def within_contract(context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff) -> dg.AssetCheckResult:
+    @dg.asset_check(
+        asset=report_asset,
+        blocking=True,
+        name="within_contract",
+        description="the report passes the verifier contract's policy",
+    )
+    def within_contract(
+        context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff
+    ) -> dg.AssetCheckResult:
         vault = store.vault()
         contract_ref = report.also["contract"]
         doc = attested_report(vault, report.ref)
@@ -173,18 +252,26 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
         excluded = spec.policy.allow_exclusions and excludable(doc, contract)
         passed = same_contract and (doc.recompute_pass(contract.policy) or excluded)
         contaminated = [f"{it.benchmark}:{it.item_id}" for it in doc.contaminated_items]
-        failing = [b.name for b in doc.benchmarks
-                   if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)]
+        failing = [
+            b.name
+            for b in doc.benchmarks
+            if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
+        ]
         return dg.AssetCheckResult(
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
                 f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
+                if not same_contract
+                else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
             ),
-            metadata={"report sha256": report.ref.sha256, "contaminated": len(contaminated),
-                      "contaminated item ids": dg.MetadataValue.json(contaminated),
-                      "benchmarks failing": dg.MetadataValue.json(failing), "passes after exclusions": excluded},
+            metadata={
+                "report sha256": report.ref.sha256,
+                "contaminated": len(contaminated),
+                "contaminated item ids": dg.MetadataValue.json(contaminated),
+                "benchmarks failing": dg.MetadataValue.json(failing),
+                "passes after exclusions": excluded,
+            },
         )
 
     return within_contract
@@ -194,61 +281,82 @@ def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str
     """The check's one-line verdict for people; `note` says why exclusions cannot make a failing report pass."""
     items = f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
     if passed:
-        return f"within contract after exclusions: {items}, every hit excluded" if contaminated else \
-            "within contract: no benchmark over its limits"
+        return (
+            f"within contract after exclusions: {items}, every hit excluded"
+            if contaminated
+            else "within contract: no benchmark over its limits"
+        )
     if not contaminated:
         return f"benchmarks over their limits: {', '.join(failing)}"
     return f"{items}; {note}" if note else items
 
 
 #: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).
-NOT_APPROVED = ("nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
-                "made under that run's policy (its 'approval policy' metadata)")
+NOT_APPROVED = (
+    "nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
+    "made under that run's policy (its 'approval policy' metadata)"
+)
 
 
 def exclusion_note(spec: DatasetSpec, report: ContaminationReport, contract: VerifierContract) -> str:
     """Why leaving out the contaminated records does not make `report` pass (empty when it does)."""
     if not spec.policy.allow_exclusions:
-        return (f"the policy of {spec.name} forbids exclusions (allow_exclusions: false), so the records holding them "
-                "cannot be left out; " + NOT_APPROVED)
+        return (
+            f"the policy of {spec.name} forbids exclusions (allow_exclusions: false), so the records holding them "
+            "cannot be left out; " + NOT_APPROVED
+        )
     if not excludable(report, contract):
-        return "excluding the records that hold them is not enough (a benchmark over its uncheckable limit, " \
-               "a non-exhaustive method or capped hits); " + NOT_APPROVED
+        return (
+            "excluding the records that hold them is not enough (a benchmark over its uncheckable limit, "
+            "a non-exhaustive method or capped hits); " + NOT_APPROVED
+        )
     return ""
 
 
 def excludable(report: ContaminationReport, contract: VerifierContract) -> bool:
     """Whether leaving out every record a hit names makes `report` pass: no benchmark over its
     uncheckable limit, an exhaustive method, and every hit listed (none capped)."""
-    clean = all(contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, 0)
-                for b in report.benchmarks)
+    clean = all(
+        contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, 0)
+        for b in report.benchmarks
+    )
     return clean and report.method.exhaustive and not truncated_items(report)
 
 
 def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args(spec, "contamination_exclusions", EVALUATE, EXCLUSIONS_DESCRIPTION, "python"),
-              ins=ins(spec, "contamination_report"))
-    def contamination_exclusions(context: dg.AssetExecutionContext, store: ObjectStore,
-                                 contamination_report: Handoff) -> dg.Output[Handoff]:
+    @dg.asset(
+        **asset_args(spec, "contamination_exclusions", EVALUATE, EXCLUSIONS_DESCRIPTION, "python"),
+        ins=ins(spec, "contamination_report"),
+    )
+    def contamination_exclusions(
+        context: dg.AssetExecutionContext, store: ObjectStore, contamination_report: Handoff
+    ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(contamination_report.publication_version)
         report = attested_report(vault, contamination_report.ref)
         doc = exclusions_from_report(report, report_sha256=contamination_report.ref.sha256)
-        uri = pub.exclusions_uri(report.eval_release.sha256, report.verifier_contract.sha256,
-                                 spec.scanner_signing_key().keyid)
+        uri = pub.exclusions_uri(
+            report.eval_release.sha256, report.verifier_contract.sha256, spec.scanner_signing_key().keyid
+        )
         bound = publish_document(vault.storage, uri, doc)
         per = doc.per_benchmark()
-        rows = [{"benchmark": b.name, "excluded records": per.get(b.name, 0), "contaminated items": b.n_contaminated}
-                for b in report.benchmarks]
-        records = [f"{r.split}/{r.shard} record {r.record_index}: "
-                   + ", ".join(f"{x.benchmark}:{x.item_id}" for x in r.reasons) for r in doc.records]
+        rows = [
+            {"benchmark": b.name, "excluded records": per.get(b.name, 0), "contaminated items": b.n_contaminated}
+            for b in report.benchmarks
+        ]
+        records = [
+            f"{r.split}/{r.shard} record {r.record_index}: "
+            + ", ".join(f"{x.benchmark}:{x.item_id}" for x in r.reasons)
+            for r in doc.records
+        ]
         return dg.Output(
             Handoff.of(pub, "contamination_exclusions", bound.uri, bound.sha256),
             metadata={
                 **object_metadata(bound.uri, bound.sha256, pub.version),
                 "excluded records": len(doc.records),
-                "excluded per benchmark": table(rows, [("benchmark", "string"), ("excluded records", "int"),
-                                                       ("contaminated items", "int")]),
+                "excluded per benchmark": table(
+                    rows, [("benchmark", "string"), ("excluded records", "int"), ("contaminated items", "int")]
+                ),
                 "records": dg.MetadataValue.md("\n".join(f"- `{r}`" for r in records[:200]) or "none"),
             },
             data_version=dg.DataVersion(bound.sha256),

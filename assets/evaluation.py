@@ -7,7 +7,6 @@ normalisation, n-gram size, scanned fields, pass policy) is published by its dig
 it travels in the hand-off beside the release.
 """
 
-
 import dagster as dg
 
 from assets._common import EVALUATE, asset_args, ins, link, object_metadata, table
@@ -18,13 +17,17 @@ from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import MethodSpec, VerifierContract, publish_document, publish_release
 from trainvault.refs import ObjectRef
 
-DESCRIPTION = ("The evaluation release (every benchmark's items, by digest) and the verifier contract "
-               "(method, n-gram size, fields, pass policy) the training data is checked against.")
+DESCRIPTION = (
+    "The evaluation release (every benchmark's items, by digest) and the verifier contract "
+    "(method, n-gram size, fields, pass policy) the training data is checked against."
+)
 
 
 def build_evaluation_release(spec: DatasetSpec) -> dg.AssetsDefinition:
     @dg.asset(**asset_args(spec, "evaluation_release", EVALUATE, DESCRIPTION, "python"), ins=ins(spec, "producer_pins"))
-    def evaluation_release(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> dg.Output[Handoff]:
+    def evaluation_release(
+        context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff
+    ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(producer_pins.publication_version)
         benchmarks = [load_callable(source)() for source in spec.evaluation_sources]
@@ -49,8 +52,14 @@ def build_evaluation_release(spec: DatasetSpec) -> dg.AssetsDefinition:
                 **object_metadata(release.uri, release.sha256, pub.version),
                 "release id": release.document.id,
                 "benchmarks": table(
-                    rows, [("benchmark", "string"), ("items", "int"), ("fields", "string"), ("sha256", "string"),
-                           ("source", "string")]
+                    rows,
+                    [
+                        ("benchmark", "string"),
+                        ("items", "int"),
+                        ("fields", "string"),
+                        ("sha256", "string"),
+                        ("source", "string"),
+                    ],
                 ),
                 "contract_uri": bound_contract.uri,
                 "contract": link(bound_contract.uri),

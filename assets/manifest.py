@@ -6,7 +6,6 @@ committing an unchanged build again is a no-op. The version folder is the one th
 producer pins decided.
 """
 
-
 import dagster as dg
 
 from assets._common import BUILD, asset_args, ins, key, object_metadata, table
@@ -16,8 +15,10 @@ from resources.storage import ObjectStore
 from trainvault.canonical import sha256_hex
 from trainvault.errors import TrainVaultError
 
-DESCRIPTION = ("The data manifest: every shard of the version recovered from its descriptor, curricula registered, "
-               "committed create-only; what a trainer's loader reads.")
+DESCRIPTION = (
+    "The data manifest: every shard of the version recovered from its descriptor, curricula registered, "
+    "committed create-only; what a trainer's loader reads."
+)
 
 
 def summary_tables(manifest) -> dict:
@@ -44,9 +45,14 @@ def summary_tables(manifest) -> dict:
 
 
 def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args(spec, "data_manifest", BUILD, DESCRIPTION, "python"),
-              ins=ins(spec, "producer_pins"), deps=[key(spec, "dataset_shards")])
-    def data_manifest(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> dg.Output[Handoff]:
+    @dg.asset(
+        **asset_args(spec, "data_manifest", BUILD, DESCRIPTION, "python"),
+        ins=ins(spec, "producer_pins"),
+        deps=[key(spec, "dataset_shards")],
+    )
+    def data_manifest(
+        context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff
+    ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(producer_pins.publication_version)
         # Each shard is recovered from its descriptor with a size check: the verification pass
@@ -57,7 +63,9 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
             try:
                 entry = saver.recover(split, stage, shard_id=shard_id)
             except TrainVaultError as exc:
-                raise dg.Failure(f"shard {split}/{stage or '_'}/{shard_id} of {spec.name} {pub.version}: {exc}") from exc
+                raise dg.Failure(
+                    f"shard {split}/{stage or '_'}/{shard_id} of {spec.name} {pub.version}: {exc}"
+                ) from exc
             entries.setdefault((split, stage), []).append(entry)
         for cur in spec.curricula:
             shards = [e for stage in cur.stages for e in entries.get((cur.split, stage), [])]
@@ -67,8 +75,11 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
         sha256 = sha256_hex(manifest.to_json_bytes())
         return dg.Output(
             Handoff.of(pub, "data_manifest", pub.manifest_uri, sha256),
-            metadata={**object_metadata(pub.manifest_uri, sha256, pub.version), "data_format": manifest.data_format,
-                      **summary_tables(manifest)},
+            metadata={
+                **object_metadata(pub.manifest_uri, sha256, pub.version),
+                "data_format": manifest.data_format,
+                **summary_tables(manifest),
+            },
             data_version=dg.DataVersion(sha256),
         )
 

@@ -6,7 +6,6 @@ run writes into the same `<root>/<dataset>/<version>/` folder, and a new trainva
 codec or generator revision builds a new version instead of overwriting.
 """
 
-
 import dagster as dg
 
 from assets._common import BUILD, asset_args, object_metadata, table
@@ -15,8 +14,10 @@ from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.approval import write_producer_pins
 
-DESCRIPTION = ("Package versions (trainvault, codecs) and the generator's code revision; "
-               "their digest and the spec decide the publication version.")
+DESCRIPTION = (
+    "Package versions (trainvault, codecs) and the generator's code revision; "
+    "their digest and the spec decide the publication version."
+)
 
 
 def build_producer_pins(spec: DatasetSpec) -> dg.AssetsDefinition:

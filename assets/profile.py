@@ -27,7 +27,6 @@ from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ConflictError, IntegrityError, ProfileError
-from trainvault.refs import ObjectRef
 from trainvault.profile import (
     DatasetProfile,
     MetricsSidecar,
@@ -36,6 +35,7 @@ from trainvault.profile import (
     read_metrics_sidecar,
     write_metrics_sidecars,
 )
+from trainvault.refs import ObjectRef
 from trainvault.verification import profile_from_surveys
 
 CHECK = "task_data_valid"
@@ -70,14 +70,29 @@ def metrics_metadata(profile: DatasetProfile) -> dict[str, Any]:
     counts, numeric, labels = [], [], []
     for split, sp in profile.splits.items():
         m = sp.metrics.to_json()
-        counts.append({
-            "split": split, "shards": len(sp.shards), "examples": m["number_of_examples"], "tasks": m["number_of_tasks"],
-            "responses rows": m["number_of_responses_rows"], "offending rows": sp.offending_count,
-        })
+        counts.append(
+            {
+                "split": split,
+                "shards": len(sp.shards),
+                "examples": m["number_of_examples"],
+                "tasks": m["number_of_tasks"],
+                "responses rows": m["number_of_responses_rows"],
+                "offending rows": sp.offending_count,
+            }
+        )
         extra_numeric = {f"extra.{k}": v for k, v in m["extra"].items() if "mean" in v}
         for name, s in [*((k, m[k]) for k in NUMERIC), *extra_numeric.items()]:
-            numeric.append({"split": split, "metric": name, "count": s["count"], "mean": _num(s["mean"]),
-                            "min": _num(s["min"]), "max": _num(s["max"]), "stddev": _num(s["stddev"])})
+            numeric.append(
+                {
+                    "split": split,
+                    "metric": name,
+                    "count": s["count"],
+                    "mean": _num(s["mean"]),
+                    "min": _num(s["min"]),
+                    "max": _num(s["max"]),
+                    "stddev": _num(s["stddev"]),
+                }
+            )
         for name, s in m["extra"].items():
             if "counts" not in s:
                 continue
@@ -92,12 +107,33 @@ def metrics_metadata(profile: DatasetProfile) -> dict[str, Any]:
         for o in profile.offending[:SHOWN_OFFENDING]
     ]
     return {
-        "examples and tasks": table(counts, [("split", "string"), ("shards", "int"), ("examples", "int"), ("tasks", "int"),
-                                             ("responses rows", "int"), ("offending rows", "int")]),
-        "metrics": table(numeric, [("split", "string"), ("metric", "string"), ("count", "int"), ("mean", "float"),
-                                   ("min", "float"), ("max", "float"), ("stddev", "float")]),
+        "examples and tasks": table(
+            counts,
+            [
+                ("split", "string"),
+                ("shards", "int"),
+                ("examples", "int"),
+                ("tasks", "int"),
+                ("responses rows", "int"),
+                ("offending rows", "int"),
+            ],
+        ),
+        "metrics": table(
+            numeric,
+            [
+                ("split", "string"),
+                ("metric", "string"),
+                ("count", "int"),
+                ("mean", "float"),
+                ("min", "float"),
+                ("max", "float"),
+                ("stddev", "float"),
+            ],
+        ),
         "labels": table(labels, [("split", "string"), ("metric", "string"), ("label", "string"), ("count", "int")]),
-        "offending rows": table(offending, [("split", "string"), ("shard", "string"), ("record", "int"), ("error", "string")]),
+        "offending rows": table(
+            offending, [("split", "string"), ("shard", "string"), ("record", "int"), ("error", "string")]
+        ),
     }
 
 
@@ -128,11 +164,15 @@ def check_result(sidecars: dict[str, MetricsSidecar]) -> dg.AssetCheckResult:
     )
 
 
-DESCRIPTION = ("Per-split metrics of every shard and task-data schema validation, written as "
-               "<split>_metrics.json sidecars beside the manifest; the approval binds them. Blocking check: task_data_valid.")
+DESCRIPTION = (
+    "Per-split metrics of every shard and task-data schema validation, written as "
+    "<split>_metrics.json sidecars beside the manifest; the approval binds them. Blocking check: task_data_valid."
+)
 
 
-def computed_profile(storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff) -> tuple[DatasetProfile, int]:
+def computed_profile(
+    storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff
+) -> tuple[DatasetProfile, int]:
     """The profile and how many shards were read for it: under the default settings, merged from
     the surveys the verification pass stored (no shard read); under a schema or hook, every shard read."""
     if config.task_schema is None and config.extra_metrics is None and config.validation == "auto":
@@ -159,10 +199,18 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
         **asset_args(spec, "dataset_profile", BUILD, DESCRIPTION, "python"),
         ins=ins(spec, "data_manifest"),
         deps=[key(spec, "contamination_scan")],
-        check_specs=[dg.AssetCheckSpec(CHECK, asset=asset_key, blocking=True,
-                                       description="rows match the dataset's task-data schema (blocking in error mode)")],
+        check_specs=[
+            dg.AssetCheckSpec(
+                CHECK,
+                asset=asset_key,
+                blocking=True,
+                description="rows match the dataset's task-data schema (blocking in error mode)",
+            )
+        ],
     )
-    def dataset_profile(context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, data_manifest: Handoff):
+    def dataset_profile(
+        context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, data_manifest: Handoff
+    ):
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         try:
@@ -173,8 +221,13 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
         sidecars = approval_sidecars(refs)
         digest = profile_digest(sidecars)
         yield dg.Output(
-            Handoff.of(pub, "dataset_profile", data_manifest.ref.uri, data_manifest.ref.sha256,
-                       **{name: ObjectRef(**ref) for name, ref in sidecars.items()}),
+            Handoff.of(
+                pub,
+                "dataset_profile",
+                data_manifest.ref.uri,
+                data_manifest.ref.sha256,
+                **{name: ObjectRef(**ref) for name, ref in sidecars.items()},
+            ),
             metadata={
                 "version": pub.version,
                 "data_manifest_sha256": profile.manifest_sha256,
@@ -189,6 +242,8 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
             },
             data_version=dg.DataVersion(digest),
         )
-        yield check_result({split: read_metrics_sidecar(vault.storage, ref.uri, ref.sha256) for split, ref in refs.items()})
+        yield check_result(
+            {split: read_metrics_sidecar(vault.storage, ref.uri, ref.sha256) for split, ref in refs.items()}
+        )
 
     return dataset_profile

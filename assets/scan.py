@@ -13,7 +13,6 @@ the envelope by digest; the gate checks the signer against the policy's trusted 
 keys and that its file set equals the manifest's, so no shard goes unscanned.
 """
 
-
 import dagster as dg
 
 from assets._common import BUILD, asset_args, ins, key, object_metadata
@@ -23,20 +22,31 @@ from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.approval import build_training_scan_manifest, write_attestation
 
-DESCRIPTION = ("Every file the data manifest declares with its size and sha256 as checked against storage (data objects "
-               "by the verification pass, descriptors here), with totals (the training scan manifest, signed by the "
-               "scanner's key).")
+DESCRIPTION = (
+    "Every file the data manifest declares with its size and sha256 as checked against storage (data objects "
+    "by the verification pass, descriptors here), with totals (the training scan manifest, signed by the "
+    "scanner's key)."
+)
 
 
 def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args(spec, "training_scan", BUILD, DESCRIPTION, "python"), ins=ins(spec, "data_manifest"),
-              deps=[key(spec, "contamination_scan")])
-    def training_scan(context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff) -> dg.Output[Handoff]:
+    @dg.asset(
+        **asset_args(spec, "training_scan", BUILD, DESCRIPTION, "python"),
+        ins=ins(spec, "data_manifest"),
+        deps=[key(spec, "contamination_scan")],
+    )
+    def training_scan(
+        context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff
+    ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         surveys = shard_surveys(vault.storage, spec, data_manifest)
-        scan = build_training_scan_manifest(vault, data_manifest.ref.uri, manifest_sha256=data_manifest.ref.sha256,
-                                            verified={e.uri for pairs in surveys.values() for e, _ in pairs})
+        scan = build_training_scan_manifest(
+            vault,
+            data_manifest.ref.uri,
+            manifest_sha256=data_manifest.ref.sha256,
+            verified={e.uri for pairs in surveys.values() for e, _ in pairs},
+        )
         key = spec.scanner_signing_key()
         bound = write_attestation(vault, pub.scan_manifest_uri(key.keyid), scan, signing_keys=key)
         totals = scan.totals.model_dump()

@@ -9,7 +9,6 @@ gate), and nothing is written. Each partition's materialization carries
 that shard's own figures.
 """
 
-
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
@@ -19,8 +18,10 @@ from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
 
-DESCRIPTION = ("The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
-               "and create-only into the version's data folder; an unchanged shard is verified and reused.")
+DESCRIPTION = (
+    "The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
+    "and create-only into the version's data folder; an unchanged shard is verified and reused."
+)
 
 
 def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
@@ -33,14 +34,27 @@ def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
         curriculum_metadata=spec.metadata_of_stage(split, stage),
         shard_id=shard_id,
     )
-    return {"shard": key, "records": entry.record_count, "bytes": entry.size_bytes, "sha256": entry.sha256,
-            "uri": entry.uri, "written": saver.wrote(split, entry.key)}
+    return {
+        "shard": key,
+        "records": entry.record_count,
+        "bytes": entry.size_bytes,
+        "sha256": entry.sha256,
+        "uri": entry.uri,
+        "written": saver.wrote(split, entry.key),
+    }
 
 
 def shard_metadata(row: dict, version: str) -> dict:
     """One shard's figures, as its partition's materialization shows them."""
-    return {"version": version, "dagster/row_count": row["records"], "bytes": row["bytes"], "sha256": row["sha256"],
-            "written": row["written"], "dagster/uri": row["uri"], "open": link(row["uri"])}
+    return {
+        "version": version,
+        "dagster/row_count": row["records"],
+        "bytes": row["bytes"],
+        "sha256": row["sha256"],
+        "written": row["written"],
+        "dagster/uri": row["uri"],
+        "open": link(row["uri"]),
+    }
 
 
 def selected_shards(context: dg.AssetExecutionContext, spec: DatasetSpec) -> list[str]:
@@ -76,9 +90,14 @@ def build_dataset_shards(spec: DatasetSpec) -> dg.AssetsDefinition:
                 context.add_asset_metadata(shard_metadata(row, pub.version), partition_key=row["shard"])
             else:
                 # A run without partitions: each shard is still recorded against its own partition.
-                context.log_event(dg.AssetMaterialization(context.asset_key, partition=row["shard"],
-                                                          metadata=shard_metadata(row, pub.version)))
+                context.log_event(
+                    dg.AssetMaterialization(
+                        context.asset_key, partition=row["shard"], metadata=shard_metadata(row, pub.version)
+                    )
+                )
         written = sum(r["written"] for r in rows)
-        context.log.info(f"{len(rows)} shard(s) of {pub.version}: {written} written, {len(rows) - written} reused unchanged")
+        context.log.info(
+            f"{len(rows)} shard(s) of {pub.version}: {written} written, {len(rows) - written} reused unchanged"
+        )
 
     return dataset_shards

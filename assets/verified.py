@@ -8,7 +8,6 @@ from trainvault.publication.pinned import Publication
 from trainvault.storage import Storage
 from trainvault.verification import ShardSurvey, stored_survey
 
-
 Surveys = dict[str, list[tuple[ShardEntry, ShardSurvey]]]
 
 
@@ -21,5 +20,7 @@ def shard_surveys(storage: Storage, spec: DatasetSpec, data_manifest: Handoff) -
 
 def surveys_of(storage: Storage, spec: DatasetSpec, manifest: DataManifest) -> Surveys:
     """`shard_surveys` of a manifest already loaded (an approval's)."""
-    return {split: [(e, stored_survey(storage, spec.shard_results_root, manifest.data_format, e)) for e in sm.shards]
-            for split, sm in manifest.splits.items()}
+    return {
+        split: [(e, stored_survey(storage, spec.shard_results_root, manifest.data_format, e)) for e in sm.shards]
+        for split, sm in manifest.splits.items()
+    }

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus  # noqa: E402
+import corpus
+from chain import approval_request, publish_train
 
-from trainvault import TrainVault  # noqa: E402
-from chain import approval_request, publish_train  # noqa: E402
-from trainvault.approval import ApprovalPolicy, ApprovalRequest, SigningKey  # noqa: E402
+from trainvault import TrainVault
+from trainvault.approval import ApprovalPolicy, ApprovalRequest, SigningKey
 
 DATA = Path(__file__).resolve().parent / ".data" / "approval"
 
@@ -55,8 +55,9 @@ FULL = ApprovalPolicy()
 
 def publish(records: int, seed: int, shard_records: int) -> tuple[TrainVault, ApprovalRequest, list[Path]]:
     """The publication and its custody chain; returns the request and every file the gate hashes."""
-    vault, manifest_uri = publish_train(DATA, records, shard_records,
-                                        lambda n, start: corpus.iter_records(n, seed=seed, start=start))
+    vault, manifest_uri = publish_train(
+        DATA, records, shard_records, lambda n, start: corpus.iter_records(n, seed=seed, start=start)
+    )
     request = approval_request(vault, str(DATA), manifest_uri, scanner_key=SCANNER)
     files = sorted(p for p in DATA.rglob("*") if p.is_file() and "release" not in p.parts)
     return vault, request, files
@@ -87,9 +88,11 @@ def rescans(vault: TrainVault, request: ApprovalRequest, hashing_s: float, repea
             approved = vault.approve_dataset(request, policy=policy)
             times.append(time.perf_counter() - t)
         shards = approved.summary.attestation.rescan.shards if approved.summary.attestation else "all"
-        print(f"gate, {name}: median {statistics.median(times):.3f} s, {statistics.median(times) / hashing_s:.2f}x "
-              f"the gate without re-scan (re-scanned: {len(shards) if isinstance(shards, list) else shards} of "
-              f"{approved.summary.shards} shards)")
+        print(
+            f"gate, {name}: median {statistics.median(times):.3f} s, {statistics.median(times) / hashing_s:.2f}x "
+            f"the gate without re-scan (re-scanned: {len(shards) if isinstance(shards, list) else shards} of "
+            f"{approved.summary.shards} shards)"
+        )
 
 
 def survey_cost(vault: TrainVault, request: ApprovalRequest, repeats: int) -> None:
@@ -98,9 +101,13 @@ def survey_cost(vault: TrainVault, request: ApprovalRequest, repeats: int) -> No
     from trainvault.contamination import TextFieldSurvey, load_index, scan_shard
 
     manifest = vault.load_manifest(request.data_manifest.uri)
-    index = load_index(vault, release_uri=request.evaluation_release.uri, contract_uri=request.verifier_contract.uri,
-                       release_sha256=request.evaluation_release.sha256,
-                       contract_sha256=request.verifier_contract.sha256)
+    index = load_index(
+        vault,
+        release_uri=request.evaluation_release.uri,
+        contract_uri=request.verifier_contract.uri,
+        release_sha256=request.evaluation_release.sha256,
+        contract_sha256=request.verifier_contract.sha256,
+    )
     entries = [e for split in manifest.splits.values() for e in split.shards]
     times: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(repeats):
@@ -111,8 +118,10 @@ def survey_cost(vault: TrainVault, request: ApprovalRequest, repeats: int) -> No
                 scan_shard(vault.storage, manifest.data_format, entry, index, survey=survey)
             times[surveyed].append(time.process_time() - t)
     alone, surveyed = statistics.median(times[False]), statistics.median(times[True])
-    print(f"re-scan with field survey: median {surveyed:.3f} CPU s, scan alone {alone:.3f} CPU s, "
-          f"ratio {surveyed / alone:.2f}")
+    print(
+        f"re-scan with field survey: median {surveyed:.3f} CPU s, scan alone {alone:.3f} CPU s, "
+        f"ratio {surveyed / alone:.2f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,8 +133,10 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     vault, request, files = publish(args.records, args.seed, args.shard_records)
-    print(f"publication: {args.records:,} records, {len(files)} files, "
-          f"{sum(p.stat().st_size for p in files) / 1e6:,.1f} MB ({time.perf_counter() - t0:.1f} s to build the chain)")
+    print(
+        f"publication: {args.records:,} records, {len(files)} files, "
+        f"{sum(p.stat().st_size for p in files) / 1e6:,.1f} MB ({time.perf_counter() - t0:.1f} s to build the chain)"
+    )
 
     plain_hash(files)  # warm the page cache
     approved = vault.approve_dataset(request, policy=HASHING)
@@ -142,9 +153,13 @@ def main(argv: list[str] | None = None) -> None:
         plain_s.append(time.perf_counter() - t)
     gate_mbs = hashed / statistics.median(gate_s) / 1e6
     plain_mbs = plain_bytes / statistics.median(plain_s) / 1e6
-    print(f"approval gate  : {gate_mbs:8.1f} MB/s ({hashed / 1e6:,.1f} MB, {approved.summary.files_hashed} files, "
-          f"median {statistics.median(gate_s):.3f} s)")
-    print(f"plain hashlib  : {plain_mbs:8.1f} MB/s ({plain_bytes / 1e6:,.1f} MB, median {statistics.median(plain_s):.3f} s)")
+    print(
+        f"approval gate  : {gate_mbs:8.1f} MB/s ({hashed / 1e6:,.1f} MB, {approved.summary.files_hashed} files, "
+        f"median {statistics.median(gate_s):.3f} s)"
+    )
+    print(
+        f"plain hashlib  : {plain_mbs:8.1f} MB/s ({plain_bytes / 1e6:,.1f} MB, median {statistics.median(plain_s):.3f} s)"
+    )
     print(f"ratio gate/hashlib: {gate_mbs / plain_mbs:.2f} (goal >= 0.90)")
     rescans(vault, request, statistics.median(gate_s), args.repeats)
     survey_cost(vault, request, args.repeats)

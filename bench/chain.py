@@ -53,24 +53,40 @@ def publish_train(
 
 
 def approval_request(
-    vault: TrainVault, root: str, manifest_uri: str, *, sidecars: dict[str, ArtifactRef] | None = None,
+    vault: TrainVault,
+    root: str,
+    manifest_uri: str,
+    *,
+    sidecars: dict[str, ArtifactRef] | None = None,
     scanner_key: SigningKey | None = None,
 ) -> ApprovalRequest:
     """Write every artifact of the chain under `root` and return the request that binds them
     (with `scanner_key`, the scan manifest and report as attestations signed by it)."""
+
     def write(name: str, document: Any, plain: Callable[..., Any]) -> Any:
         if scanner_key is None:
             return plain(vault, f"{root}/ds/{name}-v1.json", document)
         return write_attestation(vault, f"{root}/ds/{name}-v1.dsse.json", document, signing_keys=scanner_key)
 
-    scan = write("training-scan-manifest", build_training_scan_manifest(vault, manifest_uri),
-                 write_training_scan_manifest)
+    scan = write(
+        "training-scan-manifest", build_training_scan_manifest(vault, manifest_uri), write_training_scan_manifest
+    )
     pins = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins())
     release = publish_release(vault.storage, f"{root}/release", "bench", [jsonl_benchmark("bench", ITEMS)])
     contract = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", VerifierContract())
     index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
-    report = write("contamination-report", scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
-                                                        producer_pins_sha256=pins.sha256, progress=False), write_report)
+    report = write(
+        "contamination-report",
+        scan_dataset(
+            vault,
+            manifest_uri,
+            index,
+            scan_manifest_sha256=scan.sha256,
+            producer_pins_sha256=pins.sha256,
+            progress=False,
+        ),
+        write_report,
+    )
     return ApprovalRequest(
         data_manifest=ArtifactRef(uri=manifest_uri, sha256=sha256_hex(vault.storage.get(manifest_uri))),
         training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),

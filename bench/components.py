@@ -52,11 +52,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from chain import approval_request, publish_train  # bench/ is the script folder, first on sys.path
+
 from trainvault import TrainVault
 from trainvault.approval import ApprovalRequest
-from trainvault.components import ComponentLedger, ComponentLedgerPart, Frame, collate_sequences, ledger_uri, split_frame
+from trainvault.components import (
+    ComponentLedger,
+    ComponentLedgerPart,
+    Frame,
+    collate_sequences,
+    ledger_uri,
+    split_frame,
+)
 from trainvault.components.collate import _buffer as shared_buffer  # one shared-memory segment a batch in a worker
 from trainvault.components.collate import allocate_varlen
 
@@ -72,8 +79,10 @@ def packed_records(n: int, seed: int, start: int) -> list[dict[str, Any]]:
         comps = rng.randint(1, 8)
         cuts = sorted(rng.sample(range(1, TOKENS), comps - 1)) if comps > 1 else []
         bounds = [0, *cuts, TOKENS]
-        frames = [[f"doc{k}-{j}", bounds[j], bounds[j + 1], rng.choice([0, rng.randrange(1, 100_000)]) if j == 0 else 0]
-                  for j in range(comps)]
+        frames = [
+            [f"doc{k}-{j}", bounds[j], bounds[j + 1], rng.choice([0, rng.randrange(1, 100_000)]) if j == 0 else 0]
+            for j in range(comps)
+        ]
         tokens = np.random.default_rng(k).integers(1, 50_000, TOKENS, dtype=np.int32)
         tokens[np.asarray(bounds[1:]) - 1] = EOS  # every component ends in EOS, as packers write them
         out.append({"packed_record_id": f"p{k}", "input_ids": tokens, "text": f"packed record {k}", "frames": frames})
@@ -132,8 +141,10 @@ class FloorCollate:
         v["loss_mask"][:] = True
         v["loss_mask"][starts[:-1]] = False
         t = v["target_row_indices"]
-        for k, (row, m) in enumerate(zip(starts[:-1].tolist(), lengths.tolist())):
-            np.add(self.arange[: m - 1], row, out=t[row - k : row - k + m - 1])  # k sequences before: k rows without a target
+        for k, (row, m) in enumerate(zip(starts[:-1].tolist(), lengths.tolist(), strict=False)):
+            np.add(
+                self.arange[: m - 1], row, out=t[row - k : row - k + m - 1]
+            )  # k sequences before: k rows without a target
         v["ce_valid"][:] = True
         v["cu_seqlens"][:] = starts
         out["max_seqlen"] = int(lengths.max())
@@ -161,7 +172,7 @@ class PeerCollate:
         sizes = (n * 4, n * 8, n * 4, (len(starts) + 1) * 4)  # input_ids, position_ids, loss_mask, cu_seqlens
         buf = shared_buffer(sum(sizes))
         raw, at, views = buf.numpy(), 0, []
-        for size, dtype in zip(sizes, ("int32", "int64", "float32", "int32")):
+        for size, dtype in zip(sizes, ("int32", "int64", "float32", "int32"), strict=False):
             views.append((buf[at : at + size].view(getattr(torch, dtype)), raw[at : at + size].view(dtype)))
             at += size
         (t_ids, v_ids), (t_pos, v_pos), (t_loss, v_loss), (t_cu, v_cu) = views
@@ -170,8 +181,13 @@ class PeerCollate:
         np.logical_not(eod, out=v_loss, casting="unsafe")  # eod_mask_loss: 0 at EOS, else 1
         v_cu[:-1] = starts
         v_cu[-1] = n
-        return {"input_ids": t_ids.view(len(batch), s), "position_ids": t_pos.view(len(batch), s),
-                "loss_mask": t_loss.view(len(batch), s), "cu_seqlens": t_cu, "max_seqlen": int(lengths.max())}
+        return {
+            "input_ids": t_ids.view(len(batch), s),
+            "position_ids": t_pos.view(len(batch), s),
+            "loss_mask": t_loss.view(len(batch), s),
+            "cu_seqlens": t_cu,
+            "max_seqlen": int(lengths.max()),
+        }
 
 
 def machine_jiffies() -> tuple[int, int] | None:
@@ -223,15 +239,24 @@ def main(argv: list[str] | None = None) -> None:
     unpack = approved.component_range_materializer("train", max_rows=args.max_rows)
     group = approved.component_range_materializer("train", mode="group", max_rows=args.max_rows)
     tokens = args.packed_records * TOKENS
-    print(f"publication: {args.packed_records} packed records, {tokens / 1e6:,.1f} M tokens "
-          f"({time.perf_counter() - t0:.1f} s to build the chain and ledger and approve)")
+    print(
+        f"publication: {args.packed_records} packed records, {tokens / 1e6:,.1f} M tokens "
+        f"({time.perf_counter() - t0:.1f} s to build the chain and ledger and approve)"
+    )
     print(unpack.describe())
-    print("approval (the gate checks every range's sha256 once, in the pass that hashes the shards): "
-          + ", ".join(f"{name} {w:.2f} s wall, {c:.2f} s CPU" for name, (w, c) in gate.items()))
+    print(
+        "approval (the gate checks every range's sha256 once, in the pass that hashes the shards): "
+        + ", ".join(f"{name} {w:.2f} s wall, {c:.2f} s CPU" for name, (w, c) in gate.items())
+    )
 
     floor = FloorCollate(vault, ledger_uri(f"{DATA}/ds/data-manifest-v1.json", "train"))
-    modes = {"plain": (None, 4, pack_plain), "floor": (None, 4, floor), "peer": (None, 4, PeerCollate()),
-             "unpack": (unpack, args.unpack_batch, collate_sequences), "group": (group, 4, collate_sequences)}
+    modes = {
+        "plain": (None, 4, pack_plain),
+        "floor": (None, 4, floor),
+        "peer": (None, 4, PeerCollate()),
+        "unpack": (unpack, args.unpack_batch, collate_sequences),
+        "group": (group, 4, collate_sequences),
+    }
     results: dict[tuple[str, int], float] = {}
     cpu_s: dict[tuple[str, int], float] = {}  # CPU seconds an epoch, workers included
     busy_s: dict[tuple[str, int], float] = {}  # share of the machine's cores busy during an epoch
@@ -241,15 +266,16 @@ def main(argv: list[str] | None = None) -> None:
             dl_args: dict[str, Any] = {"batch_size": batch, "num_workers": workers}
             if workers:
                 dl_args["persistent_workers"] = True
-            loaders[name] = approved.split_data_loader(collate_fn=collate, dataloader_args=dl_args,
-                                                       materializer=m).load("train")
+            loaders[name] = approved.split_data_loader(
+                collate_fn=collate, dataloader_args=dl_args, materializer=m
+            ).load("train")
             epoch(loaders[name])  # warm-up: imports, workers, page cache
         times: dict[str, list[float]] = {name: [] for name in modes}
         cpu: dict[str, list[float]] = {name: [] for name in modes}  # this process and its workers
         busy: dict[str, list[float]] = {name: [] for name in modes}  # the whole machine's cores
         names = list(modes)
         for i in range(args.repeats):
-            for name in names[i % len(names):] + names[: i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 t, c, j = time.perf_counter(), cpu_seconds(loaders[name]), machine_jiffies()
                 epoch(loaders[name])
                 times[name].append(time.perf_counter() - t)
@@ -265,8 +291,12 @@ def main(argv: list[str] | None = None) -> None:
     report(results, cpu_s, busy_s, list(modes))
 
 
-def report(results: dict[tuple[str, int], float], cpu_s: dict[tuple[str, int], float],
-           busy_s: dict[tuple[str, int], float], modes: list[str]) -> None:
+def report(
+    results: dict[tuple[str, int], float],
+    cpu_s: dict[tuple[str, int], float],
+    busy_s: dict[tuple[str, int], float],
+    modes: list[str],
+) -> None:
     """Tokens/s, CPU an epoch and the ratios to plain, floor and peer; the goals are checked on the last two."""
     for workers in (0, 2):
         print(f"num_workers={workers}:")
@@ -280,12 +310,18 @@ def report(results: dict[tuple[str, int], float], cpu_s: dict[tuple[str, int], f
             if name not in ("unpack", "group"):
                 continue
             # Wall-clock ratios, and the same per CPU second (other jobs on a shared machine stretch wall time).
-            for what, mine, ref in (("wall", tps, base), ("CPU", 1 / cpu_s[(name, workers)],
-                                                         {b: 1 / cpu_s[(b, workers)] for b in base})):
+            for what, mine, ref in (
+                ("wall", tps, base),
+                ("CPU", 1 / cpu_s[(name, workers)], {b: 1 / cpu_s[(b, workers)] for b in base}),
+            ):
                 ratios = {b: mine / ref[b] for b in ref}
                 met = ratios["floor"] >= 0.90 and ratios["peer"] >= 1.0
-                print(f"      by {what:4s}: " + "  ".join(f"/{b} {r:.2f}" for b, r in ratios.items())
-                      + "   goal (>= 0.90 floor, >= 1.0 peer) " + ("met" if met else "NOT met"))
+                print(
+                    f"      by {what:4s}: "
+                    + "  ".join(f"/{b} {r:.2f}" for b, r in ratios.items())
+                    + "   goal (>= 0.90 floor, >= 1.0 peer) "
+                    + ("met" if met else "NOT met")
+                )
 
 
 if __name__ == "__main__":

@@ -128,7 +128,9 @@ def corpus_digest(records: list[dict[str, Any]]) -> str:
 
 def add_corpus_args(parser: argparse.ArgumentParser) -> None:
     """The corpus flags every benchmark shares."""
-    parser.add_argument("--records", type=int, default=DEFAULT_RECORDS, help="records in the corpus (default %(default)s)")
+    parser.add_argument(
+        "--records", type=int, default=DEFAULT_RECORDS, help="records in the corpus (default %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="corpus seed (default %(default)s)")
 
 

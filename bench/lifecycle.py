@@ -81,16 +81,28 @@ def library_only(spec, keys: Path) -> float:
     from resources.dataset import load_callable
     from trainvault import TrainVault
     from trainvault.approval import (
-        ApprovalPolicy, ApprovalRequest, ArtifactRef, build_training_scan_manifest, load_signing_key,
-        write_approval, write_producer_pins, write_training_scan_manifest,
+        ApprovalPolicy,
+        ApprovalRequest,
+        ArtifactRef,
+        build_training_scan_manifest,
+        load_signing_key,
+        write_approval,
+        write_producer_pins,
+        write_training_scan_manifest,
     )
     from trainvault.canonical import canonical_json, sha256_hex
     from trainvault.contamination import (
-        MethodSpec, VerifierContract, load_index, publish_document, publish_release, reduce_report, scan_shard,
+        MethodSpec,
+        VerifierContract,
+        load_index,
+        publish_document,
+        publish_release,
+        reduce_report,
+        scan_shard,
         write_report,
     )
-    from trainvault.publication.pinned import Publication
     from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
+    from trainvault.publication.pinned import Publication
 
     start = time.perf_counter()
     vault = TrainVault()
@@ -101,8 +113,13 @@ def library_only(spec, keys: Path) -> float:
     def save(shard):
         split, stage, shard_id = shard
         saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
-        return saver.save(split, stage, spec.records(split, stage, shard_id),
-                          curriculum_metadata=spec.metadata_of_stage(split, stage), shard_id=shard_id)
+        return saver.save(
+            split,
+            stage,
+            spec.records(split, stage, shard_id),
+            curriculum_metadata=spec.metadata_of_stage(split, stage),
+            shard_id=shard_id,
+        )
 
     with ThreadPoolExecutor(max_workers=spec.shard_threads) as pool:
         list(pool.map(save, spec.shards()))
@@ -111,31 +128,52 @@ def library_only(spec, keys: Path) -> float:
     for split, stage, shard_id in spec.shards():
         entries.setdefault((split, stage), []).append(saver.recover(split, stage, shard_id=shard_id))
     for cur in spec.curricula:
-        saver.register_curriculum(cur.split, cur.name, [e for s in cur.stages for e in entries[(cur.split, s)]],
-                                  curriculum_metadata={"stages": list(cur.stages)})
+        saver.register_curriculum(
+            cur.split,
+            cur.name,
+            [e for s in cur.stages for e in entries[(cur.split, s)]],
+            curriculum_metadata={"stages": list(cur.stages)},
+        )
     saver.commit_manifest()
     msha = sha256_hex(vault.storage.get(pub.manifest_uri))
     profile = profile_publication(vault.storage, pub.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
     sidecars = approval_sidecars(write_metrics_sidecars(vault.storage, profile))
-    scan = write_training_scan_manifest(vault, pub.scan_manifest_uri("unsigned"),
-                                        build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha))
+    scan = write_training_scan_manifest(
+        vault,
+        pub.scan_manifest_uri("unsigned"),
+        build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha),
+    )
     benchmarks = [load_callable(s)() for s in spec.evaluation_sources]
     digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
     release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
     contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
     bcontract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
-    index = load_index(vault, release_uri=release.uri, contract_uri=bcontract.uri,
-                       release_sha256=release.sha256, contract_sha256=bcontract.sha256)
+    index = load_index(
+        vault,
+        release_uri=release.uri,
+        contract_uri=bcontract.uri,
+        release_sha256=release.sha256,
+        contract_sha256=bcontract.sha256,
+    )
     manifest = Publication.load(vault.storage, pub.manifest_uri, sha256=msha).manifest
     results = []
     for split, stage, shard_id in spec.shards():  # one contamination_scan partition each, published
         entry = next(e for e in manifest.split(split).shards if (e.curriculum_stage, e.shard_id) == (stage, shard_id))
         result = scan_shard(vault.storage, manifest.data_format, entry, index)
-        publish_document(vault.storage, pub.shard_scan_uri(release.sha256, bcontract.sha256,
-                                                           f"{split}/{stage or '_'}/{shard_id}"), result)
+        publish_document(
+            vault.storage,
+            pub.shard_scan_uri(release.sha256, bcontract.sha256, f"{split}/{stage or '_'}/{shard_id}"),
+            result,
+        )
         results.append(result)
-    report = reduce_report(index, manifest, results, data_manifest_sha256=msha, scan_manifest_sha256=scan.sha256,
-                           producer_pins_sha256=bpins.sha256)
+    report = reduce_report(
+        index,
+        manifest,
+        results,
+        data_manifest_sha256=msha,
+        scan_manifest_sha256=scan.sha256,
+        producer_pins_sha256=bpins.sha256,
+    )
     breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
     request = ApprovalRequest(
         data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
@@ -146,11 +184,14 @@ def library_only(spec, keys: Path) -> float:
         producer_pins=ArtifactRef(uri=bpins.uri, sha256=bpins.sha256),
         sidecars={k: ArtifactRef(**v) for k, v in sidecars.items()},
     )
-    approved = vault.approve_dataset(request, policy=ApprovalPolicy(evaluation_release_sha256=release.sha256,
-                                                                    verifier_contract_sha256=bcontract.sha256))
+    approved = vault.approve_dataset(
+        request,
+        policy=ApprovalPolicy(evaluation_release_sha256=release.sha256, verifier_contract_sha256=bcontract.sha256),
+    )
     request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
-    record = write_approval(vault, pub.approval_uri(request_sha256), approved,
-                            signing_keys=load_signing_key(f"{keys}.key"))
+    record = write_approval(
+        vault, pub.approval_uri(request_sha256), approved, signing_keys=load_signing_key(f"{keys}.key")
+    )
     vault.open_approved(record.uri, record.sha256, trusted_keys=[approved_key(keys)])  # the approval_opens check
     return time.perf_counter() - start
 
@@ -213,11 +254,30 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
         for n in range(count):
             logs.append(home / f"worker{n}.log")
             with open(logs[-1], "wb") as out:
-                procs.append(subprocess.Popen(
-                    [str(exe), "worker", "start", "-A", "pipelines.celery_app", "-n", f"bench{n}",
-                     "-y", str(REPO / "pipelines" / "deploy" / "celery-worker.yaml"), "--", "--concurrency=1",
-                     "--without-gossip", "--without-mingle"],
-                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            str(exe),
+                            "worker",
+                            "start",
+                            "-A",
+                            "pipelines.celery_app",
+                            "-n",
+                            f"bench{n}",
+                            "-y",
+                            str(REPO / "pipelines" / "deploy" / "celery-worker.yaml"),
+                            "--",
+                            "--concurrency=1",
+                            "--without-gossip",
+                            "--without-mingle",
+                        ],
+                        cwd=REPO,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         deadline = time.monotonic() + 120
         while not all(b" ready." in log.read_bytes() for log in logs):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -236,8 +296,9 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
                 proc.wait()
 
 
-def measure(total: int, records: int, celery: bool = False,
-            executors: tuple[str, ...] = ("multiprocess", "in_process")) -> dict[str, float]:
+def measure(
+    total: int, records: int, celery: bool = False, executors: tuple[str, ...] = ("multiprocess", "in_process")
+) -> dict[str, float]:
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -248,25 +309,40 @@ def measure(total: int, records: int, celery: bool = False,
         write_keypair(keys)
 
         def spec_for(root: str):
-            return example_spec(root, shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
-                                plant=False, **key_fields(keys))
+            return example_spec(
+                root,
+                shards_per_stage=per_stage,
+                eval_shards=eval_shards,
+                records=records,
+                plant=False,
+                **key_fields(keys),
+            )
 
         out["library"] = library_only(spec_for(f"{tmp}/library"), keys)
         for executor in (*executors, *(("celery",) if celery else ())):
             root, home = f"{tmp}/{executor}", Path(tmp) / f"home-{executor}"
             home.mkdir()
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-            env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore", "TRAINVAULT_DEMO_ROOT": root,
-                   "TRAINVAULT_DEMO_SHARDS": str(per_stage), "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
-                   "TRAINVAULT_DEMO_RECORDS": str(records), "TRAINVAULT_SIGNING_KEY_PATH": f"{keys}.key",
-                   "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub", "TRAINVAULT_SCANNER_KEY_PATH": f"{keys}.key",
-                   "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{keys}.pub"}
+            env = {
+                **os.environ,
+                "DAGSTER_HOME": str(home),
+                "PYTHONWARNINGS": "ignore",
+                "TRAINVAULT_DEMO_ROOT": root,
+                "TRAINVAULT_DEMO_SHARDS": str(per_stage),
+                "TRAINVAULT_DEMO_EVAL_SHARDS": str(eval_shards),
+                "TRAINVAULT_DEMO_RECORDS": str(records),
+                "TRAINVAULT_SIGNING_KEY_PATH": f"{keys}.key",
+                "TRAINVAULT_TRUSTED_KEY": f"{keys}.pub",
+                "TRAINVAULT_SCANNER_KEY_PATH": f"{keys}.key",
+                "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{keys}.pub",
+            }
             for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS"):
                 env.pop(name, None)
             if executor == "celery":
                 # dagster-celery starts `celery` by name: the venv's bin first on PATH.
-                env.update(TRAINVAULT_EXECUTOR="celery",
-                           PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+                env.update(
+                    TRAINVAULT_EXECUTOR="celery", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+                )
                 with own_vhost() as broker:
                     env["TRAINVAULT_CELERY_BROKER"] = broker
                     with celery_workers(env, home):
@@ -299,19 +375,37 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
         write_keypair(keys)
         instance = dg.DagsterInstance.ephemeral()
         for name, plant in (("build", False), ("unchanged rebuild", False), ("1-changed rebuild", True)):
-            spec = example_spec(f"{tmp}/store", shards_per_stage=per_stage, eval_shards=eval_shards, records=records,
-                                plant=plant, **key_fields(keys))
-            job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(f"lifecycle_{spec.name}")
+            spec = example_spec(
+                f"{tmp}/store",
+                shards_per_stage=per_stage,
+                eval_shards=eval_shards,
+                records=records,
+                plant=plant,
+                **key_fields(keys),
+            )
+            job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(
+                f"lifecycle_{spec.name}"
+            )
             before, start, cpu = READS.snapshot(), time.perf_counter(), time.process_time()
             result = job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
             wall, cpu, read = time.perf_counter() - start, time.process_time() - cpu, READS.snapshot() - before
             if not result.success:
                 raise SystemExit(f"the {name} run failed")
             stored = sum(int(meta["bytes"]) for meta in partition_metadata(result, "dataset_shards").values())
-            rows.append({"run": name, "shards": total, "ratio": read.bytes / stored, "streamed": read.streamed / stored,
-                         "requests": read.requests, "cpu": cpu,
-                         "wall": wall, "stored": stored, "scanned": scanned(result, "contamination_scan"),
-                         "profiled": scanned(result, "dataset_profile")})
+            rows.append(
+                {
+                    "run": name,
+                    "shards": total,
+                    "ratio": read.bytes / stored,
+                    "streamed": read.streamed / stored,
+                    "requests": read.requests,
+                    "cpu": cpu,
+                    "wall": wall,
+                    "stored": stored,
+                    "scanned": scanned(result, "contamination_scan"),
+                    "profiled": scanned(result, "dataset_profile"),
+                }
+            )
     return rows
 
 
@@ -332,23 +426,33 @@ def scanned(result, asset: str) -> str:
 
 def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
     print(f"\nbytes read per shard byte stored (trainvault.storage.READS, in-process, {records} records a shard)\n")
-    print(f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
-          f"{'CPU s':>6} {'scanned':>7} {'profiled':>8}")
+    print(
+        f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
+        f"{'CPU s':>6} {'scanned':>7} {'profiled':>8}"
+    )
     for r in rows:
-        print(f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
-              f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {r['scanned']:>7} {r['profiled']:>8}")
-    print("\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "
-          "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)")
+        print(
+            f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
+            f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {r['scanned']:>7} {r['profiled']:>8}"
+        )
+    print(
+        "\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "
+        "byte any read returned (shards, descriptors, documents, stored per-shard results, the evaluation release)"
+    )
 
 
 def print_in_process(rows: list[dict[str, float]], records: int) -> None:
     print(f"\nlifecycle wall time in-process, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
-    print(f"{'shards':>6} {'library only':>12} {'CLI in-proc':>11} {'overhead':>9} {'per shard':>10} {'in steps':>8} "
-          f"{'rebuild':>7}")
+    print(
+        f"{'shards':>6} {'library only':>12} {'CLI in-proc':>11} {'overhead':>9} {'per shard':>10} {'in steps':>8} "
+        f"{'rebuild':>7}"
+    )
     for r in rows:
         over = r["in_process"] - r["library"]
-        print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['in_process']:>11.1f} {over:>9.1f} "
-              f"{1000 * over / r['shards']:>7.1f} ms {r['in_process_steps']:>8.1f} {r['rebuild']:>7.1f}")
+        print(
+            f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['in_process']:>11.1f} {over:>9.1f} "
+            f"{1000 * over / r['shards']:>7.1f} ms {r['in_process_steps']:>8.1f} {r['rebuild']:>7.1f}"
+        )
 
 
 def demo_time() -> float:
@@ -359,15 +463,34 @@ def demo_time() -> float:
 
     with tempfile.TemporaryDirectory(prefix="tv-demo-") as tmp:
         write_keypair(Path(tmp) / "approver")
-        env = {**os.environ, "DAGSTER_HOME": f"{tmp}/home", "TRAINVAULT_DEMO_ROOT": f"{tmp}/store",
-               "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub",
-               "TRAINVAULT_SCANNER_KEY_PATH": f"{tmp}/approver.key", "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{tmp}/approver.pub"}
-        for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS", "TRAINVAULT_EXECUTOR",
-                     "TRAINVAULT_DEMO_SHARDS", "TRAINVAULT_DEMO_RECORDS", "TRAINVAULT_DEMO_EVAL_SHARDS"):
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": f"{tmp}/home",
+            "TRAINVAULT_DEMO_ROOT": f"{tmp}/store",
+            "TRAINVAULT_SIGNING_KEY_PATH": f"{tmp}/approver.key",
+            "TRAINVAULT_TRUSTED_KEY": f"{tmp}/approver.pub",
+            "TRAINVAULT_SCANNER_KEY_PATH": f"{tmp}/approver.key",
+            "TRAINVAULT_TRUSTED_SCANNER_KEY": f"{tmp}/approver.pub",
+        }
+        for name in (
+            "TRAINVAULT_DEMO_PLANT",
+            "TRAINVAULT_DEMO_GENERATOR",
+            "TRAINVAULT_DATASETS",
+            "TRAINVAULT_EXECUTOR",
+            "TRAINVAULT_DEMO_SHARDS",
+            "TRAINVAULT_DEMO_RECORDS",
+            "TRAINVAULT_DEMO_EVAL_SHARDS",
+        ):
             env.pop(name, None)
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pipelines.examples.demo"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines.examples.demo"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if done.returncode != 0:
             raise SystemExit("the demo failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
         return time.perf_counter() - start
@@ -378,14 +501,26 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", default="8,64", help="comma-separated shard counts (default 8,64)")
-    parser.add_argument("--lifecycle-records", "--records", dest="records", type=int, default=200,
-                        help="records per shard (default 200, the demo's; make bench's --records is capped to this)")
+    parser.add_argument(
+        "--lifecycle-records",
+        "--records",
+        dest="records",
+        type=int,
+        default=200,
+        help="records per shard (default 200, the demo's; make bench's --records is capped to this)",
+    )
     parser.add_argument("--no-demo", action="store_true", help="skip timing the demo")
     parser.add_argument("--celery", action="store_true", help="also through the Celery executor, 2 workers (RabbitMQ)")
-    parser.add_argument("--in-process-only", action="store_true",
-                        help="only library-only, the in-process CLI run and its rebuild, with overhead per shard")
-    parser.add_argument("--reads", action="store_true",
-                        help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process")
+    parser.add_argument(
+        "--in-process-only",
+        action="store_true",
+        help="only library-only, the in-process CLI run and its rebuild, with overhead per shard",
+    )
+    parser.add_argument(
+        "--reads",
+        action="store_true",
+        help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process",
+    )
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     if args.reads:
@@ -396,21 +531,29 @@ def main() -> None:
         return
     rows = [measure(int(n), records, args.celery) for n in args.shards.split(",")]
     print(f"\nlifecycle wall time, {records} records a shard, {os.cpu_count()} CPUs (seconds)\n")
-    head = (f"{'shards':>6} {'library only':>12} {'CLI multiproc':>13} {'overhead':>16} {'in steps':>8} "
-            f"{'CLI in-proc':>11} {'overhead':>16} {'in steps':>8} {'rebuild':>7}")
+    head = (
+        f"{'shards':>6} {'library only':>12} {'CLI multiproc':>13} {'overhead':>16} {'in steps':>8} "
+        f"{'CLI in-proc':>11} {'overhead':>16} {'in steps':>8} {'rebuild':>7}"
+    )
     print(head)
     for r in rows:
         mo, io = r["multiprocess"] - r["library"], r["in_process"] - r["library"]
-        print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['multiprocess']:>13.1f} "
-              f"{mo:>7.1f} ({mo / r['multiprocess']:>4.0%} ) {r['multiprocess_steps']:>8.1f} "
-              f"{r['in_process']:>11.1f} {io:>7.1f} ({io / r['in_process']:>4.0%} ) {r['in_process_steps']:>8.1f} "
-              f"{r['rebuild']:>7.1f}")
+        print(
+            f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['multiprocess']:>13.1f} "
+            f"{mo:>7.1f} ({mo / r['multiprocess']:>4.0%} ) {r['multiprocess_steps']:>8.1f} "
+            f"{r['in_process']:>11.1f} {io:>7.1f} ({io / r['in_process']:>4.0%} ) {r['in_process_steps']:>8.1f} "
+            f"{r['rebuild']:>7.1f}"
+        )
     if args.celery:
-        print(f"\n{'shards':>6} {'library only':>12} {'Celery, 2 workers':>17} {'Dagster overhead':>20} {'in steps':>8}")
+        print(
+            f"\n{'shards':>6} {'library only':>12} {'Celery, 2 workers':>17} {'Dagster overhead':>20} {'in steps':>8}"
+        )
         for r in rows:
             co = r["celery"] - r["library"]
-            print(f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['celery']:>17.1f} {co:>11.1f} ({co / r['celery']:>4.0%} ) "
-                  f"{r['celery_steps']:>8.1f}")
+            print(
+                f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['celery']:>17.1f} {co:>11.1f} ({co / r['celery']:>4.0%} ) "
+                f"{r['celery_steps']:>8.1f}"
+            )
     if not args.no_demo:
         print(f"\nmake demo (every catalog dataset, default sizes, fresh store and instance): {demo_time():.1f} s")
 

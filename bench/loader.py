@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus  # noqa: E402
-import loader_s3  # noqa: E402
-from loader_limits import overhead_child, raw_limit_child, raw_parquet_child, records_batch, vm_hwm_mb  # noqa: E402
-import saver as peer_writers  # noqa: E402  (LitData and MDS writers, peer imports, shard cuts)
+import corpus
+import loader_s3
+import saver as peer_writers
+from loader_limits import overhead_child, raw_limit_child, raw_parquet_child, records_batch, vm_hwm_mb
 
 os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # no network here
 
@@ -110,7 +110,11 @@ def write_webdataset(records: list[dict[str, Any]], shards: list[tuple[int, int]
 def _wds_decode(sample: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    return {"id": sample["__key__"], "text": sample["txt"].decode("utf-8"), "tokens": np.frombuffer(sample["tok"], np.int32)}
+    return {
+        "id": sample["__key__"],
+        "text": sample["txt"].decode("utf-8"),
+        "tokens": np.frombuffer(sample["tok"], np.int32),
+    }
 
 
 # -- readers: each runs in a fresh child process ---------------------------------------
@@ -124,7 +128,8 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
 
         manifest = path if path.startswith("s3:") else str(Path(path) / "data-manifest-v1.json")
         sdl = TrainVault.from_env().split_data_loader(
-            manifest, collate_fn=records_batch if kind.endswith("identity") else collate,
+            manifest,
+            collate_fn=records_batch if kind.endswith("identity") else collate,
             dataloader_args={"batch_size": batch, "num_workers": workers},
         )
         return sdl.load("train")
@@ -146,8 +151,10 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
         import webdataset as wds
 
         urls = sorted(str(p) for p in path.glob("*.tar"))
-        ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False).map(_wds_decode).batched(
-            batch, collation_fn=collate, partial=True
+        ds = (
+            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+            .map(_wds_decode)
+            .batched(batch, collation_fn=collate, partial=True)
         )
         return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
     raise ValueError(kind)
@@ -156,9 +163,9 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
 def read_child(kind: str, path: str, workers: int, batch: int) -> None:
     """Read everything once; print records, token sum (identity collate: token count, as the
     raw loop counts), seconds, TTFB and peak RSS as JSON."""
-    import torch  # noqa: F401  (imports happen before the clock: they are no reader's work)
+    import torch
 
-    import trainvault.loading.iterable  # noqa: F401
+    import trainvault.loading.iterable
     import trainvault.loading.loader  # noqa: F401
 
     if kind != "trainvault" and not kind.startswith("trainvault"):
@@ -183,16 +190,31 @@ def read_child(kind: str, path: str, workers: int, batch: int) -> None:
         if workers and i % 50 == 0:
             worker_peak = max([worker_peak] + [vm_hwm_mb(p) for p in _descendants()])
     took = time.perf_counter() - t0
-    print(json.dumps({"records": n, "tokens": tokens, "seconds": took, "ttfb": ttfb, "rss": vm_hwm_mb(), "worker_rss": worker_peak}))
+    print(
+        json.dumps(
+            {
+                "records": n,
+                "tokens": tokens,
+                "seconds": took,
+                "ttfb": ttfb,
+                "rss": vm_hwm_mb(),
+                "worker_rss": worker_peak,
+            }
+        )
+    )
 
 
 def resume_child(path: str, fraction: float, batch: int) -> None:
     """Time from load_state_dict to the first batch, resuming at `fraction` of the epoch."""
     from trainvault import TrainVault
 
-    loader = TrainVault().split_data_loader(
-        str(Path(path) / "data-manifest-v1.json"), collate_fn=collate, dataloader_args={"batch_size": batch}
-    ).load("train")
+    loader = (
+        TrainVault()
+        .split_data_loader(
+            str(Path(path) / "data-manifest-v1.json"), collate_fn=collate, dataloader_args={"batch_size": batch}
+        )
+        .load("train")
+    )
     state = loader.state_dict()
     state["position"] = int(state["epoch_records"] * fraction) // batch * batch
     t0 = time.perf_counter()
@@ -203,8 +225,9 @@ def resume_child(path: str, fraction: float, batch: int) -> None:
 
 
 def _child(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False,
-                          env=env)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False, env=env
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip()[-600:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -244,8 +267,10 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     records = corpus.make_records(args.records, seed=args.seed)
     raw_total = sum(corpus.raw_bytes(r) for r in records)
-    expected = {"tokens": int(sum(int(r["tokens"].sum(dtype="int64")) for r in records)),
-                "token_count": sum(len(r["tokens"]) for r in records)}
+    expected = {
+        "tokens": int(sum(int(r["tokens"].sum(dtype="int64")) for r in records)),
+        "token_count": sum(len(r["tokens"]) for r in records),
+    }
     shard_bytes = int(args.shard_mb * 2**20)
     shards = peer_writers.shard_slices(records, shard_bytes)
     print(
@@ -255,7 +280,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     shutil.rmtree(DATA, ignore_errors=True)
     readers, skipped = write_all(records, shards, args, peers, shard_bytes)
-    server = None if args.no_s3 or "trainvault msgpack.zst" not in readers else loader_s3.MotoServer(DATA.parent / "moto.log")
+    server = (
+        None
+        if args.no_s3 or "trainvault msgpack.zst" not in readers
+        else loader_s3.MotoServer(DATA.parent / "moto.log")
+    )
     try:
         s3_uri = None
         if server is not None:
@@ -276,8 +305,9 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(DATA, ignore_errors=True)
 
 
-def write_all(records: list[dict[str, Any]], shards: list[tuple[int, int]], args: Any, peers: list[str],
-              shard_bytes: int) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+def write_all(
+    records: list[dict[str, Any]], shards: list[tuple[int, int]], args: Any, peers: list[str], shard_bytes: int
+) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """Every dataset, written once (untimed here: bench/saver.py times writers)."""
     readers: dict[str, tuple[str, str]] = {}
     skipped: dict[str, str] = {}
@@ -289,7 +319,10 @@ def write_all(records: list[dict[str, Any]], shards: list[tuple[int, int]], args
         except ImportError as exc:
             skipped[f"trainvault {fmt}"] = str(exc)
     if "trainvault msgpack.zst" in readers:
-        readers["trainvault msgpack.zst, identity collate"] = ("trainvault-identity", readers["trainvault msgpack.zst"][1])
+        readers["trainvault msgpack.zst, identity collate"] = (
+            "trainvault-identity",
+            readers["trainvault msgpack.zst"][1],
+        )
     peer_writers.RECORDS = records
     for label in peers:
         why = peer_writers._import_peer(label)
@@ -311,8 +344,9 @@ def write_all(records: list[dict[str, Any]], shards: list[tuple[int, int]], args
     return readers, skipped
 
 
-def measure(readers: dict[str, tuple[str, str]], skipped: dict[str, str], args: Any, expected: dict[str, int],
-            server: Any) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+def measure(
+    readers: dict[str, tuple[str, str]], skipped: dict[str, str], args: Any, expected: dict[str, int], server: Any
+) -> tuple[dict[tuple[str, int], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """`--repeats` rounds over every reader and the raw limits, round-robin so load hits them alike."""
     workers = [int(w) for w in args.workers.split(",") if w]
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -341,27 +375,44 @@ def _med(rs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rs)
 
 
-def table(results: dict[tuple[str, int], list[dict[str, Any]]], limits: dict[str, list[dict[str, Any]]],
-          skipped: dict[str, str], args: Any, raw_total: int) -> None:
+def table(
+    results: dict[tuple[str, int], list[dict[str, Any]]],
+    limits: dict[str, list[dict[str, Any]]],
+    skipped: dict[str, str],
+    args: Any,
+    raw_total: int,
+) -> None:
     rate = {k: args.records / _med(rs, "seconds") for k, rs in results.items()}
     limit = {fmt: args.records / _med(rs, "seconds") for fmt, rs in limits.items() if rs}
     print()
-    print("| reader | workers | rec/s | MB/s | TTFB s | % of raw limit (parquet: of the raw row path) | peak RSS MB (main / worker) | ok |")
+    print(
+        "| reader | workers | rec/s | MB/s | TTFB s | % of raw limit (parquet: of the raw row path) | peak RSS MB (main / worker) | ok |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    names = {"msgpack.zst": "raw decode limit (zstd + msgpack, one loop)", "parquet": "raw parquet row path (pyarrow to_pylist, one loop)"}
+    names = {
+        "msgpack.zst": "raw decode limit (zstd + msgpack, one loop)",
+        "parquet": "raw parquet row path (pyarrow to_pylist, one loop)",
+    }
     for fmt, value in limit.items():
         ok = "yes" if limits[fmt][0]["records"] == args.records else "NO"
-        print(f"| {names[fmt]} | – | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | – | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |")
+        print(
+            f"| {names[fmt]} | – | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | – | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |"
+        )
     for (name, w), rs in results.items():
         base = limit.get("parquet" if "parquet" in name else "msgpack.zst")
         pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "–"
         worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "–"
         ok = "yes" if all(r["ok"] for r in rs) else "NO"
-        print(f"| {name} | {w} | {rate[name, w]:,.0f} | {rate[name, w] * raw_total / args.records / 1e6:.1f} | {_med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |")
+        print(
+            f"| {name} | {w} | {rate[name, w]:,.0f} | {rate[name, w] * raw_total / args.records / 1e6:.1f} | {_med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |"
+        )
     for name, why in skipped.items():
         print(f"| {name} | skipped: {why} | | | | | | |")
-    ratios = [f"{w} workers {rate['trainvault msgpack.zst', w] / rate['litdata', w]:.2f}x"
-              for (name, w) in rate if name == "litdata" and ("trainvault msgpack.zst", w) in rate]
+    ratios = [
+        f"{w} workers {rate['trainvault msgpack.zst', w] / rate['litdata', w]:.2f}x"
+        for (name, w) in rate
+        if name == "litdata" and ("trainvault msgpack.zst", w) in rate
+    ]
     if ratios:
         print(f"\ntrainvault msgpack.zst / LitData, same collate and batches: {', '.join(ratios)}")
 
@@ -371,35 +422,57 @@ def resume_and_overhead(path: str, args: Any) -> None:
     print("| trainvault resume (msgpack.zst, num_workers=0) | time to first batch s (median) | runs |")
     print("|---|---|---|")
     for fraction in (0.0, 0.9):
-        runs = [_child("resume", path, str(fraction), str(args.batch_size))["ttfb"] for _ in range(max(args.repeats, 3))]
-        print(f"| at {fraction:.0%} of the epoch | {statistics.median(runs):.3f} | {', '.join(f'{t:.3f}' for t in runs)} |")
+        runs = [
+            _child("resume", path, str(fraction), str(args.batch_size))["ttfb"] for _ in range(max(args.repeats, 3))
+        ]
+        print(
+            f"| at {fraction:.0%} of the epoch | {statistics.median(runs):.3f} | {', '.join(f'{t:.3f}' for t in runs)} |"
+        )
     runs = [_child("overhead", path, str(args.batch_size)) for _ in range(args.repeats)]
     share = statistics.median(r["share"] for r in runs)
     r = runs[0]
-    print(f"\nobservability overhead (figures always on; 0 workers, identity collate): {r['steps']:,} steps and "
-          f"{r['blocks']:,} blocks cost {1e3 * statistics.median(x['cost'] for x in runs):.1f} ms of timing calls = "
-          f"{100 * share:.2f}% of the epoch's {statistics.median(x['seconds'] for x in runs):.2f} s (median of {len(runs)})")
+    print(
+        f"\nobservability overhead (figures always on; 0 workers, identity collate): {r['steps']:,} steps and "
+        f"{r['blocks']:,} blocks cost {1e3 * statistics.median(x['cost'] for x in runs):.1f} ms of timing calls = "
+        f"{100 * share:.2f}% of the epoch's {statistics.median(x['seconds'] for x in runs):.2f} s (median of {len(runs)})"
+    )
 
 
-def s3_legs(server: Any, uri: str, results: dict[tuple[str, int], list[dict[str, Any]]],
-            concurrent_data: list[dict[str, Any]], args: Any) -> None:
+def s3_legs(
+    server: Any,
+    uri: str,
+    results: dict[tuple[str, int], list[dict[str, Any]]],
+    concurrent_data: list[dict[str, Any]],
+    args: Any,
+) -> None:
     rows = []
     for (name, w), rs in results.items():
         if name == "trainvault msgpack.zst (S3)" and ("trainvault msgpack.zst", w) in results:
             local = results["trainvault msgpack.zst", w]
-            rows.append((f"S3 / local folder throughput, {w} workers",
-                         f"{_med(local, 'seconds') / _med(rs, 'seconds'):.2f} (goal >= 0.8)"))
+            rows.append(
+                (
+                    f"S3 / local folder throughput, {w} workers",
+                    f"{_med(local, 'seconds') / _med(rs, 'seconds'):.2f} (goal >= 0.8)",
+                )
+            )
     since = len(server.requests())
     _child("read", "trainvault", uri, "0", str(args.batch_size), env=server.env())
     blocks, runs = loader_s3.block_runs(uri, server.env())
     gets = loader_s3.data_gets(server, since, "full")
-    rows.append(("data GETs / block runs / blocks (one epoch, 0 workers)",
-                 f"{gets} / {runs} / {blocks}: {gets / runs:.2f} GETs per block run (goal <= 1)"))
+    rows.append(
+        (
+            "data GETs / block runs / blocks (one epoch, 0 workers)",
+            f"{gets} / {runs} / {blocks}: {gets / runs:.2f} GETs per block run (goal <= 1)",
+        )
+    )
     legs: dict[str, Any] = {}
     if args.s3_readers:
-        small = loader_s3.upload(concurrent_data, peer_writers.shard_slices(concurrent_data, 4 << 20), server, "readers")
-        legs["readers"] = loader_s3.concurrent_readers(small, server, args.s3_readers, args.batch_size,
-                                                       [r["id"] for r in concurrent_data], args.s3_timeout)
+        small = loader_s3.upload(
+            concurrent_data, peer_writers.shard_slices(concurrent_data, 4 << 20), server, "readers"
+        )
+        legs["readers"] = loader_s3.concurrent_readers(
+            small, server, args.s3_readers, args.batch_size, [r["id"] for r in concurrent_data], args.s3_timeout
+        )
     loader_s3.report(rows, legs)
 
 

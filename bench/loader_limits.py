@@ -54,7 +54,7 @@ def raw_limit_child(path: str) -> None:
     gc.collect()
     t0 = time.perf_counter()
     n = tokens = 0
-    for s, d in zip(shards, descs):
+    for s, d in zip(shards, descs, strict=False):
         data = local(s.uri).read_bytes()
         for b in d.blocks:
             unpacker = msgpack.Unpacker(raw=False, ext_hook=ext, max_buffer_size=1 << 26)
@@ -63,7 +63,19 @@ def raw_limit_child(path: str) -> None:
                 n += 1
                 tokens += len(r["tokens"])
     took = time.perf_counter() - t0
-    print(json.dumps({"records": n, "tokens": -1, "token_count": tokens, "seconds": took, "ttfb": None, "rss": vm_hwm_mb(), "worker_rss": 0.0}))
+    print(
+        json.dumps(
+            {
+                "records": n,
+                "tokens": -1,
+                "token_count": tokens,
+                "seconds": took,
+                "ttfb": None,
+                "rss": vm_hwm_mb(),
+                "worker_rss": 0.0,
+            }
+        )
+    )
 
 
 def raw_parquet_child(path: str) -> None:
@@ -82,7 +94,19 @@ def raw_parquet_child(path: str) -> None:
                 n += 1
                 tokens += len(r["tokens"])
     took = time.perf_counter() - t0
-    print(json.dumps({"records": n, "tokens": -1, "token_count": tokens, "seconds": took, "ttfb": None, "rss": vm_hwm_mb(), "worker_rss": 0.0}))
+    print(
+        json.dumps(
+            {
+                "records": n,
+                "tokens": -1,
+                "token_count": tokens,
+                "seconds": took,
+                "ttfb": None,
+                "rss": vm_hwm_mb(),
+                "worker_rss": 0.0,
+            }
+        )
+    )
 
 
 def overhead_child(path: str, batch: int) -> None:
@@ -91,9 +115,16 @@ def overhead_child(path: str, batch: int) -> None:
     from trainvault.loading import Observability
     from trainvault.loading.metrics import StageTimes, StepFigures, WindowFigures
 
-    loader = TrainVault().split_data_loader(str(Path(path) / "data-manifest-v1.json"), collate_fn=records_batch,
-                                            dataloader_args={"batch_size": batch},
-                                            observe=Observability(window_steps=10**9)).load("train")
+    loader = (
+        TrainVault()
+        .split_data_loader(
+            str(Path(path) / "data-manifest-v1.json"),
+            collate_fn=records_batch,
+            dataloader_args={"batch_size": batch},
+            observe=Observability(window_steps=10**9),
+        )
+        .load("train")
+    )
     t0 = time.perf_counter()
     steps = sum(1 for _ in loader)
     took = time.perf_counter() - t0

@@ -48,8 +48,13 @@ class MotoServer:
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{BUCKET}", method="PUT"), timeout=10).read()
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "TRAINVAULT_S3_URL": self.endpoint, "TRAINVAULT_S3_REGION": "us-east-1",
-                "TRAINVAULT_S3_KEY_ID": KEY, "TRAINVAULT_S3_SECRET": SECRET}
+        return {
+            **os.environ,
+            "TRAINVAULT_S3_URL": self.endpoint,
+            "TRAINVAULT_S3_REGION": "us-east-1",
+            "TRAINVAULT_S3_KEY_ID": KEY,
+            "TRAINVAULT_S3_SECRET": SECRET,
+        }
 
     def requests(self) -> list[tuple[str, str, int]]:
         """(method, path, status) of every request served so far."""
@@ -64,8 +69,11 @@ def upload(records: list[dict[str, Any]], shards: list[tuple[int, int]], server:
     """Save the records as msgpack.zst straight to the server; the manifest URI."""
     from trainvault import StorageConfig, TrainVault
 
-    vault = TrainVault(storage=StorageConfig(s3_base_url=server.endpoint, region="us-east-1", access_key_id=KEY,
-                                             secret_access_key=SECRET))
+    vault = TrainVault(
+        storage=StorageConfig(
+            s3_base_url=server.endpoint, region="us-east-1", access_key_id=KEY, secret_access_key=SECRET
+        )
+    )
     uri = f"s3://{BUCKET}/{name}/data-manifest-v1.json"
     saver = vault.dataset_saver(uri, data_format="msgpack.zst")
     for n, (a, b) in enumerate(shards):
@@ -90,8 +98,11 @@ def block_runs(uri: str, env: dict[str, str]) -> tuple[int, int]:
 
 
 def data_gets(server: MotoServer, since: int, name: str) -> int:
-    return sum(1 for m, p, _ in server.requests()[since:] if m == "GET" and f"/{name}/shards/" in p
-               and p.endswith(".msgpack.zst"))
+    return sum(
+        1
+        for m, p, _ in server.requests()[since:]
+        if m == "GET" and f"/{name}/shards/" in p and p.endswith(".msgpack.zst")
+    )
 
 
 def _rank_reader(uri: str, rank: int, world: int, batch: int, out: Any) -> None:
@@ -99,17 +110,25 @@ def _rank_reader(uri: str, rank: int, world: int, batch: int, out: Any) -> None:
     try:
         from trainvault import TrainVault
 
-        loader = TrainVault.from_env().split_data_loader(
-            uri, collate_fn=lambda rs: [r["id"] for r in rs], rank=rank, world_size=world,
-            dataloader_args={"batch_size": batch},
-        ).load("train")
+        loader = (
+            TrainVault.from_env()
+            .split_data_loader(
+                uri,
+                collate_fn=lambda rs: [r["id"] for r in rs],
+                rank=rank,
+                world_size=world,
+                dataloader_args={"batch_size": batch},
+            )
+            .load("train")
+        )
         out.put((rank, [i for b in loader for i in b], None))
     except Exception as exc:  # reported, and the leg fails
         out.put((rank, [], f"{type(exc).__name__}: {exc}"))
 
 
-def concurrent_readers(uri: str, server: MotoServer, readers: int, batch: int, expected: list[str],
-                       timeout_s: float) -> dict[str, Any]:
+def concurrent_readers(
+    uri: str, server: MotoServer, readers: int, batch: int, expected: list[str], timeout_s: float
+) -> dict[str, Any]:
     """`readers` processes read the dataset as ranks of one world, all at once."""
     os.environ.update(server.env())
     ctx = multiprocessing.get_context("forkserver")
@@ -139,11 +158,16 @@ def concurrent_readers(uri: str, server: MotoServer, readers: int, batch: int, e
         errors.append(f"{readers - done} reader(s) gave no answer within {timeout_s:.0f} s")
     requests = server.requests()[since:]
     return {
-        "readers": readers, "seconds": took, "errors": errors,
-        "lost": len(set(expected) - set(got)), "repeated": sum(n - 1 for n in got.values() if n > 1),
+        "readers": readers,
+        "seconds": took,
+        "errors": errors,
+        "lost": len(set(expected) - set(got)),
+        "repeated": sum(n - 1 for n in got.values() if n > 1),
         # The pad policy repeats at most world_size - 1 tail records an epoch.
-        "pad_limit": readers - 1, "requests": len(requests),
-        "gets": sum(1 for m, _, _ in requests if m == "GET"), "records": len(expected),
+        "pad_limit": readers - 1,
+        "requests": len(requests),
+        "gets": sum(1 for m, _, _ in requests if m == "GET"),
+        "records": len(expected),
         "status": dict(Counter(s for _, _, s in requests)),
     }
 
@@ -158,9 +182,11 @@ def report(rows: list[tuple[str, Any]], legs: dict[str, Any]) -> None:
     if "readers" in legs:
         r = legs["readers"]
         ok = not r["errors"] and r["lost"] == 0 and r["repeated"] <= r["pad_limit"]
-        print(f"| {r['readers']} concurrent reader processes (ranks) | {r['seconds']:.1f} s, {r['records']:,} records, "
-              f"lost {r['lost']}, repeated {r['repeated']} (pad limit {r['pad_limit']}), errors {len(r['errors'])}, "
-              f"{r['requests']:,} requests ({r['gets']:,} GETs, statuses {json.dumps(r['status'])}), "
-              f"{r['requests'] / max(1, r['records']):.3f} requests per record: {'ok' if ok else 'FAILED'} |")
+        print(
+            f"| {r['readers']} concurrent reader processes (ranks) | {r['seconds']:.1f} s, {r['records']:,} records, "
+            f"lost {r['lost']}, repeated {r['repeated']} (pad limit {r['pad_limit']}), errors {len(r['errors'])}, "
+            f"{r['requests']:,} requests ({r['gets']:,} GETs, statuses {json.dumps(r['status'])}), "
+            f"{r['requests'] / max(1, r['records']):.3f} requests per record: {'ok' if ok else 'FAILED'} |"
+        )
         for e in r["errors"][:5]:
             print(f"|   error | {e[:200]} |")

@@ -55,8 +55,12 @@ def write(records: int) -> str:
     start = 0
     for i, share in enumerate(SHARES):
         n = records * share // sum(SHARES)
-        saver.save("train", f"st{i}", ({"id": k, "text": f"record {k} " + "lorem ipsum dolor sit amet " * 4}
-                                       for k in range(start, start + n)), shard_id="s0")
+        saver.save(
+            "train",
+            f"st{i}",
+            ({"id": k, "text": f"record {k} " + "lorem ipsum dolor sit amet " * 4} for k in range(start, start + n)),
+            shard_id="s0",
+        )
         start += n
     saver.commit_manifest()
     return uri
@@ -65,8 +69,9 @@ def write(records: int) -> str:
 def loader(uri: str, batch: int) -> Any:
     from trainvault import TrainVault
 
-    return TrainVault().split_data_loader(uri, collate_fn=ids, shuffle=True, seed=7,
-                                          dataloader_args={"batch_size": batch})
+    return TrainVault().split_data_loader(
+        uri, collate_fn=ids, shuffle=True, seed=7, dataloader_args={"batch_size": batch}
+    )
 
 
 def mixture() -> Any:
@@ -140,17 +145,22 @@ def main(argv: list[str] | None = None) -> None:
         wall, cpu = sampling(uri, args.batch_size)
         shares.append(wall / secs["mixture"])
         cpu_shares.append(cpu / cpus["mixture"])
-        print("  round: " + ", ".join(f"{k} {v:.3f} s" for k, v in secs.items()) + f", sampling {100 * shares[-1]:.2f} %",
-              flush=True)
+        print(
+            "  round: " + ", ".join(f"{k} {v:.3f} s" for k, v in secs.items()) + f", sampling {100 * shares[-1]:.2f} %",
+            flush=True,
+        )
     print(f"{total:,} records, batch {args.batch_size}, shuffled, num_workers 0, median of {args.repeats} rounds")
     raw_rate = statistics.median(rates["raw"])
     for name, got in rates.items():
         print(f"{name:9s} {statistics.median(got):12,.0f} rec/s   {statistics.median(got) / raw_rate:6.2f} x raw")
-    ratio = statistics.median(m / p for m, p in zip(rates["mixture"], rates["plain"]))
-    cpu_ratio = statistics.median(m / p for m, p in zip(cpu_rates["mixture"], cpu_rates["plain"]))
+    ratio = statistics.median(m / p for m, p in zip(rates["mixture"], rates["plain"], strict=False))
+    cpu_ratio = statistics.median(m / p for m, p in zip(cpu_rates["mixture"], cpu_rates["plain"], strict=False))
     print(f"mixture / plain throughput: {ratio:.3f} wall, {cpu_ratio:.3f} CPU")
-    print(f"sampling (schedule + lookups) share of the mixture leg's time: {100 * statistics.median(shares):.2f} % wall, "
-          f"{100 * statistics.median(cpu_shares):.2f} % CPU (target <= 5 %)")
+    print(
+        f"sampling (schedule + lookups) share of the mixture leg's time: {100 * statistics.median(shares):.2f} % wall, "
+        f"{100 * statistics.median(cpu_shares):.2f} % CPU (target <= 5 %)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -106,8 +106,16 @@ class MotoServer:
 def config(endpoint: str) -> StorageConfig:
     # A short recovery window, as the tests use: read-ahead still running when the server stops
     # gives up in seconds instead of holding the process for 15 minutes.
-    return StorageConfig(s3_base_url=endpoint, region="us-east-1", access_key_id="bench", secret_access_key="bench",
-                         connect_timeout_s=2.0, read_timeout_s=30.0, client_retries=3, recovery_window_s=20.0)
+    return StorageConfig(
+        s3_base_url=endpoint,
+        region="us-east-1",
+        access_key_id="bench",
+        secret_access_key="bench",
+        connect_timeout_s=2.0,
+        read_timeout_s=30.0,
+        client_retries=3,
+        recovery_window_s=20.0,
+    )
 
 
 def bucket(endpoint: str) -> str:
@@ -128,8 +136,12 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
     saver = DatasetSaver(storage, uri)
 
     def save(i: int) -> None:
-        saver.save("train", None, ({"id": f"{i}-{j}", "text": f"record {j} of shard {i}"} for j in range(records)),
-                   shard_id=str(i))
+        saver.save(
+            "train",
+            None,
+            ({"id": f"{i}-{j}", "text": f"record {j} of shard {i}"} for j in range(records)),
+            shard_id=str(i),
+        )
 
     with ThreadPoolExecutor(threads) as pool:
         _, save_s = timed(lambda: list(pool.map(save, range(shards))))
@@ -147,8 +159,9 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
     # The raw limit: one GET of the manifest in a fresh client.
     _, out["manifest_get_s"] = timed(lambda: CountingStorage(config(endpoint)).get_document(uri))
     reader = CountingStorage(config(endpoint))
-    loader, out["build_s"] = timed(lambda: SplitDataLoader(reader, uri, collate_fn=list,
-                                                           dataloader_args={"batch_size": 32}).load("train"))
+    loader, out["build_s"] = timed(
+        lambda: SplitDataLoader(reader, uri, collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
+    )
     out["build_req"] = reader.take()
     batches = iter(loader)
     batch, out["first_batch_s"] = timed(lambda: next(batches))
@@ -178,15 +191,20 @@ def main() -> None:
     parser.add_argument("--shards", default="1000,10000", help="comma-separated shard counts")
     parser.add_argument("--records", type=int, default=10, help="records per shard")
     parser.add_argument("--threads", type=int, default=16, help="threads saving shards")
-    parser.add_argument("--fresh-commit-max", type=int, default=10_000,
-                        help="measure the fresh saver's commit only up to this many shards")
+    parser.add_argument(
+        "--fresh-commit-max",
+        type=int,
+        default=10_000,
+        help="measure the fresh saver's commit only up to this many shards",
+    )
     args, _ = parser.parse_known_args()  # bench/run.py passes every benchmark the same arguments
     # What a trainer has imported before it opens a dataset: torch and the loader's modules.
     import torch  # noqa: F401
 
-    import trainvault.loading.iterable  # noqa: F401
-    import trainvault.loading.loader  # noqa: F401
+    import trainvault.loading.iterable
+    import trainvault.loading.loader
     import trainvault.loading.order  # noqa: F401
+
     with MotoServer() as endpoint:
         for n in (int(s) for s in args.shards.split(",")):
             report(measure(endpoint, n, args.records, args.threads, args.fresh_commit_max))

@@ -53,8 +53,11 @@ def publication(args: argparse.Namespace) -> tuple[str, str, Path]:
         t = time.perf_counter()
         vault = TrainVault()
         w = vault.representation_writer(
-            str(root), teacher={"name": "bench-teacher", "revision": "r0", "num_layers": 32, "hidden_size": 4096},
-            projection={"method": "gaussian", "dim": args.dim, "seed": 0}, layers=[LAYER], state_kinds=[KIND],
+            str(root),
+            teacher={"name": "bench-teacher", "revision": "r0", "num_layers": 32, "hidden_size": 4096},
+            projection={"method": "gaussian", "dim": args.dim, "seed": 0},
+            layers=[LAYER],
+            state_kinds=[KIND],
             part_rows=args.part_rows,
         )
         g = torch.Generator().manual_seed(0)
@@ -94,14 +97,20 @@ def child(mode: str, args: argparse.Namespace) -> None:
     if mode == "loader":
         vault = TrainVault()
         for example in vault.iter_representation_examples(
-            uri, sha, split="analysis", sources=sources, per_source_count=args.blocks, teacher_layer=LAYER, state_kind=KIND
+            uri,
+            sha,
+            split="analysis",
+            sources=sources,
+            per_source_count=args.blocks,
+            teacher_layer=LAYER,
+            state_kind=KIND,
         ):
             n += 1
             del example
     else:
         from safetensors.torch import load
 
-        for tokens_entry, states_entry in zip(artifacts[::2], artifacts[1::2]):
+        for tokens_entry, states_entry in zip(artifacts[::2], artifacts[1::2], strict=False):
             out = []
             for entry in (tokens_entry, states_entry):
                 data = (root / entry["uri"]).read_bytes()
@@ -111,17 +120,29 @@ def child(mode: str, args: argparse.Namespace) -> None:
                 del data
                 name = "input_ids" if entry["kind"] == "tokens" else "rows"
                 offsets = tensors["row_offsets"].tolist()
-                out.append([tensors[name][a:b].clone() for a, b in zip(offsets, offsets[1:])])
+                out.append([tensors[name][a:b].clone() for a, b in zip(offsets, offsets[1:], strict=False)])
                 del tensors
             n += len(out[1])
             del out
     took, cpu = time.perf_counter() - t, time.process_time() - cpu
-    print(json.dumps({"examples": n, "bytes": nbytes, "seconds": took, "cpu": cpu, "peak": _status("VmHWM") - base,
-                      "largest": max(e["size_bytes"] for e in artifacts) / MIB}))
+    print(
+        json.dumps(
+            {
+                "examples": n,
+                "bytes": nbytes,
+                "seconds": took,
+                "cpu": cpu,
+                "peak": _status("VmHWM") - base,
+                "largest": max(e["size_bytes"] for e in artifacts) / MIB,
+            }
+        )
+    )
 
 
 def run_child(mode: str, argv: list[str]) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", mode, *argv], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", mode, *argv], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{mode} child failed: {done.stderr.strip()[-1500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -140,8 +161,18 @@ def main(argv: list[str] | None = None) -> None:
     args, _ = p.parse_known_args(argv)
     if args.child:
         return child(args.child, args)
-    shape = ["--sources", str(args.sources), "--blocks", str(args.blocks), "--tokens", str(args.tokens),
-             "--dim", str(args.dim), "--part-rows", str(args.part_rows)]
+    shape = [
+        "--sources",
+        str(args.sources),
+        "--blocks",
+        str(args.blocks),
+        "--tokens",
+        str(args.tokens),
+        "--dim",
+        str(args.dim),
+        "--part-rows",
+        str(args.part_rows),
+    ]
     uri, _, _ = publication(args)
     runs: dict[str, list[dict]] = {"raw": [], "loader": []}
     run_child("raw", shape)  # warm the page cache; not counted
@@ -150,27 +181,37 @@ def main(argv: list[str] | None = None) -> None:
             runs[mode].append(run_child(mode, shape))
     examples = args.sources * args.blocks
     rows_mib = args.part_rows * (args.dim * 2 + 4) / MIB  # one part's states + tokens rows, copied out
-    print(f"\n{examples} examples ({args.sources} sources x {args.blocks} blocks x {args.tokens} tokens, dim {args.dim}, "
-          f"bf16) from {uri}; median of {args.repeats}\n")
+    print(
+        f"\n{examples} examples ({args.sources} sources x {args.blocks} blocks x {args.tokens} tokens, dim {args.dim}, "
+        f"bf16) from {uri}; median of {args.repeats}\n"
+    )
     print("| reader | examples/s | MB/s | vs raw | examples per CPU-s | vs raw | peak RSS over start (MiB) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     rate = {m: statistics.median(r["examples"] / r["seconds"] for r in rs) for m, rs in runs.items()}
     per_cpu = {m: statistics.median(r["examples"] / r["cpu"] for r in rs) for m, rs in runs.items()}
-    for mode, label in (("raw", "raw limit (read + sha256 + safetensors.torch.load + copy)"),
-                        ("loader", "trainvault iter_representation_examples")):
+    for mode, label in (
+        ("raw", "raw limit (read + sha256 + safetensors.torch.load + copy)"),
+        ("loader", "trainvault iter_representation_examples"),
+    ):
         rs = runs[mode]
         assert all(r["examples"] == examples for r in rs), rs
         mbps = statistics.median(r["bytes"] / r["seconds"] / 1e6 for r in rs)
-        print(f"| {label} | {rate[mode]:,.0f} | {mbps:,.0f} | {rate[mode] / rate['raw']:.0%} | {per_cpu[mode]:,.0f} | "
-              f"{per_cpu[mode] / per_cpu['raw']:.0%} | {max(r['peak'] for r in rs):,.0f} |")
+        print(
+            f"| {label} | {rate[mode]:,.0f} | {mbps:,.0f} | {rate[mode] / rate['raw']:.0%} | {per_cpu[mode]:,.0f} | "
+            f"{per_cpu[mode] / per_cpu['raw']:.0%} | {max(r['peak'] for r in rs):,.0f} |"
+        )
     largest = runs["loader"][0]["largest"]
     budget = largest + rows_mib + 64
     peak = max(r["peak"] for r in runs["loader"])
-    print(f"\nloader / raw throughput: {rate['loader'] / rate['raw']:.2f} wall, {per_cpu['loader'] / per_cpu['raw']:.2f} "
-          "per CPU-second (goal >= 0.80)")
-    print(f"loader peak {peak:,.0f} MiB vs budget {budget:,.0f} MiB (largest artifact {largest:,.0f} + rows {rows_mib:,.0f} "
-          f"+ 64): ratio {peak / budget:.2f} (goal <= 1.00); raw peak / loader peak: "
-          f"{max(r['peak'] for r in runs['raw']) / peak:.2f}")
+    print(
+        f"\nloader / raw throughput: {rate['loader'] / rate['raw']:.2f} wall, {per_cpu['loader'] / per_cpu['raw']:.2f} "
+        "per CPU-second (goal >= 0.80)"
+    )
+    print(
+        f"loader peak {peak:,.0f} MiB vs budget {budget:,.0f} MiB (largest artifact {largest:,.0f} + rows {rows_mib:,.0f} "
+        f"+ 64): ratio {peak / budget:.2f} (goal <= 1.00); raw peak / loader peak: "
+        f"{max(r['peak'] for r in runs['raw']) / peak:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus  # noqa: E402
+import corpus
 
 os.environ.setdefault("LITDATA_DISABLE_VERSION_CHECK", "1")  # no network here
 
@@ -267,7 +267,10 @@ def main(argv: list[str] | None = None) -> None:
         writers[f"trainvault {fmt}"] = (lambda w: lambda out: w(RECORDS, shards, out))(trainvault_writer(fmt))
     writers["raw encode limit"] = lambda out: raw_limit(RECORDS, shards, out)
     if not args.no_peers:
-        for label, module, fn in (("litdata optimize", "litdata", litdata_writer), ("streaming MDSWriter", "streaming", mds_writer)):
+        for label, module, fn in (
+            ("litdata optimize", "litdata", litdata_writer),
+            ("streaming MDSWriter", "streaming", mds_writer),
+        ):
             why = _import_peer(module)
             if why:
                 skipped[label] = why
@@ -301,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
             disk[name] = _du(out)
             shutil.rmtree(out, ignore_errors=True)
         writers = {n: w for n, w in writers.items() if n not in skipped}
-        print(f"  round {rep + 1}/{args.repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in writers), flush=True)
+        print(
+            f"  round {rep + 1}/{args.repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in writers), flush=True
+        )
 
     mbps = {n: raw_total / statistics.median(ts) / 1e6 for n, ts in times.items() if ts}
     print()
@@ -310,8 +315,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, ts in times.items():
         if not ts:
             continue
-        on_disk = "– (no storage)" if name == "raw encode limit" else f"{disk[name] / 1e6:.1f} ({disk[name] / raw_total:.2f})"
-        print(f"| {name} | {statistics.median(ts):.2f} | {mbps[name]:.1f} | {on_disk} | {', '.join(f'{t:.2f}' for t in ts)} |")
+        on_disk = (
+            "– (no storage)" if name == "raw encode limit" else f"{disk[name] / 1e6:.1f} ({disk[name] / raw_total:.2f})"
+        )
+        print(
+            f"| {name} | {statistics.median(ts):.2f} | {mbps[name]:.1f} | {on_disk} | {', '.join(f'{t:.2f}' for t in ts)} |"
+        )
     for name, why in skipped.items():
         print(f"| {name} | skipped: {why} | | | |")
 
@@ -330,8 +339,10 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in args.rss_shards.split(",") if s]
     if sizes:
         print()
-        print(f"peak RSS of the saver, a fresh process per row, shards of {args.rss_shard_records:,} records "
-              "streamed from the generator:")
+        print(
+            f"peak RSS of the saver, a fresh process per row, shards of {args.rss_shard_records:,} records "
+            "streamed from the generator:"
+        )
         print("| format | shards | records | shard on disk MB | baseline MB | peak MB | peak − baseline MB |")
         print("|---|---|---|---|---|---|---|")
         for fmt in [f for f in args.formats.split(",") if f]:

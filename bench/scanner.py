@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import corpus  # noqa: E402
+import corpus
 
-from trainvault import TrainVault  # noqa: E402
-from trainvault.contamination import (  # noqa: E402
+from trainvault import TrainVault
+from trainvault.contamination import (
     DEFAULT_CONTRACT,
     V1_CONTRACT,
     humaneval_benchmark,
@@ -54,8 +54,8 @@ from trainvault.contamination import (  # noqa: E402
     scan_records,
     scan_shard,
 )
-from trainvault.contamination.escapes import decode  # noqa: E402
-from trainvault.contamination.normalize import unicode_table  # noqa: E402
+from trainvault.contamination.escapes import decode
+from trainvault.contamination.normalize import unicode_table
 
 DATA = Path(__file__).resolve().parent / ".data" / "scanner"
 PLANTED = 12
@@ -130,8 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         r = records[(k + 1) * len(records) // (len(planted) + 1)]
         r["text"] = r["text"][:400] + " " + text + " " + r["text"][400:]
     text_bytes = sum(len(r["text"].encode("utf-8")) for r in records)
-    print(f"corpus: {len(records):,} records, {text_bytes / 1e6:.1f} MB of text, {PLANTED} HumanEval items "
-          f"planted verbatim and {PLANTED_SCRAPED} as scraped, made in {time.perf_counter() - t:.1f} s")
+    print(
+        f"corpus: {len(records):,} records, {text_bytes / 1e6:.1f} MB of text, {PLANTED} HumanEval items "
+        f"planted verbatim and {PLANTED_SCRAPED} as scraped, made in {time.perf_counter() - t:.1f} s"
+    )
 
     shutil.rmtree(DATA, ignore_errors=True)
     vault = TrainVault()
@@ -153,8 +155,10 @@ def main(argv: list[str] | None = None) -> None:
         contract = publish_document(vault.storage, str(DATA / f"verifier-contract-{method}.json"), contract_doc)
         _, w0, index = timed(lambda: load_index(vault, release_uri=release.uri, contract_uri=contract.uri))
         index.normalizer.tokenize_batch(["é".encode()])  # builds the per-process tables outside the timings
-        print(f"index {contract_doc.method.id}: {len(index.grams):,} n-grams of {len(bench.items)} items, "
-              f"vocabulary {len(index.vocab):,} tokens, built in {w0:.2f} s; {len(shards)} shard(s) of msgpack.zst")
+        print(
+            f"index {contract_doc.method.id}: {len(index.grams):,} n-grams of {len(bench.items)} items, "
+            f"vocabulary {len(index.vocab):,} tokens, built in {w0:.2f} s; {len(shards)} shard(s) of msgpack.zst"
+        )
         scans[f"e2e {method}"] = _end_to_end(vault, manifest.data_format, shards, index, text_bytes)
         scans[f"memory {method}"] = _in_memory(index, records)
         scans[f"naive {method}"] = _naive(naive_items, naive_records, method == "v2")
@@ -197,7 +201,10 @@ def _naive(items: list[tuple[str, str]], records: list[dict[str, Any]], v2: bool
 
 
 def _print_table(
-    med: dict[str, tuple[float, float]], found: dict[str, set[str]], ok: dict[str, bool], sizes: dict[str, int],
+    med: dict[str, tuple[float, float]],
+    found: dict[str, set[str]],
+    ok: dict[str, bool],
+    sizes: dict[str, int],
     naive_records: int,
 ) -> None:
     labels = {
@@ -206,23 +213,29 @@ def _print_table(
         "naive": f"naive set of 13-gram tuples (first {naive_records:,} records)",
     }
     print()
-    print("| method | scanner | text MB | MB/s per core (CPU time) | MB/s wall | x naive (same method) | "
-          "x v1 | items found | ok |")
+    print(
+        "| method | scanner | text MB | MB/s per core (CPU time) | MB/s wall | x naive (same method) | "
+        "x v1 | items found | ok |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for method in METHODS:
         naive_cpu = med[f"naive {method}"][0]
         for kind, label in labels.items():
             key = f"{kind} {method}"
             cpu, wall = med[key]
-            print(f"| {METHODS[method].method.id} | {label} | {sizes[key] / 1e6:.1f} | {cpu:.1f} | {wall:.1f} | "
-                  f"{cpu / naive_cpu:.1f}x | {cpu / med[f'{kind} v1'][0]:.2f} | {len(found[key])} | "
-                  f"{'yes' if ok[method] else 'NO'} |")
+            print(
+                f"| {METHODS[method].method.id} | {label} | {sizes[key] / 1e6:.1f} | {cpu:.1f} | {wall:.1f} | "
+                f"{cpu / naive_cpu:.1f}x | {cpu / med[f'{kind} v1'][0]:.2f} | {len(found[key])} | "
+                f"{'yes' if ok[method] else 'NO'} |"
+            )
     print()
     for method in METHODS:
         e2e, naive_cpu = med[f"e2e {method}"][0], med[f"naive {method}"][0]
-        print(f"{METHODS[method].method.id}: goal >= 30 MB/s per core: {'met' if e2e >= 30 else 'NOT met'} "
-              f"({e2e:.1f}); goal >= 20x naive: {'met' if e2e / naive_cpu >= 20 else 'NOT met'} "
-              f"({e2e / naive_cpu:.1f}x)")
+        print(
+            f"{METHODS[method].method.id}: goal >= 30 MB/s per core: {'met' if e2e >= 30 else 'NOT met'} "
+            f"({e2e:.1f}); goal >= 20x naive: {'met' if e2e / naive_cpu >= 20 else 'NOT met'} "
+            f"({e2e / naive_cpu:.1f}x)"
+        )
 
 
 if __name__ == "__main__":

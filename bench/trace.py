@@ -44,8 +44,9 @@ def write(records: int) -> str:
     per_shard = 100_000
     for s in range(0, records, per_shard):
         n = min(per_shard, records - s)
-        saver.save("train", None, ({"id": i, "text": _text(i)} for i in range(s, s + n)),
-                   shard_id=f"s{s // per_shard:04d}")
+        saver.save(
+            "train", None, ({"id": i, "text": _text(i)} for i in range(s, s + n)), shard_id=f"s{s // per_shard:04d}"
+        )
     saver.commit_manifest()
     return uri
 
@@ -75,16 +76,27 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     uri = write(args.records)
-    print(f"dataset: {args.records:,} records, batch {args.batch_size} (written or found in "
-          f"{time.perf_counter() - t0:.1f} s, not timed)", flush=True)
+    print(
+        f"dataset: {args.records:,} records, batch {args.batch_size} (written or found in "
+        f"{time.perf_counter() - t0:.1f} s, not timed)",
+        flush=True,
+    )
     rows = []
     for shuffle in (True, False):
-        loader = TrainVault().split_data_loader(uri, collate_fn=ids, shuffle=shuffle, seed=args.seed,
-                                                dataloader_args={"batch_size": args.batch_size}).load("train")
+        loader = (
+            TrainVault()
+            .split_data_loader(
+                uri, collate_fn=ids, shuffle=shuffle, seed=args.seed, dataloader_args={"batch_size": args.batch_size}
+            )
+            .load("train")
+        )
         steps = len(loader)
         loader.trace(steps // 2)  # warm: descriptors parsed, reader threads started
-        cases = {"first step (0)": 0, f"last step ({steps - 1:,})": steps - 1,
-                 f"last step of epoch 3 ({4 * steps - 1:,})": 4 * steps - 1}
+        cases = {
+            "first step (0)": 0,
+            f"last step ({steps - 1:,})": steps - 1,
+            f"last step of epoch 3 ({4 * steps - 1:,})": 4 * steps - 1,
+        }
         base = {}
         for read in (False, True):
             for label, step in cases.items():
@@ -96,8 +108,9 @@ def main(argv: list[str] | None = None) -> None:
         for _ in loader:  # replaying to the last step: the whole epoch
             pass
         replay = time.perf_counter() - t
-        rows.append((shuffle, f"replay to step {steps - 1:,} (one epoch, num_workers=0)", "read", replay,
-                     replay / base[True]))
+        rows.append(
+            (shuffle, f"replay to step {steps - 1:,} (one epoch, num_workers=0)", "read", replay, replay / base[True])
+        )
     print("\n| order | trace of | reads | median ms | ratio to step 0 (same reads) |")
     print("|---|---|---|---|---|")
     for shuffle, label, reads, took, ratio in rows:

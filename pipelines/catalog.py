@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from pathlib import Path
 from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 import yaml
+
 # Dagster's own test of a schedule's cron, so an entry it would refuse fails here, naming the dataset.
 from dagster._utils.schedules import is_valid_cron_string
 from pydantic import ValidationError
@@ -69,7 +70,9 @@ def load_datasets(path: str | Path) -> list[DatasetSpec]:
     try:
         doc = yaml.load(path.read_text(), Loader=UniqueKeyLoader)
     except OSError as exc:
-        raise ConfigurationError(f"dataset catalog {path}: cannot read it ({exc.strerror}); set ${ENV} to the file") from None
+        raise ConfigurationError(
+            f"dataset catalog {path}: cannot read it ({exc.strerror}); set ${ENV} to the file"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigurationError(f"dataset catalog {path}: not valid YAML ({exc})") from None
     except DuplicateKey as exc:
@@ -81,7 +84,9 @@ def load_datasets(path: str | Path) -> list[DatasetSpec]:
     for n, entry in enumerate(entries):
         spec = parse_entry(path, n, entry)
         if spec.name in seen:
-            raise ConfigurationError(f"dataset catalog {path}: dataset {spec.name!r} is declared twice; names must be unique")
+            raise ConfigurationError(
+                f"dataset catalog {path}: dataset {spec.name!r} is declared twice; names must be unique"
+            )
         seen.add(spec.name)
         specs.append(spec)
     return specs
@@ -113,20 +118,26 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
     name = entry.get("name")
     where = f"dataset catalog {path}: dataset {name!r}" if name else f"dataset catalog {path}: entry {n}"
     if not isinstance(name, str) or not NAME.match(name):
-        raise ConfigurationError(f"{where}: field 'name' must be an identifier (letters, digits, _; not starting with a digit)")
+        raise ConfigurationError(
+            f"{where}: field 'name' must be an identifier (letters, digits, _; not starting with a digit)"
+        )
     unknown = sorted(set(entry) - set(DatasetSpec.model_fields))
     if unknown:
-        raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: "
-                                 f"{', '.join(DatasetSpec.model_fields)})")
+        raise ConfigurationError(
+            f"{where}: field {unknown[0]} is not a dataset field (known: {', '.join(DatasetSpec.model_fields)})"
+        )
     for field, model in NESTED.items():
         value = entry.get(field)
         extra = sorted(set(value) - set(model.model_fields)) if isinstance(value, dict) else []
         if extra:
-            raise ConfigurationError(f"{where}: field {field}.{extra[0]} is not a {field} field (known: "
-                                     f"{', '.join(model.model_fields)})")
+            raise ConfigurationError(
+                f"{where}: field {field}.{extra[0]} is not a {field} field (known: {', '.join(model.model_fields)})"
+            )
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
     if not isinstance(fields.get("splits"), list):
-        raise ConfigurationError(f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})")
+        raise ConfigurationError(
+            f"{where}: field 'splits' must be a list of splits ({{name, shards or shard_ids, stages}})"
+        )
     fields["splits"] = [split_fields(s, where) for s in fields["splits"]]
     for field in PATH_FIELDS:
         if field in fields:
@@ -154,15 +165,19 @@ def split_fields(split: Any, where: str) -> Any:
         return split
     count = split.pop("shards")
     if type(count) is not int or count < 1 or "shard_ids" in split:
-        raise ConfigurationError(f"{where}: field 'splits.{split.get('name')}.shards' must be a positive integer "
-                                 "(or give shard_ids instead)")
+        raise ConfigurationError(
+            f"{where}: field 'splits.{split.get('name')}.shards' must be a positive integer (or give shard_ids instead)"
+        )
     return {**split, "shard_ids": [str(i) for i in range(count)]}
 
 
 def check_spec(spec: DatasetSpec, where: str) -> None:
     """What pydantic's types cannot say: generators, owners, tags, the schedule, shards."""
-    callables = {"generator": spec.generator, "stage_metadata": spec.stage_metadata,
-                 **{f"evaluation_sources.{i}": source for i, source in enumerate(spec.evaluation_sources)}}
+    callables = {
+        "generator": spec.generator,
+        "stage_metadata": spec.stage_metadata,
+        **{f"evaluation_sources.{i}": source for i, source in enumerate(spec.evaluation_sources)},
+    }
     for field, value in callables.items():
         if value is not None and not CALLABLE.match(value):
             raise ConfigurationError(f"{where}: field '{field}' is {value!r}, expected 'package.module:function'")
@@ -171,8 +186,9 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
             raise ConfigurationError(f"{where}: field 'owners' has {owner!r}, expected an email or team:<name>")
     for k, v in spec.tags.items():
         if not TAG.match(k) or not (v == "" or TAG.match(v)):
-            raise ConfigurationError(f"{where}: field 'tags' has {k!r}: {v!r}; keys and values are up to 63 of "
-                                     "letters, digits, _ . -")
+            raise ConfigurationError(
+                f"{where}: field 'tags' has {k!r}: {v!r}; keys and values are up to 63 of letters, digits, _ . -"
+            )
     if not CRON.match(spec.schedule.cron.strip()) or not is_valid_cron_string(spec.schedule.cron.strip()):
         raise ConfigurationError(f"{where}: field 'schedule.cron' is {spec.schedule.cron!r}, expected five cron fields")
     if not spec.shards():
@@ -183,8 +199,9 @@ def check_spec(spec: DatasetSpec, where: str) -> None:
     if spec.ngram_n < 1:
         raise ConfigurationError(f"{where}: field 'ngram_n' must be at least 1")
     if spec.data_format not in FORMATS:
-        raise ConfigurationError(f"{where}: field 'data_format' is {spec.data_format!r}, expected one of "
-                                 f"{', '.join(FORMATS)}")
+        raise ConfigurationError(
+            f"{where}: field 'data_format' is {spec.data_format!r}, expected one of {', '.join(FORMATS)}"
+        )
     try:
         normalize_uri(spec.root_uri)
     except StorageError as exc:
@@ -199,23 +216,30 @@ def check_partitions(spec: DatasetSpec, where: str) -> None:
     """Split, stage and shard ids that make one partition key per shard, which parses back to it; curricula
     over declared stages."""
     for field, names in [("splits", [s.name for s in spec.splits])] + [
-            (f"splits.{s.name}.{kind}", values) for s in spec.splits
-            for kind, values in (("stages", s.stages), ("shard_ids", s.shard_ids))]:
+        (f"splits.{s.name}.{kind}", values)
+        for s in spec.splits
+        for kind, values in (("stages", s.stages), ("shard_ids", s.shard_ids))
+    ]:
         for value in names:
             if not SEGMENT.match(value) or (field.endswith(".stages") and value == NO_STAGE):
-                raise ConfigurationError(f"{where}: field '{field}' has {value!r}; a name is 1 to 63 of letters, "
-                                         f"digits, _ . - (no '/'; a stage is not {NO_STAGE!r})")
+                raise ConfigurationError(
+                    f"{where}: field '{field}' has {value!r}; a name is 1 to 63 of letters, "
+                    f"digits, _ . - (no '/'; a stage is not {NO_STAGE!r})"
+                )
         twice = sorted({v for v in names if names.count(v) > 1})
         if twice:
-            raise ConfigurationError(f"{where}: field '{field}' names {twice[0]!r} twice; each shard needs its own "
-                                     "partition key")
+            raise ConfigurationError(
+                f"{where}: field '{field}' names {twice[0]!r} twice; each shard needs its own partition key"
+            )
     stages = {s.name: s.stages for s in spec.splits}
     for cur in spec.curricula:
         missing = [s for s in cur.stages if s not in stages.get(cur.split, [])]
         if cur.split not in stages or missing or not cur.stages:
             declared = stages.get(cur.split, "no such split")
-            raise ConfigurationError(f"{where}: field 'curricula.{cur.name}' orders stages {cur.stages} of split "
-                                     f"{cur.split!r}; give stages the split declares ({declared})")
+            raise ConfigurationError(
+                f"{where}: field 'curricula.{cur.name}' orders stages {cur.stages} of split "
+                f"{cur.split!r}; give stages the split declares ({declared})"
+            )
 
 
 def interpolate(value: Any, where: str, field: str) -> Any:
@@ -233,8 +257,9 @@ def interpolate(value: Any, where: str, field: str) -> Any:
         if got:
             return got
         if default is None:
-            raise ConfigurationError(f"{where}: field '{field}' needs ${{{name}}}, which is not set: set it or "
-                                     f"write ${{{name}:-default}}")
+            raise ConfigurationError(
+                f"{where}: field '{field}' needs ${{{name}}}, which is not set: set it or write ${{{name}:-default}}"
+            )
         return default
 
     out = VARIABLE.sub(substitute, value)

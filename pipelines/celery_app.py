@@ -42,15 +42,20 @@ def report_redelivery(step_args: ExecuteStepArgs, hostname: str) -> None:
     run = instance.get_run_by_id(step_args.run_id)
     steps = list(step_args.step_keys_to_execute or [])
     # The workers that reported taking these steps before: the last one is the one lost.
-    taken = [r.dagster_event.engine_event_data.metadata[WORKER_KEY].value
-             for r in instance.all_logs(step_args.run_id, of_type=DagsterEventType.ENGINE_EVENT)
-             if r.step_key in steps and WORKER_KEY in (r.dagster_event.engine_event_data.metadata or {})]
+    taken = [
+        r.dagster_event.engine_event_data.metadata[WORKER_KEY].value
+        for r in instance.all_logs(step_args.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if r.step_key in steps and WORKER_KEY in (r.dagster_event.engine_event_data.metadata or {})
+    ]
     lost = taken[-1] if taken else "a Celery worker (before it reported the step)"
     instance.report_engine_event(
         f"Celery worker lost: {lost} did not finish step {', '.join(steps)} (the broker redelivered "
         f"its unacknowledged task); the step runs again on {hostname}",
-        run, EngineEventData({LOST_KEY: lost, "step_keys": ", ".join(steps), "Redelivered to": hostname}),
-        CeleryExecutor, step_key=steps[0] if len(steps) == 1 else None)
+        run,
+        EngineEventData({LOST_KEY: lost, "step_keys": ", ".join(steps), "Redelivered to": hostname}),
+        CeleryExecutor,
+        step_key=steps[0] if len(steps) == 1 else None,
+    )
 
 
 app = make_app()

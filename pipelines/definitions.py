@@ -18,6 +18,7 @@ import dagster as dg
 # backfill_policy is Beta in 1.13; it is what lets one run (and the CLI) cover a range of shards.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
+from assets._common import handoff_io  # noqa: E402
 from assets.approval import build_approved_dataset  # noqa: E402
 from assets.contamination import (  # noqa: E402
     build_contamination_exclusions,
@@ -31,7 +32,6 @@ from assets.pins import build_producer_pins  # noqa: E402
 from assets.profile import build_dataset_profile  # noqa: E402
 from assets.scan import build_training_scan  # noqa: E402
 from assets.shards import build_dataset_shards  # noqa: E402
-from assets._common import handoff_io  # noqa: E402
 from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
 from resources.dataset import DatasetSpec  # noqa: E402
 from resources.handoff import HandoffIOManager  # noqa: E402
@@ -66,7 +66,9 @@ def executor_for(name: str | None) -> dg.ExecutorDefinition | None:
     if name == "celery":
         from dagster_celery import celery_executor
 
-        return celery_executor.configured({"broker": {"env": "TRAINVAULT_CELERY_BROKER"}} if os.environ.get("TRAINVAULT_CELERY_BROKER") else {})
+        return celery_executor.configured(
+            {"broker": {"env": "TRAINVAULT_CELERY_BROKER"}} if os.environ.get("TRAINVAULT_CELERY_BROKER") else {}
+        )
     raise ConfigurationError(f"TRAINVAULT_EXECUTOR={name!r}: expected one of {', '.join(EXECUTORS)}")
 
 
@@ -75,16 +77,27 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
     report = build_contamination_report(spec)
     approval = build_approved_dataset(spec)
     profile = build_dataset_profile(spec)
-    assets = [build_producer_pins(spec), build_dataset_shards(spec), build_data_manifest(spec), build_training_scan(spec),
-              profile, build_evaluation_release(spec), build_contamination_scan(spec), report, approval]
+    assets = [
+        build_producer_pins(spec),
+        build_dataset_shards(spec),
+        build_data_manifest(spec),
+        build_training_scan(spec),
+        profile,
+        build_evaluation_release(spec),
+        build_contamination_scan(spec),
+        report,
+        approval,
+    ]
     if spec.policy.allow_exclusions:
         assets.append(build_contamination_exclusions(spec))
     lifecycle = dg.define_asset_job(
         f"lifecycle_{spec.name}",
         selection=dg.AssetSelection.key_prefixes([spec.name]),
-        description=(f"{spec.name}: every stage (pins, shards, manifest, profile, scan, evaluation release, contamination "
-                     "scan and report, exclusions where the policy allows them, approval and Croissant card). Launched "
-                     "without a partition selection it builds every shard."),
+        description=(
+            f"{spec.name}: every stage (pins, shards, manifest, profile, scan, evaluation release, contamination "
+            "scan and report, exclusions where the policy allows them, approval and Croissant card). Launched "
+            "without a partition selection it builds every shard."
+        ),
         tags={"trainvault/dataset": spec.name},
     )
 
@@ -106,8 +119,9 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
     )
 
 
-def build_definitions(specs: list[DatasetSpec], store: ObjectStore | None = None,
-                      executor: str | None = None) -> dg.Definitions:
+def build_definitions(
+    specs: list[DatasetSpec], store: ObjectStore | None = None, executor: str | None = None
+) -> dg.Definitions:
     """The code location for these datasets, on one object store (a single spec counts as a list of one)."""
     if isinstance(specs, DatasetSpec):
         specs = [specs]

@@ -91,7 +91,7 @@ class DatasetSpec(dg.ConfigurableResource):
     scanner_key_env: str = Field(
         default="TRAINVAULT_SCANNER_KEY",
         description="environment variable holding the scanner's Ed25519 private key, which signs the scan manifest "
-                    "and the contamination report (unset, and no scanner_key_path: the signing key)",
+        "and the contamination report (unset, and no scanner_key_path: the signing key)",
     )
     scanner_key_path: str | None = Field(default=None, description="or a file holding it (PEM, owner-only)")
     trusted_scanner_keys: list[str] = Field(
@@ -147,11 +147,16 @@ class DatasetSpec(dg.ConfigurableResource):
 
         return [load_verifying_key(p) for p in self.scanner_key_paths()]
 
-    def approval_policy(self, evaluation_release_sha256: str | None = None, verifier_contract_sha256: str | None = None):
+    def approval_policy(
+        self, evaluation_release_sha256: str | None = None, verifier_contract_sha256: str | None = None
+    ):
         """The `ApprovalPolicy` the gate and a trainer apply to this dataset's approvals (None: any release, any
         contract no looser than the library's)."""
-        return self.policy.approval_policy(self.scanner_public_keys(), evaluation_release_sha256=evaluation_release_sha256,
-                                           verifier_contract_sha256=verifier_contract_sha256)
+        return self.policy.approval_policy(
+            self.scanner_public_keys(),
+            evaluation_release_sha256=evaluation_release_sha256,
+            verifier_contract_sha256=verifier_contract_sha256,
+        )
 
     # -- versions and locations ---------------------------------------------
 
@@ -193,7 +198,9 @@ class DatasetSpec(dg.ConfigurableResource):
         return Publication(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
 
     def evaluation_root(self, benchmark_digest: str) -> str:
-        return join_uri(normalize_uri(self.root_uri), f"evaluations/{self.evaluation_release_id}-{benchmark_digest[:12]}")
+        return join_uri(
+            normalize_uri(self.root_uri), f"evaluations/{self.evaluation_release_id}-{benchmark_digest[:12]}"
+        )
 
     @property
     def shard_results_root(self) -> str:
@@ -234,7 +241,9 @@ class Publication:
 
     def report_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
         """The contamination report signed by key id `scanner` (an in-toto statement in a DSSE envelope)."""
-        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{REPORT_ATTESTATION_NAME}")
+        return join_uri(
+            self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{REPORT_ATTESTATION_NAME}"
+        )
 
     def exclusions_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
         """The exclusions taken from the report key id `scanner` signed, beside it."""

@@ -47,8 +47,13 @@ class Handoff(Document):
 
     @classmethod
     def of(cls, pub: Publication, asset: str, uri: str, sha256: str, **also: ObjectRef) -> Handoff:
-        return cls(dataset=pub.dataset, publication_version=pub.version, asset=asset,
-                   ref=ObjectRef(uri=uri, sha256=sha256), also=also)
+        return cls(
+            dataset=pub.dataset,
+            publication_version=pub.version,
+            asset=asset,
+            ref=ObjectRef(uri=uri, sha256=sha256),
+            also=also,
+        )
 
 
 class HandoffIOManager(dg.ConfigurableIOManager):
@@ -81,7 +86,9 @@ class HandoffIOManager(dg.ConfigurableIOManager):
         uri, sha256 = found
         data = self.store.vault().storage.get_document(uri)
         if sha256_hex(data) != sha256:
-            raise IntegrityError(f"{uri}: the hand-off of {asset} was altered since run {run_id} wrote it; rerun the lifecycle")
+            raise IntegrityError(
+                f"{uri}: the hand-off of {asset} was altered since run {run_id} wrote it; rerun the lifecycle"
+            )
         return Handoff.from_json_bytes(data, source=uri)
 
     def only_handoff(self, asset: str) -> Handoff:

@@ -23,7 +23,9 @@ def parse_fraction(text: str, field: str) -> tuple[int, int]:
     """``"N/D"`` as ``(N, D)`` with ``0 <= N <= D`` and ``D >= 1``; `ConfigurationError` naming `field` otherwise."""
     m = FRACTION.match(text) if isinstance(text, str) else None
     if m is None or int(m.group(2)) < 1 or int(m.group(1)) > int(m.group(2)):
-        raise ConfigurationError(f"field 'policy.{field}' is {text!r}, expected N/D with 0 <= N <= D and D >= 1 (e.g. 2/100)")
+        raise ConfigurationError(
+            f"field 'policy.{field}' is {text!r}, expected N/D with 0 <= N <= D and D >= 1 (e.g. 2/100)"
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -37,8 +39,13 @@ class PolicySpec(dg.Config):
     allow_exclusions: bool = Field(default=False, description="approve with contaminated records excluded")
     max_excluded_fraction: str = Field(default="1/100", description="at most this fraction of records excluded (N/D)")
 
-    def approval_policy(self, scanner_keys: list[Any] | None, *, evaluation_release_sha256: str | None = None,
-                        verifier_contract_sha256: str | None = None):  # -> trainvault.approval.ApprovalPolicy
+    def approval_policy(
+        self,
+        scanner_keys: list[Any] | None,
+        *,
+        evaluation_release_sha256: str | None = None,
+        verifier_contract_sha256: str | None = None,
+    ):  # -> trainvault.approval.ApprovalPolicy
         """The library's `ApprovalPolicy` for this block, pinned to the run's release and contract."""
         from trainvault.approval import ApprovalPolicy
 

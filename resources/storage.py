@@ -24,9 +24,7 @@ class ObjectStore(dg.ConfigurableResource):
     s3_base_url: str | None = Field(default=None, description="endpoint of an S3-compatible service")
     region: str | None = Field(default=None, description="S3 region")
     access_key_id: str | None = Field(default=None, description="S3 access key id", json_schema_extra=_SECRET)
-    secret_access_key: str | None = Field(
-        default=None, description="S3 secret access key", json_schema_extra=_SECRET
-    )
+    secret_access_key: str | None = Field(default=None, description="S3 secret access key", json_schema_extra=_SECRET)
 
     def vault(self) -> TrainVault:
         return TrainVault(

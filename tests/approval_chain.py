@@ -35,12 +35,53 @@ from trainvault.contamination import (
 )
 
 ITEMS = [
-    {"id": f"tiny-{i}", "text": " ".join(f"{w}{i}" for w in "alpha bravo charlie delta echo foxtrot golf hotel "
-                                                              "india juliet kilo lima mike november".split())}
+    {
+        "id": f"tiny-{i}",
+        "text": " ".join(
+            f"{w}{i}"
+            for w in [
+                "alpha",
+                "bravo",
+                "charlie",
+                "delta",
+                "echo",
+                "foxtrot",
+                "golf",
+                "hotel",
+                "india",
+                "juliet",
+                "kilo",
+                "lima",
+                "mike",
+                "november",
+            ]
+        ),
+    }
     for i in range(4)
 ]
 TINY_JSONL = b"".join(json.dumps(it).encode() + b"\n" for it in ITEMS)
-WORDS = "the of and to in is was for on that with as by at from it an be this are".split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "it",
+    "an",
+    "be",
+    "this",
+    "are",
+]
 
 
 def make_records(shard: int, n: int, contaminate: bool = False) -> list[dict[str, Any]]:
@@ -81,13 +122,17 @@ class Chain:
         self.vault.storage.put_create(uri, data)
         return ArtifactRef(uri=uri, sha256=sha256_hex(data))
 
-    def rescan(self, name: str, *, index: Any = None, pins_sha256: str | None = None,
-               scan_sha256: str | None = None) -> tuple[Any, ArtifactRef]:
+    def rescan(
+        self, name: str, *, index: Any = None, pins_sha256: str | None = None, scan_sha256: str | None = None
+    ) -> tuple[Any, ArtifactRef]:
         """A report over this chain's data with other inputs, published under extra/."""
         report = scan_dataset(
-            self.vault, self.manifest_uri, index or self.index,
+            self.vault,
+            self.manifest_uri,
+            index or self.index,
             scan_manifest_sha256=scan_sha256 or self.refs["training_scan_manifest"].sha256,
-            producer_pins_sha256=pins_sha256 or self.refs["producer_pins"].sha256, progress=False,
+            producer_pins_sha256=pins_sha256 or self.refs["producer_pins"].sha256,
+            progress=False,
         )
         return report, self.publish(name, report)
 
@@ -99,8 +144,9 @@ class Chain:
         bound = write_attestation(self.vault, f"{self.root}/extra/{name}", document, signing_keys=key)
         return ArtifactRef(uri=bound.uri, sha256=bound.sha256)
 
-    def with_exclusions(self, exclusions: Exclusions, name: str = "exclusions.json",
-                        **overrides: ArtifactRef) -> ApprovalRequest:
+    def with_exclusions(
+        self, exclusions: Exclusions, name: str = "exclusions.json", **overrides: ArtifactRef
+    ) -> ApprovalRequest:
         """This chain's request (with `overrides`) binding `exclusions` as its exclusions sidecar."""
         return self.request(**overrides, sidecars={EXCLUSIONS_SIDECAR: self.publish(name, exclusions)})
 
@@ -133,8 +179,11 @@ def build_chain(
     records: dict[str, list[dict[str, Any]]] = {}
     for i in range(shards):
         stage = "easy" if i < max(1, shards - 1) else "hard"
-        recs = (shard_records(i) if shard_records is not None
-                else make_records(i + seed_offset, records_per_shard, contaminate and i == shards - 1))
+        recs = (
+            shard_records(i)
+            if shard_records is not None
+            else make_records(i + seed_offset, records_per_shard, contaminate and i == shards - 1)
+        )
         records[f"s{i}"] = recs
         saver.save("train", stage, recs, shard_id=f"s{i}")
     valid = make_records(100 + seed_offset, 5)
@@ -155,10 +204,21 @@ def build_chain(
     pins_b = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins(code_revision="test"))
     release = publish_release(vault.storage, f"{root}/release", "evals-test", [jsonl_benchmark("tiny", TINY_JSONL)])
     contract_b = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
-    index = load_index(vault, release_uri=release.uri, contract_uri=contract_b.uri,
-                       release_sha256=release.sha256, contract_sha256=contract_b.sha256)
-    report = scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan_b.sha256,
-                          producer_pins_sha256=pins_b.sha256, progress=False)
+    index = load_index(
+        vault,
+        release_uri=release.uri,
+        contract_uri=contract_b.uri,
+        release_sha256=release.sha256,
+        contract_sha256=contract_b.sha256,
+    )
+    report = scan_dataset(
+        vault,
+        manifest_uri,
+        index,
+        scan_manifest_sha256=scan_b.sha256,
+        producer_pins_sha256=pins_b.sha256,
+        progress=False,
+    )
     if scanner_key is None:
         report_b = write_report(vault, f"{root}/ds/contamination-report-v1.json", report)
     else:

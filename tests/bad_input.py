@@ -86,8 +86,14 @@ def mutations(draw: st.DrawFn, doc: Any) -> Any:
     return replaced(doc, path, draw(JSON), delete=draw(st.booleans()))
 
 
-RECORD_VALUES = JSON | st.binary(max_size=8) | st.integers(min_value=2**63, max_value=2**80) | st.just(float("nan")) \
-    | st.builds(object) | st.sets(st.integers(), max_size=2)
+RECORD_VALUES = (
+    JSON
+    | st.binary(max_size=8)
+    | st.integers(min_value=2**63, max_value=2**80)
+    | st.just(float("nan"))
+    | st.builds(object)
+    | st.sets(st.integers(), max_size=2)
+)
 
 
 def memory_root() -> str:

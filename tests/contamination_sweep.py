@@ -131,7 +131,8 @@ def clean_corpus(code_bytes: int = 12 << 20, doc_bytes: int = 6 << 20) -> list[d
     site = Path(sysconfig.get_paths()["purelib"])
     sources = sorted(p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts)
     docs = sorted(
-        p for p in site.rglob("*")
+        p
+        for p in site.rglob("*")
         if p.suffix in {".md", ".rst", ".txt"} or p.name in {"METADATA", "LICENSE", "LICENSE.txt"}
     )
     return [*_read(sources, code_bytes), *_read(docs, doc_bytes)]
@@ -157,20 +158,38 @@ def sweep() -> dict[str, Any]:
     records, truth = planted_records()
     clean = clean_corpus()
     misses = near_misses()
-    out: dict[str, Any] = {"items": len(humaneval_benchmark().items), "clean_records": len(clean),
-                           "clean_bytes": sum(len(r["text"].encode("utf-8")) for r in clean), "methods": {}}
+    out: dict[str, Any] = {
+        "items": len(humaneval_benchmark().items),
+        "clean_records": len(clean),
+        "clean_bytes": sum(len(r["text"].encode("utf-8")) for r in clean),
+        "methods": {},
+    }
     for method, index in idx.items():
         t = time.perf_counter()
         found = set()
         for it in scan_records(index, records, shard_sha256="0" * 64).items:
             found |= {(truth[h.record_index][0], it.item_id) for h in it.hits if truth[h.record_index][1] == it.item_id}
         recall = {name: sum((name, tid) in found for c, tid in truth if c == name) / out["items"] for name in CLASSES}
-        fp_clean = sorted({(r.item_id, clean[h.record_index]["id"]) for r in
-                           scan_records(index, clean, shard_sha256="0" * 64).items for h in r.hits})
-        fp_near = sorted({(r.item_id, misses[h.record_index]["id"]) for r in
-                          scan_records(index, misses, shard_sha256="0" * 64).items for h in r.hits})
-        out["methods"][method] = {"recall": recall, "fp_clean": fp_clean, "fp_near": fp_near,
-                                  "seconds": time.perf_counter() - t}
+        fp_clean = sorted(
+            {
+                (r.item_id, clean[h.record_index]["id"])
+                for r in scan_records(index, clean, shard_sha256="0" * 64).items
+                for h in r.hits
+            }
+        )
+        fp_near = sorted(
+            {
+                (r.item_id, misses[h.record_index]["id"])
+                for r in scan_records(index, misses, shard_sha256="0" * 64).items
+                for h in r.hits
+            }
+        )
+        out["methods"][method] = {
+            "recall": recall,
+            "fp_clean": fp_clean,
+            "fp_near": fp_near,
+            "seconds": time.perf_counter() - t,
+        }
     return out
 
 
@@ -178,8 +197,10 @@ def main() -> None:
     t = time.perf_counter()
     res = sweep()
     v1, v2 = res["methods"]["ngram-exact-v1"], res["methods"]["ngram-exact-v2"]
-    print(f"HumanEval items: {res['items']}; clean corpus: {res['clean_records']} files, "
-          f"{res['clean_bytes'] / 1e6:.1f} MB; sweep {time.perf_counter() - t:.1f} s")
+    print(
+        f"HumanEval items: {res['items']}; clean corpus: {res['clean_records']} files, "
+        f"{res['clean_bytes'] / 1e6:.1f} MB; sweep {time.perf_counter() - t:.1f} s"
+    )
     print("| perturbation | ngram-exact-v1 | ngram-exact-v2 |\n| --- | --- | --- |")
     for name in CLASSES:
         print(f"| {name} | {v1['recall'][name]:.2f} | {v2['recall'][name]:.2f} |")

@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+from services import BIN, Process, Processes, free_port, port_open, wait_for
 
 from pipelines.examples.spec import key_fields
-from services import BIN, Process, Processes, free_port, port_open, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "pipelines" / "deploy"
@@ -88,15 +88,34 @@ def write_home(home: Path, instance_yaml: Path | None) -> Path:
     return home
 
 
-def dataset_entry(name: str, root_uri: str, keys: Path, *, shards_per_stage: int, records: int,
-                  generator: str, cron: str = "* * * * *", enabled: bool = False) -> dict[str, Any]:
+def dataset_entry(
+    name: str,
+    root_uri: str,
+    keys: Path,
+    *,
+    shards_per_stage: int,
+    records: int,
+    generator: str,
+    cron: str = "* * * * *",
+    enabled: bool = False,
+) -> dict[str, Any]:
     """A catalog entry: the shipped demo_curriculum entry with these settings (3 train stages of
     `shards_per_stage` shards, one valid and one test shard), signed and scanned with `keys`."""
     demo = yaml.safe_load((REPO / "pipelines" / "datasets.yaml").read_text())["datasets"][0]
-    return {**demo, "name": name, "root_uri": root_uri, "generator": generator, "records_per_shard": records,
-            "splits": [{"name": "train", "stages": ["easy", "medium", "hard"], "shards": shards_per_stage},
-                       {"name": "valid", "shards": 1}, {"name": "test", "shards": 1}],
-            **key_fields(keys), "schedule": {"cron": cron, "enabled": enabled}}
+    return {
+        **demo,
+        "name": name,
+        "root_uri": root_uri,
+        "generator": generator,
+        "records_per_shard": records,
+        "splits": [
+            {"name": "train", "stages": ["easy", "medium", "hard"], "shards": shards_per_stage},
+            {"name": "valid", "shards": 1},
+            {"name": "test", "shards": 1},
+        ],
+        **key_fields(keys),
+        "schedule": {"cron": cron, "enabled": enabled},
+    }
 
 
 def write_catalog(path: Path, entries: list[dict[str, Any]]) -> Path:
@@ -109,8 +128,12 @@ def code_server_answers(port: int) -> bool:
     """The code server at 127.0.0.1:`port` answers gRPC health checks (its location is loaded)."""
     if not port_open(port):
         return False
-    check = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)],
-                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    check = subprocess.run(
+        [str(BIN / "dagster"), "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)],
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     return check.returncode == 0
 
 
@@ -133,8 +156,10 @@ def children(pid: int) -> list[tuple[int, list[str]]]:
 def write_workspace(path: Path, code_port: int) -> Path:
     """A workspace that reaches the code location's gRPC server (the deployed shape: webserver,
     daemon and runs all use one code server, which outlives a restart of the other two)."""
-    path.write_text(f"load_from:\n  - grpc_server:\n      host: 127.0.0.1\n      port: {code_port}\n"
-                    f"      location_name: {LOCATION}\n")
+    path.write_text(
+        f"load_from:\n  - grpc_server:\n      host: 127.0.0.1\n      port: {code_port}\n"
+        f"      location_name: {LOCATION}\n"
+    )
     return path
 
 
@@ -167,15 +192,35 @@ class Deployment:
         write_workspace(self.workspace, self.code_port)
         return self.procs.start(
             "code-server",
-            ["dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(self.code_port), "-m", self.code_module,
-             "--working-directory", str(REPO), "--location-name", LOCATION],
-            env=self.env, cwd=REPO, ready=lambda p: code_server_answers(self.code_port))
+            [
+                "dagster",
+                "code-server",
+                "start",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.code_port),
+                "-m",
+                self.code_module,
+                "--working-directory",
+                str(REPO),
+                "--location-name",
+                LOCATION,
+            ],
+            env=self.env,
+            cwd=REPO,
+            ready=lambda p: code_server_answers(self.code_port),
+        )
 
     def start_webserver(self) -> Process:
         self.ui_port = self.ui_port or free_port()
         proc = self.procs.start(
-            "webserver", ["dagster-webserver", "-w", str(self.workspace), "-h", "127.0.0.1", "-p", str(self.ui_port)],
-            env=self.env, cwd=REPO, ready=lambda p: port_open(self.ui_port))
+            "webserver",
+            ["dagster-webserver", "-w", str(self.workspace), "-h", "127.0.0.1", "-p", str(self.ui_port)],
+            env=self.env,
+            cwd=REPO,
+            ready=lambda p: port_open(self.ui_port),
+        )
         wait_for(self.location_loaded, 120, "the webserver to load the code location")
         return proc
 
@@ -187,27 +232,59 @@ class Deployment:
     def start_worker(self, name: str, config_yaml: Path) -> Process:
         """A dagster-celery worker: one task at a time, its name in every step it executes."""
         return self.procs.start(
-            name, ["dagster-celery", "worker", "start", "-A", "pipelines.celery_app", "-n", name, "-y", str(config_yaml),
-                   "--", "--concurrency=1", "--without-gossip", "--without-mingle"],
-            env=self.env, cwd=REPO, ready=lambda p: b" ready." in p.log.read_bytes())
+            name,
+            [
+                "dagster-celery",
+                "worker",
+                "start",
+                "-A",
+                "pipelines.celery_app",
+                "-n",
+                name,
+                "-y",
+                str(config_yaml),
+                "--",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            env=self.env,
+            cwd=REPO,
+            ready=lambda p: b" ready." in p.log.read_bytes(),
+        )
 
     def start_local(self, timeout: float = 300) -> Process:
         """pipelines/deploy/local.sh (`make deploy-local`) on free ports, $DAGSTER_HOME `home`, making
         and using the vhost of `broker`; returns once the location is loaded and the daemon healthy."""
         self.code_port, self.ui_port = self.code_port or free_port(), self.ui_port or free_port()
-        env = {**self.env, "TRAINVAULT_CELERY_BROKER": "", "TRAINVAULT_CELERY_VHOST": self.vhost,
-               "DAGSTER_HOME": str(self.home), "UI_PORT": str(self.ui_port), "CODE_PORT": str(self.code_port),
-               "VENV": str(BIN.parent)}
-        proc = self.procs.start("local.sh", [str(DEPLOY / "local.sh")], env=env, cwd=REPO,
-                                ready=lambda p: port_open(self.ui_port), timeout=timeout)
+        env = {
+            **self.env,
+            "TRAINVAULT_CELERY_BROKER": "",
+            "TRAINVAULT_CELERY_VHOST": self.vhost,
+            "DAGSTER_HOME": str(self.home),
+            "UI_PORT": str(self.ui_port),
+            "CODE_PORT": str(self.code_port),
+            "VENV": str(BIN.parent),
+        }
+        proc = self.procs.start(
+            "local.sh",
+            [str(DEPLOY / "local.sh")],
+            env=env,
+            cwd=REPO,
+            ready=lambda p: port_open(self.ui_port),
+            timeout=timeout,
+        )
         wait_for(self.location_loaded, 120, "the webserver to load the code location")
         wait_for(self.daemons_healthy, 120, "the daemon's heartbeats (scheduler, run queue, backfills)", interval=1)
         return proc
 
     def local_worker(self, name: str) -> tuple[int, int]:
         """(dagster-celery wrapper pid, Celery main process pid) of local.sh's worker `name`."""
-        (wrapper,) = [pid for pid, argv in children(self.procs.get("local.sh").pid)
-                      if "worker" in argv and f"{name}.{self.vhost}" in argv]
+        (wrapper,) = [
+            pid
+            for pid, argv in children(self.procs.get("local.sh").pid)
+            if "worker" in argv and f"{name}.{self.vhost}" in argv
+        ]
         (main,) = [pid for pid, argv in children(wrapper) if "worker" in argv]
         return wrapper, main
 
@@ -240,10 +317,15 @@ class Deployment:
 
     def launch_run(self, dataset: str, *, tags: dict[str, str] | None = None) -> str:
         """launchRun of the dataset's lifecycle job, no partition chosen, as the launchpad does it; the run's id."""
-        params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY,
-                               "jobName": f"lifecycle_{dataset}"},
-                  "runConfigData": {},
-                  "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]}}
+        params = {
+            "selector": {
+                "repositoryLocationName": LOCATION,
+                "repositoryName": REPOSITORY,
+                "jobName": f"lifecycle_{dataset}",
+            },
+            "runConfigData": {},
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]},
+        }
         result = self.graphql(LAUNCH_RUN, params=params)["launchRun"]
         assert result["__typename"] == "LaunchRunSuccess", result
         return result["run"]["runId"]
@@ -269,8 +351,11 @@ class Deployment:
     def failures(self, run_id: str) -> list[str]:
         """The run's step and run failure messages, from its event log."""
         events = self.graphql(FAILURES, id=run_id)["logsForRun"].get("events", [])
-        return [f"{e.get('stepKey') or 'run'}: {(e.get('error') or {}).get('message') or e.get('message')}"
-                for e in events if e["__typename"] in ("ExecutionStepFailureEvent", "RunFailureEvent")]
+        return [
+            f"{e.get('stepKey') or 'run'}: {(e.get('error') or {}).get('message') or e.get('message')}"
+            for e in events
+            if e["__typename"] in ("ExecutionStepFailureEvent", "RunFailureEvent")
+        ]
 
     def materialized(self, run_id: str) -> list[tuple[str, str | None]]:
         """(asset key, partition) of every materialization the run recorded."""
@@ -278,7 +363,9 @@ class Deployment:
         return [("/".join(e["assetKey"]["path"]), e["partition"]) for e in events]
 
     def asset_keys(self, dataset: str) -> list[list[str]]:
-        return [n["assetKey"]["path"] for n in self.graphql(ASSET_KEYS)["assetNodes"] if n["assetKey"]["path"][0] == dataset]
+        return [
+            n["assetKey"]["path"] for n in self.graphql(ASSET_KEYS)["assetNodes"] if n["assetKey"]["path"][0] == dataset
+        ]
 
     def backfill(self, backfill_id: str) -> dict[str, Any]:
         return self.graphql(BACKFILL, id=backfill_id)["partitionBackfillOrError"]
@@ -288,11 +375,16 @@ class Deployment:
 
     @staticmethod
     def schedule_selector(dataset: str) -> dict[str, str]:
-        return {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY,
-                "scheduleName": f"nightly_rebuild_{dataset}"}
+        return {
+            "repositoryLocationName": LOCATION,
+            "repositoryName": REPOSITORY,
+            "scheduleName": f"nightly_rebuild_{dataset}",
+        }
 
     def schedule_status(self, dataset: str) -> str:
-        return self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"]["scheduleState"]["status"]
+        return self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"][
+            "scheduleState"
+        ]["status"]
 
     def start_schedule(self, dataset: str) -> None:
         """Switch the dataset's rebuild schedule on, as the UI's toggle does."""
@@ -300,7 +392,9 @@ class Deployment:
         assert result["__typename"] == "ScheduleStateResult", result
 
     def stop_schedule(self, dataset: str) -> None:
-        state = self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"]["scheduleState"]
+        state = self.graphql(SCHEDULE_STATE, selector=self.schedule_selector(dataset))["scheduleOrError"][
+            "scheduleState"
+        ]
         result = self.graphql(STOP_SCHEDULE, id=state["id"])["stopRunningSchedule"]
         assert result["__typename"] == "ScheduleStateResult", result
 

@@ -183,7 +183,12 @@ class FaultProxy:
                             client.close()
                             return
                     take, buf = buf[: body - sent], buf[body - sent :]
-                    if client_out is not None and rule and rule.mode in ("fin", "rst", "stall") and sent + len(take) >= rule.cut_after:
+                    if (
+                        client_out is not None
+                        and rule
+                        and rule.mode in ("fin", "rst", "stall")
+                        and sent + len(take) >= rule.cut_after
+                    ):
                         client.sendall(take[: rule.cut_after - sent])
                         if rule.mode == "stall":
                             time.sleep(rule.stall_s)

@@ -124,15 +124,29 @@ class Processes:
     env: dict[str, str]
     started: list[Process] = field(default_factory=list)
 
-    def start(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
-              cwd: Path | None = None, ready: Callable[[Process], bool] | None = None,
-              timeout: float = 120.0) -> Process:
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        ready: Callable[[Process], bool] | None = None,
+        timeout: float = 120.0,
+    ) -> Process:
         """Start `argv` (a name under the venv's bin/ or a path), wait until `ready` (bounded)."""
         exe = argv[0] if "/" in argv[0] else str(BIN / argv[0])
         log = self.log_dir / f"{name}.{len([p for p in self.started if p.name == name])}.log"
         with open(log, "wb") as out:
-            popen = subprocess.Popen([exe, *argv[1:]], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**self.env, **(env or {})}, cwd=cwd, preexec_fn=_die_with_parent)
+            popen = subprocess.Popen(
+                [exe, *argv[1:]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**self.env, **(env or {})},
+                cwd=cwd,
+                preexec_fn=_die_with_parent,
+            )
         proc = Process(name, [exe, *argv[1:]], log, popen)
         self.started.append(proc)
         if ready is not None:
@@ -205,8 +219,9 @@ def rabbitmq_vhost(name: str) -> Iterator[str]:
     require_services("RabbitMQ")
 
     def run(action: str) -> str:
-        done = subprocess.run([str(VHOST_SCRIPT), action, name], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [str(VHOST_SCRIPT), action, name], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
         if done.returncode:
             pytest.fail(f"rabbitmq-vhost.sh {action} {name}: {done.stderr.strip()}", pytrace=False)
         return done.stdout.strip()

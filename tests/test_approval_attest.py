@@ -19,9 +19,9 @@ from approval_chain import ITEMS, build_chain
 from trainvault import ApprovalError, ManifestError, TrainVault, UntrustedSignerError
 from trainvault.approval import (
     ApprovalPolicy,
+    ArtifactRef,
     SigningKey,
     TrainingScanManifest,
-    ArtifactRef,
     approve_dataset,
     attestation_statement,
     open_approved,
@@ -93,27 +93,38 @@ def test_signed_chain_is_approved_with_signers_and_rescan_recorded(signed: Any, 
     # The approval records who signed and what was re-scanned; a trainer re-opens it under the same policy.
     key = SigningKey.generate()
     written = write_approval(signed.vault, str(tmp_path / "approval.json"), approved, signing_keys=key)
-    opened = open_approved(signed.vault, written.uri, written.sha256, trusted_keys=[key.public_key],
-                           policy=trusting(rescan_seed=7))
+    opened = open_approved(
+        signed.vault, written.uri, written.sha256, trusted_keys=[key.public_key], policy=trusting(rescan_seed=7)
+    )
     assert opened.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
     with pytest.raises(UntrustedSignerError):
-        open_approved(signed.vault, written.uri, written.sha256, trusted_keys=[key.public_key],
-                      policy=ApprovalPolicy(scanner_keys=[key.public_key]))
+        open_approved(
+            signed.vault,
+            written.uri,
+            written.sha256,
+            trusted_keys=[key.public_key],
+            policy=ApprovalPolicy(scanner_keys=[key.public_key]),
+        )
 
 
 def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "plain"), shards=2)
     with pytest.raises(UntrustedSignerError, match="training_scan_manifest .* is not signed"):
         approve_dataset(chain.vault, chain.request(), policy=trusting())
-    scan = chain.attest("scan.dsse.json", TrainingScanManifest.from_json_bytes(
-        chain.vault.storage.get(chain.refs["training_scan_manifest"].uri)), SCANNER)
+    scan = chain.attest(
+        "scan.dsse.json",
+        TrainingScanManifest.from_json_bytes(chain.vault.storage.get(chain.refs["training_scan_manifest"].uri)),
+        SCANNER,
+    )
     report, report_ref = chain.rescan("report.json", scan_sha256=scan.sha256)
     with pytest.raises(UntrustedSignerError, match="contamination_report .* is not signed"):
-        approve_dataset(chain.vault, chain.request(training_scan_manifest=scan, contamination_report=report_ref),
-                        policy=trusting())
+        approve_dataset(
+            chain.vault, chain.request(training_scan_manifest=scan, contamination_report=report_ref), policy=trusting()
+        )
     signed_report = chain.attest("report.dsse.json", report, SCANNER)
-    approved = approve_dataset(chain.vault, chain.request(training_scan_manifest=scan, contamination_report=signed_report),
-                               policy=trusting())
+    approved = approve_dataset(
+        chain.vault, chain.request(training_scan_manifest=scan, contamination_report=signed_report), policy=trusting()
+    )
     assert approved.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
 
 
@@ -166,8 +177,9 @@ def test_a_report_that_moves_a_hit_is_refused_by_the_rescan(dirty: Any) -> None:
     obj["contaminated_items"][0]["hits"][0]["record_index"] += 1
     report = ContaminationReport.from_obj(obj)
     moved = dirty.attest("moved.dsse.json", report, SCANNER)
-    request = dirty.with_exclusions(exclusions_from_report(report, report_sha256=moved.sha256),
-                                    contamination_report=moved)
+    request = dirty.with_exclusions(
+        exclusions_from_report(report, report_sha256=moved.sha256), contamination_report=moved
+    )
     policy = trusting(allow_exclusions=True, max_excluded_fraction=(1, 10), rescan_fraction=(1, 1))
     with pytest.raises(ApprovalError, match="re-scanning shard train/hard/s3: the report lists 1 hit"):
         approve_dataset(dirty.vault, request, policy=policy)
@@ -197,33 +209,43 @@ def test_read_attested_reads_plain_documents_only_without_trusted_keys(signed: A
     with pytest.raises(UntrustedSignerError, match="is not signed"):
         read_attested(plain, ContaminationReport, trusted_keys=[SCANNER.public_key], source="r")
     with pytest.raises(ManifestError):
-        read_attested(b'{"payloadType": "x", "payload": "", "signatures": [], "payloadType": "y"}',
-                      ContaminationReport, trusted_keys=None, source="r")
+        read_attested(
+            b'{"payloadType": "x", "payload": "", "signatures": [], "payloadType": "y"}',
+            ContaminationReport,
+            trusted_keys=None,
+            source="r",
+        )
 
 
-@pytest.mark.parametrize("options, match", [
-    ({"rescan_fraction": (3, 2)}, "rescan_fraction"),
-    ({"rescan_fraction": 0.02}, "rescan_fraction"),
-    ({"rescan_min_shards": -1}, "rescan_min_shards"),
-    ({"rescan_seed": "7"}, "rescan_seed"),
-    ({"max_excluded_fraction": (1, 0)}, "max_excluded_fraction"),
-    ({"allow_exclusions": "yes"}, "allow_exclusions"),
-    ({"scanner_keys": [SCANNER.public_key], "scanner_threshold": 2}, "threshold"),
-    ({"scanner_keys": []}, "no trusted keys"),
-    ({"scanner_keys": ["not a key"]}, "cannot read public key"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"rescan_fraction": (3, 2)}, "rescan_fraction"),
+        ({"rescan_fraction": 0.02}, "rescan_fraction"),
+        ({"rescan_min_shards": -1}, "rescan_min_shards"),
+        ({"rescan_seed": "7"}, "rescan_seed"),
+        ({"max_excluded_fraction": (1, 0)}, "max_excluded_fraction"),
+        ({"allow_exclusions": "yes"}, "allow_exclusions"),
+        ({"scanner_keys": [SCANNER.public_key], "scanner_threshold": 2}, "threshold"),
+        ({"scanner_keys": []}, "no trusted keys"),
+        ({"scanner_keys": ["not a key"]}, "cannot read public key"),
+    ],
+)
 def test_bad_policies_are_refused(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ApprovalError, match=match):
         ApprovalPolicy(**options)
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda st: st.update(_type="https://example.invalid/other"), "not an in-toto statement"),
-    (lambda st: st.update(subject=[{"name": "x", "digest": "0" * 64}]), "its subject"),
-    (lambda st: st.update(subject=[{"name": "x", "digest": {"sha256": "0" * 64}}]), "its subject"),
-    (lambda st: st["predicate"].update(version=2), "version 2 is not supported"),
-    (lambda st: st.update(predicate=[]), "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda st: st.update(_type="https://example.invalid/other"), "not an in-toto statement"),
+        (lambda st: st.update(subject=[{"name": "x", "digest": "0" * 64}]), "its subject"),
+        (lambda st: st.update(subject=[{"name": "x", "digest": {"sha256": "0" * 64}}]), "its subject"),
+        (lambda st: st["predicate"].update(version=2), "version 2 is not supported"),
+        (lambda st: st.update(predicate=[]), "expected a JSON object"),
+    ],
+)
 def test_malformed_signed_statements_are_refused(signed: Any, edit: Any, match: str) -> None:
     statement = attestation_statement(signed.extra["report"])
     edit(statement)
@@ -239,21 +261,34 @@ def test_a_report_that_calls_uncheckable_items_checkable_is_refused(tmp_path: Pa
     no re-scan of shards (here: every shard, even with it disabled) would notice."""
     chain = build_chain(TrainVault(), str(tmp_path / "short"), shards=2)
     items = [*ITEMS, {"id": "tiny-short", "text": "zulu yankee xray"}]
-    release = publish_release(chain.vault.storage, str(tmp_path / "release2"), "evals-test",
-                              [jsonl_benchmark("tiny", b"".join(json.dumps(it).encode() + b"\n" for it in items))])
+    release = publish_release(
+        chain.vault.storage,
+        str(tmp_path / "release2"),
+        "evals-test",
+        [jsonl_benchmark("tiny", b"".join(json.dumps(it).encode() + b"\n" for it in items))],
+    )
     contract = chain.refs["verifier_contract"]
-    index = load_index(chain.vault, release_uri=release.uri, contract_uri=contract.uri,
-                       release_sha256=release.sha256, contract_sha256=contract.sha256)
+    index = load_index(
+        chain.vault,
+        release_uri=release.uri,
+        contract_uri=contract.uri,
+        release_sha256=release.sha256,
+        contract_sha256=contract.sha256,
+    )
     honest, honest_ref = chain.rescan("honest.json", index=index)
     bound = {"evaluation_release": ArtifactRef(uri=release.uri, sha256=release.sha256)}
     assert [(u.item_id, u.reason) for u in honest.uncheckable_items] == [("tiny-short", "too-short")]
-    with pytest.raises(ApprovalError, match=r"fails under the contract's policy \(tiny: 0 of 4 checkable items "
-                       r"contaminated, 1 of 5 uncheckable\)"):
+    with pytest.raises(
+        ApprovalError,
+        match=r"fails under the contract's policy \(tiny: 0 of 4 checkable items "
+        r"contaminated, 1 of 5 uncheckable\)",
+    ):
         approve_dataset(chain.vault, chain.request(contamination_report=honest_ref, **bound))
     obj = honest.model_dump(mode="json", by_alias=True)
     obj["uncheckable_items"] = []
-    obj["benchmarks"][0].update(n_checkable=5, n_uncheckable=0, uncheckable_fraction=[0, 5],
-                                contaminated_fraction=[0, 5], **{"pass": True})
+    obj["benchmarks"][0].update(
+        n_checkable=5, n_uncheckable=0, uncheckable_fraction=[0, 5], contaminated_fraction=[0, 5], **{"pass": True}
+    )
     obj["pass"] = True
     hidden = chain.publish("hidden.json", ContaminationReport.from_obj(obj))
     with pytest.raises(ApprovalError, match="has 0 uncheckable items and 0 hot n-grams; the bound contract makes 1"):
@@ -272,7 +307,9 @@ def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_pa
         obj = chain.extra["report"].model_dump(mode="json", by_alias=True)
         obj["contaminated_items"][0][field] = value
         ref = chain.publish(f"{field}.json", ContaminationReport.from_obj(obj))
-        with pytest.raises(ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"):
+        with pytest.raises(
+            ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"
+        ):
             approve_dataset(chain.vault, chain.request(contamination_report=ref))
 
 
@@ -284,8 +321,13 @@ def test_a_report_made_under_the_other_method_is_refused(tmp_path: Path, bound: 
     contract = chain.refs["verifier_contract"]
     release = chain.refs["evaluation_release"]
     other = chain.publish("other-contract.json", scanned)
-    index = load_index(chain.vault, release_uri=release.uri, contract_uri=other.uri, release_sha256=release.sha256,
-                       contract_sha256=other.sha256)
+    index = load_index(
+        chain.vault,
+        release_uri=release.uri,
+        contract_uri=other.uri,
+        release_sha256=release.sha256,
+        contract_sha256=other.sha256,
+    )
     report, ref = chain.rescan("other-method.json", index=index)
     assert report.method.id == scanned.method.id != bound.method.id
     with pytest.raises(ApprovalError, match="judged verifier contract"):
@@ -306,6 +348,8 @@ def test_duplicate_keys_in_a_signed_report_or_in_exclusions_are_refused(dirty: A
         approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": hidden}), policy=policy)
     # Signed by the trusted scanner key: the signature holds, the statement still means two things.
     payload = base64.b64decode(json.loads(dirty.vault.storage.get(report.uri))["payload"])
-    twice = dirty.put_raw("dup-report.dsse.json", sign_envelope(payload[:-1] + b',"_type":"x"}', [SCANNER]).to_json_bytes())
+    twice = dirty.put_raw(
+        "dup-report.dsse.json", sign_envelope(payload[:-1] + b',"_type":"x"}', [SCANNER]).to_json_bytes()
+    )
     with pytest.raises(ApprovalError, match="its signed statement\\): key '_type' appears more than once"):
         approve_dataset(dirty.vault, dirty.request(contamination_report=twice), policy=policy)

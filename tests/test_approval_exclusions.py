@@ -59,7 +59,10 @@ def test_the_gate_approves_what_remains_and_records_the_exclusions(dirty: Any, t
     s = approved.summary
     assert s.exclusions is not None and s.exclusions.records == 1 and s.exclusions.per_benchmark == {"tiny": 1}
     assert s.exclusions.sha256 == request.sidecars["exclusions"].sha256 and s.contaminated_items == 1
-    assert approved.exclusions == exclusions_of(dirty) and approved.bindings["exclusions"] == request.sidecars["exclusions"]
+    assert (
+        approved.exclusions == exclusions_of(dirty)
+        and approved.bindings["exclusions"] == request.sidecars["exclusions"]
+    )
     key = SigningKey.generate()
     written = write_approval(dirty.vault, str(tmp_path / "approval.json"), approved, signing_keys=key)
     opened = open_approved(dirty.vault, written.uri, written.sha256, trusted_keys=[key], policy=ALLOW)
@@ -69,11 +72,17 @@ def test_the_gate_approves_what_remains_and_records_the_exclusions(dirty: Any, t
         open_approved(dirty.vault, written.uri, written.sha256, trusted_keys=[key])
 
 
-@pytest.mark.parametrize("policy, match", [
-    (ApprovalPolicy(), "the trainer's policy does not allow exclusions"),
-    (ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 100)), r"leave out 1 of 95 records, more than "
-     r"the policy's 1/100"),
-])
+@pytest.mark.parametrize(
+    "policy, match",
+    [
+        (ApprovalPolicy(), "the trainer's policy does not allow exclusions"),
+        (
+            ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 100)),
+            r"leave out 1 of 95 records, more than "
+            r"the policy's 1/100",
+        ),
+    ],
+)
 def test_exclusions_the_policy_does_not_allow_are_refused(dirty: Any, policy: ApprovalPolicy, match: str) -> None:
     with pytest.raises(ApprovalError, match=match):
         approve_dataset(dirty.vault, dirty.with_exclusions(exclusions_of(dirty)), policy=policy)
@@ -84,8 +93,14 @@ def test_bad_exclusions_are_refused(dirty: Any) -> None:
     record = ex.records[0].model_dump(mode="json")
     cases = {
         "uncovered": (edited(ex, records=[]), "which the exclusions do not cover"),
-        "no such record": (edited(ex, records=[{**record, "record_index": 30}]), "which the data manifest does not hold"),
-        "no such shard": (edited(ex, records=[{**record, "shard": "hard/s9"}]), "which the data manifest does not hold"),
+        "no such record": (
+            edited(ex, records=[{**record, "record_index": 30}]),
+            "which the data manifest does not hold",
+        ),
+        "no such shard": (
+            edited(ex, records=[{**record, "shard": "hard/s9"}]),
+            "which the data manifest does not hold",
+        ),
         "other shard bytes": (edited(ex, records=[{**record, "shard_sha256": "0" * 64}]), "does not hold"),
         "other manifest": (edited(ex, data_manifest_sha256="1" * 64), "the exclusions name data manifest"),
         "other report": (edited(ex, contamination_report_sha256="2" * 64), "generated from report"),
@@ -101,8 +116,12 @@ def test_bad_exclusions_are_refused(dirty: Any) -> None:
 def test_malformed_exclusions_are_refused(dirty: Any) -> None:
     record = exclusions_of(dirty).records[0].model_dump(mode="json")
     base = exclusions_of(dirty).model_dump(mode="json")
-    for records in ([record, record], [{**record, "record_index": 9}, {**record, "record_index": 3}],
-                    [{**record, "reasons": []}], [{**record, "record_index": -1}]):
+    for records in (
+        [record, record],
+        [{**record, "record_index": 9}, {**record, "record_index": 3}],
+        [{**record, "reasons": []}],
+        [{**record, "record_index": -1}],
+    ):
         with pytest.raises(ManifestError):
             Exclusions.from_obj({**base, "records": records})
     raw = dirty.put_raw("not-exclusions.json", b'{"format": "trainvault.exclusions", "version": 2}')
@@ -120,16 +139,32 @@ def test_a_report_that_capped_hits_cannot_be_excluded(tmp_path: Path) -> None:
                 out[j]["text"] += " " + ITEMS[0]["text"]
         return out
 
-    chain = build_chain(TrainVault(), str(tmp_path / "capped"), shards=2, shard_records=records,
-                        contract=VerifierContract(max_hits_per_item=1))
+    chain = build_chain(
+        TrainVault(),
+        str(tmp_path / "capped"),
+        shards=2,
+        shard_records=records,
+        contract=VerifierContract(max_hits_per_item=1),
+    )
     with pytest.raises(ContaminationError, match="lists only some hits of 1 item"):
         exclusions_of(chain)
-    ex = Exclusions.from_obj({
-        "format": "trainvault.exclusions", "version": 1, "data_manifest_sha256": chain.refs["data_manifest"].sha256,
-        "contamination_report_sha256": chain.refs["contamination_report"].sha256,
-        "records": [{"split": "train", "shard": "hard/s1", "shard_sha256": chain.extra["report"].contaminated_items[0]
-                     .hits[0].shard_sha256, "record_index": 2, "reasons": [{"benchmark": "tiny", "item_id": "tiny-0"}]}],
-    })
+    ex = Exclusions.from_obj(
+        {
+            "format": "trainvault.exclusions",
+            "version": 1,
+            "data_manifest_sha256": chain.refs["data_manifest"].sha256,
+            "contamination_report_sha256": chain.refs["contamination_report"].sha256,
+            "records": [
+                {
+                    "split": "train",
+                    "shard": "hard/s1",
+                    "shard_sha256": chain.extra["report"].contaminated_items[0].hits[0].shard_sha256,
+                    "record_index": 2,
+                    "reasons": [{"benchmark": "tiny", "item_id": "tiny-0"}],
+                }
+            ],
+        }
+    )
     with pytest.raises(ApprovalError, match="lists only some hits"):
         approve_dataset(chain.vault, chain.with_exclusions(ex), policy=ALLOW)
 
@@ -138,16 +173,20 @@ def test_a_report_that_capped_hits_cannot_be_excluded(tmp_path: Path) -> None:
 def excluded_chain(tmp_path: Path) -> Any:
     """Hits in the first, a middle and the last block of train/easy/s0, and train/easy/s1 wholly
     contaminated: 43 excluded records, approved under a policy that allows half."""
+
     def records(i: int) -> list[dict[str, Any]]:
         out = make_records(i, 40)
-        for j in ((0, 17, 39) if i == 0 else range(40) if i == 1 else ()):
+        for j in (0, 17, 39) if i == 0 else range(40) if i == 1 else ():
             out[j]["text"] += " " + ITEMS[2]["text"]
         return out
 
     chain = build_chain(TrainVault(), str(tmp_path / "load"), shards=3, shard_records=records, block_bytes=512)
     ex = exclusions_of(chain)
-    approved = approve_dataset(chain.vault, chain.with_exclusions(ex),
-                               policy=ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 2)))
+    approved = approve_dataset(
+        chain.vault,
+        chain.with_exclusions(ex),
+        policy=ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 2)),
+    )
     chain.extra["approved"] = approved
     chain.extra["excluded"] = {f"s{0 if r.shard == 'easy/s0' else 1}-{r.record_index}" for r in ex.records}
     return chain
@@ -175,14 +214,17 @@ def test_the_approved_loader_resumes_over_the_remaining_records(excluded_chain: 
     it = iter(first)
     seen = [r["id"] for _ in range(5) for r in next(it)]
     state = first.state_dict()
-    resumed = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args={**args, "num_workers": 2}).load("train")
+    resumed = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args={**args, "num_workers": 2}).load(
+        "train"
+    )
     resumed.load_state_dict(state)
     rest = [r["id"] for batch in resumed for r in batch]
     everything = [r["id"] for k in ("s0", "s1", "s2") for r in excluded_chain.records[k]]
     assert seen + rest == [i for i in everything if i not in excluded]
     # A state saved without the exclusions belongs to another order.
-    plain = excluded_chain.vault.split_data_loader(excluded_chain.manifest_uri, collate_fn=lambda b: b,
-                                                   dataloader_args=args).load("train")
+    plain = excluded_chain.vault.split_data_loader(
+        excluded_chain.manifest_uri, collate_fn=lambda b: b, dataloader_args=args
+    ).load("train")
     next(iter(plain))
     with pytest.raises(ResumeStateError):
         resumed.load_state_dict(plain.state_dict())

@@ -148,8 +148,12 @@ def test_descriptor_pack_damaged_is_refused(chain: Any, damage: str) -> None:
     assert chain.vault.storage.exists(pack.uri) == (damage != "delete")
     # The gate reads the pack first, checked against the manifest's binding, for the re-scan's
     # descriptors: a changed pack is refused there, before the hash pass.
-    what = {"flip": "altered after publication", "truncate": "truncated", "delete": "is missing",
-            "swap": "altered after publication"}[damage]
+    what = {
+        "flip": "altered after publication",
+        "truncate": "truncated",
+        "delete": "is missing",
+        "swap": "altered after publication",
+    }[damage]
     denied(chain.vault, chain.request(), rf"descriptor-packs/{pack.sha256}\.json.*({what})")
 
 
@@ -173,9 +177,15 @@ def test_scan_manifest_missing_a_file(chain: Any) -> None:
 
     t = scan.totals
     partial = TrainingScanManifest(
-        data_manifest_sha256=scan.data_manifest_sha256, files=files,
-        totals=ScanTotals(files=len(files), file_bytes=sum(f.size_bytes for f in files), shards=t.shards,
-                          records=t.records, shard_bytes=t.shard_bytes),
+        data_manifest_sha256=scan.data_manifest_sha256,
+        files=files,
+        totals=ScanTotals(
+            files=len(files),
+            file_bytes=sum(f.size_bytes for f in files),
+            shards=t.shards,
+            records=t.records,
+            shard_bytes=t.shard_bytes,
+        ),
     )
     ref = chain.publish("scan-partial.json", partial)
     _, report = chain.rescan("report-partial.json", scan_sha256=ref.sha256)
@@ -187,8 +197,7 @@ def test_scan_manifest_missing_a_file(chain: Any) -> None:
 
 def test_report_for_other_data(chain: Any, tmp_path: Path) -> None:
     other = build_chain(chain.vault, str(tmp_path / "other"), seed_offset=7)
-    denied(chain.vault, chain.request(contamination_report=other.refs["contamination_report"]),
-           "report for other data")
+    denied(chain.vault, chain.request(contamination_report=other.refs["contamination_report"]), "report for other data")
 
 
 def test_report_for_another_evaluation_release(chain: Any) -> None:
@@ -199,11 +208,16 @@ def test_report_for_another_evaluation_release(chain: Any) -> None:
     _, report = chain.rescan("report-other-release.json", index=index)
     denied(vault, chain.request(contamination_report=report), "another evaluation release")
     # Binding that release too passes the chain, but not a trainer who evaluates on the first one.
-    rebound = chain.request(contamination_report=report,
-                            evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256))
+    rebound = chain.request(
+        contamination_report=report, evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256)
+    )
     assert vault.approve_dataset(rebound)
-    denied(vault, rebound, "not the release this trainer evaluates on",
-           policy=ApprovalPolicy(evaluation_release_sha256=chain.refs["evaluation_release"].sha256))
+    denied(
+        vault,
+        rebound,
+        "not the release this trainer evaluates on",
+        policy=ApprovalPolicy(evaluation_release_sha256=chain.refs["evaluation_release"].sha256),
+    )
 
 
 def test_forged_pass_flag(tmp_path: Path) -> None:
@@ -211,8 +225,9 @@ def test_forged_pass_flag(tmp_path: Path) -> None:
     report = chain.extra["report"]
     assert report.passed is False and report.contaminated_items
     denied(chain.vault, chain.request(), "fails under the contract's policy")
-    forged = report.model_copy(update={"passed": True,
-                                       "benchmarks": [b.model_copy(update={"passed": True}) for b in report.benchmarks]})
+    forged = report.model_copy(
+        update={"passed": True, "benchmarks": [b.model_copy(update={"passed": True}) for b in report.benchmarks]}
+    )
     ref = chain.publish("report-forged.json", forged)
     denied(chain.vault, chain.request(contamination_report=ref), r"tiny: 1 of 4 checkable items contaminated")
 
@@ -222,8 +237,13 @@ def test_loosened_policy(tmp_path: Path) -> None:
     report = chain.extra["report"]
     loose = Policy(max_contaminated_fraction={"*": [1, 1]})
     # The report's policy loosened after the scan, verdict rewritten to match.
-    edited = report.model_copy(update={"policy": loose, "passed": True,
-                                       "benchmarks": [b.model_copy(update={"passed": True}) for b in report.benchmarks]})
+    edited = report.model_copy(
+        update={
+            "policy": loose,
+            "passed": True,
+            "benchmarks": [b.model_copy(update={"passed": True}) for b in report.benchmarks],
+        }
+    )
     ref = chain.publish("report-loose.json", edited)
     denied(chain.vault, chain.request(contamination_report=ref), "policy differs from the bound verifier contract")
     # A loosened contract and an honest scan under it: refused unless the trainer accepts that policy.
@@ -236,8 +256,12 @@ def test_loosened_policy(tmp_path: Path) -> None:
 
 
 def test_contract_pin(chain: Any) -> None:
-    denied(chain.vault, chain.request(), "not the contract this trainer pins",
-           policy=ApprovalPolicy(verifier_contract_sha256="0" * 64))
+    denied(
+        chain.vault,
+        chain.request(),
+        "not the contract this trainer pins",
+        policy=ApprovalPolicy(verifier_contract_sha256="0" * 64),
+    )
 
 
 # -- producer pins ---------------------------------------------------------------------------------
@@ -251,11 +275,21 @@ def test_stale_producer_pins(chain: Any) -> None:
 
 
 def test_unknown_and_revoked_producers(chain: Any) -> None:
-    denied(chain.vault, chain.request(), "not an allowed version",
-           policy=ApprovalPolicy(allowed_producers={"trainvault": {"9.9.9"}}))
-    denied(chain.vault, chain.request(), "not in the trainer's allowlist",
-           policy=ApprovalPolicy(allowed_producers={"pydantic": {"2"}}))
-    assert chain.vault.approve_dataset(chain.request(), policy=ApprovalPolicy(allowed_producers={"trainvault": {__version__}}))
+    denied(
+        chain.vault,
+        chain.request(),
+        "not an allowed version",
+        policy=ApprovalPolicy(allowed_producers={"trainvault": {"9.9.9"}}),
+    )
+    denied(
+        chain.vault,
+        chain.request(),
+        "not in the trainer's allowlist",
+        policy=ApprovalPolicy(allowed_producers={"pydantic": {"2"}}),
+    )
+    assert chain.vault.approve_dataset(
+        chain.request(), policy=ApprovalPolicy(allowed_producers={"trainvault": {__version__}})
+    )
 
 
 def test_pins_the_report_did_not_judge(chain: Any) -> None:
@@ -270,7 +304,9 @@ def test_report_without_producer_pin_binding(chain: Any) -> None:
     from trainvault.canonical import canonical_json
 
     ref = chain.put_raw("report-no-pins.json", canonical_json(obj))
-    denied(chain.vault, chain.request(contamination_report=ref), r"contamination_report is not a readable.*producer_pins")
+    denied(
+        chain.vault, chain.request(contamination_report=ref), r"contamination_report is not a readable.*producer_pins"
+    )
 
 
 # -- paths -------------------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from trainvault.errors import CustodyError
 @pytest.fixture(scope="module")
 def approved_chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # Worker processes read from a local folder (fork-safe); many small blocks per shard.
-    chain = build_chain(TrainVault(), str(tmp_path_factory.mktemp("approved")), shards=4, records_per_shard=60,
-                        block_bytes=512)
+    chain = build_chain(
+        TrainVault(), str(tmp_path_factory.mktemp("approved")), shards=4, records_per_shard=60, block_bytes=512
+    )
     return chain, chain.vault.approve_dataset(chain.request())
 
 
@@ -97,13 +98,16 @@ def forged_manifest(chain: Any, root: Path) -> tuple[str, str]:
     """An unapproved publication: (manifest URI, its sha256)."""
     uri = str(root / "forged" / "data-manifest-v1.json")
     saver = chain.vault.dataset_saver(uri, block_bytes=512)
-    saver.save("train", "easy", [{"id": f"forged-{i}", "text": "never approved", "tokens": 1} for i in range(5)],
-               shard_id="s0")
+    saver.save(
+        "train", "easy", [{"id": f"forged-{i}", "text": "never approved", "tokens": 1} for i in range(5)], shard_id="s0"
+    )
     saver.commit_manifest()
     return uri, sha256_hex(chain.vault.storage.get(uri))
 
 
-def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(approved_chain: Any, tmp_path: Path) -> None:
+def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
+    approved_chain: Any, tmp_path: Path
+) -> None:
     chain, approved = approved_chain
     uri, sha = forged_manifest(chain, tmp_path)
     forged = chain.vault.load_manifest(uri)
@@ -159,10 +163,13 @@ def check_workers_get_approved_objects_only(chain: Any, context: str | None) -> 
     args: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "timeout": 120}
     if context is not None:
         args["multiprocessing_context"] = context
-    loader = approved.split_data_loader(collate_fn=functools.partial(worker_view, chain.manifest_uri),
-                                        dataloader_args=args)
+    loader = approved.split_data_loader(
+        collate_fn=functools.partial(worker_view, chain.manifest_uri), dataloader_args=args
+    )
     batches = list(loader.load("train"))
-    assert [i for b in batches for i in b["ids"]] == expected_ids(chain, sorted(k for k in chain.records if k != "valid"))
+    assert [i for b in batches for i in b["ids"]] == expected_ids(
+        chain, sorted(k for k in chain.records if k != "valid")
+    )
     # Workers started clean got the approved data objects only: no custody, no manifest.
     assert {(b["custody"], b["manifest"]) for b in batches} == {(False, "refused")}
 
@@ -173,6 +180,7 @@ def test_spawned_workers_read_approved_objects_only(tmp_path: Path) -> None:
 
 
 def test_s3_workers_read_approved_objects_only(s3_server: str, s3_bucket: str) -> None:
-    chain = build_chain(TrainVault(storage=s3_config(s3_server)), f"s3://{s3_bucket}", shards=2, records_per_shard=20,
-                        block_bytes=512)
+    chain = build_chain(
+        TrainVault(storage=s3_config(s3_server)), f"s3://{s3_bucket}", shards=2, records_per_shard=20, block_bytes=512
+    )
     check_workers_get_approved_objects_only(chain, None)  # forkserver: obstore does not survive fork

@@ -22,24 +22,30 @@ MIX = Mixture("train", [MixtureComponent("easy", 1, "easy", run_out="drop"), Mix
 @pytest.fixture(scope="module")
 def approved(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """easy = s0 + s1 (80 records, 43 excluded: hits in s0 0/17/39 and all of s1), hard = s2 (40)."""
+
     def records(i: int) -> list[dict[str, Any]]:
         out = make_records(i, 40)
-        for j in ((0, 17, 39) if i == 0 else range(40) if i == 1 else ()):
+        for j in (0, 17, 39) if i == 0 else range(40) if i == 1 else ():
             out[j]["text"] += " " + ITEMS[2]["text"]
         return out
 
-    chain = build_chain(TrainVault(), str(tmp_path_factory.mktemp("amix") / "c"), shards=3, shard_records=records,
-                        block_bytes=512)
+    chain = build_chain(
+        TrainVault(), str(tmp_path_factory.mktemp("amix") / "c"), shards=3, shard_records=records, block_bytes=512
+    )
     ex = exclusions_from_report(chain.extra["report"], report_sha256=chain.refs["contamination_report"].sha256)
-    dataset = approve_dataset(chain.vault, chain.with_exclusions(ex),
-                              policy=ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 2)))
+    dataset = approve_dataset(
+        chain.vault,
+        chain.with_exclusions(ex),
+        policy=ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 2)),
+    )
     excluded = {f"s{0 if r.shard == 'easy/s0' else 1}-{r.record_index}" for r in ex.records}
     return chain, dataset, excluded
 
 
 def load(dataset: Any, workers: int = 0) -> Any:
-    return dataset.split_data_loader(collate_fn=lambda b: [r["id"] for r in b],
-                                     dataloader_args={"batch_size": 4, "num_workers": workers}).load_mixture(MIX)
+    return dataset.split_data_loader(
+        collate_fn=lambda b: [r["id"] for r in b], dataloader_args={"batch_size": 4, "num_workers": workers}
+    ).load_mixture(MIX)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -77,8 +83,9 @@ def test_a_stage_the_approval_does_not_hold_is_refused(approved: Any) -> None:
 
 def test_an_unapproved_run_does_not_resume_under_the_approval(approved: Any) -> None:
     chain, dataset, _ = approved
-    plain = chain.vault.split_data_loader(chain.manifest_uri, collate_fn=lambda b: b,
-                                          dataloader_args={"batch_size": 4}).load_mixture(MIX)
+    plain = chain.vault.split_data_loader(
+        chain.manifest_uri, collate_fn=lambda b: b, dataloader_args={"batch_size": 4}
+    ).load_mixture(MIX)
     next(iter(plain))
     with pytest.raises(ResumeStateError, match="component 'easy'"):
         load(dataset).load_state_dict(plain.state_dict())

@@ -45,18 +45,26 @@ def put(vault: TrainVault, uri: str, data: bytes) -> tuple[str, str]:
 
 
 def test_pae_matches_the_dsse_spec() -> None:
-    assert pae("http://example.com/HelloWorld", b"hello world") == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert (
+        pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
 
 
 def test_signed_approval_opens_with_trusted_keys(chain: Any, keys: list[SigningKey]) -> None:
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())
-    written = write_approval(vault, f"{chain.root}/approval.json", approved, signing_keys=keys[:2],
-                             provenance={"dagster_run_id": "run-1"})
+    written = write_approval(
+        vault, f"{chain.root}/approval.json", approved, signing_keys=keys[:2], provenance={"dagster_run_id": "run-1"}
+    )
     # Deterministic signatures: writing the same record again is a no-op.
-    assert write_approval(vault, written.uri, approved, signing_keys=keys[:2],
-                          provenance={"dagster_run_id": "run-1"}) == written
-    opened = vault.open_approved(written.uri, written.sha256, trusted_keys=[k.public_key for k in keys[:2]], threshold=2)
+    assert (
+        write_approval(vault, written.uri, approved, signing_keys=keys[:2], provenance={"dagster_run_id": "run-1"})
+        == written
+    )
+    opened = vault.open_approved(
+        written.uri, written.sha256, trusted_keys=[k.public_key for k in keys[:2]], threshold=2
+    )
     assert opened.manifest_sha256 == approved.manifest_sha256
     assert opened.approval is not None and opened.approval.provenance == {"dagster_run_id": "run-1"}
     assert set(opened.approval.signers) == {keys[0].keyid, keys[1].keyid}
@@ -107,10 +115,12 @@ def test_payload_edited_after_signing(chain: Any, keys: list[SigningKey]) -> Non
 def test_older_approval_replayed_against_a_pinned_sha256(chain: Any, keys: list[SigningKey]) -> None:
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())
-    old = write_approval(vault, f"{chain.root}/approval-old.json", approved, signing_keys=[keys[0]],
-                         provenance={"run": "old"})
-    new = write_approval(vault, f"{chain.root}/approval-new.json", approved, signing_keys=[keys[0]],
-                         provenance={"run": "new"})
+    old = write_approval(
+        vault, f"{chain.root}/approval-old.json", approved, signing_keys=[keys[0]], provenance={"run": "old"}
+    )
+    new = write_approval(
+        vault, f"{chain.root}/approval-new.json", approved, signing_keys=[keys[0]], provenance={"run": "new"}
+    )
     with pytest.raises(ApprovalError, match="not the pinned"):
         vault.open_approved(old.uri, new.sha256, trusted_keys=[keys[0].public_key])
     with pytest.raises(ApprovalError, match="no approval record"):
@@ -189,8 +199,14 @@ def test_approved_dataset_cannot_be_constructed_or_changed(chain: Any) -> None:
         approved.bindings["data_manifest"].sha256 = "0" * 64  # type: ignore[misc]
     with pytest.raises(TypeError):
         pickle.dumps(approved)
-    assert set(approved.bindings) == {"data_manifest", "training_scan_manifest", "evaluation_release",
-                                      "contamination_report", "verifier_contract", "producer_pins"}
+    assert set(approved.bindings) == {
+        "data_manifest",
+        "training_scan_manifest",
+        "evaluation_release",
+        "contamination_report",
+        "verifier_contract",
+        "producer_pins",
+    }
 
 
 def test_manifest_is_a_detached_copy(chain: Any) -> None:
@@ -221,14 +237,16 @@ def test_custody_storage_reads_only_approved_objects(chain: Any) -> None:
 
 
 def test_with_record_opens_the_gates_result_from_its_record_without_a_second_hash_pass(
-        chain: Any, keys: list[SigningKey], tmp_path: Path) -> None:
+    chain: Any, keys: list[SigningKey], tmp_path: Path
+) -> None:
     from trainvault.approval import with_record
     from trainvault.storage import READS
 
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())
-    written = write_approval(vault, f"{chain.root}/approval.json", approved, signing_keys=[keys[0]],
-                             provenance={"dagster_run_id": "run-1"})
+    written = write_approval(
+        vault, f"{chain.root}/approval.json", approved, signing_keys=[keys[0]], provenance={"dagster_run_id": "run-1"}
+    )
     before = READS.snapshot()
     opened = with_record(vault, approved, written.uri, written.sha256, trusted_keys=[keys[0].public_key])
     read = READS.snapshot() - before
@@ -242,7 +260,8 @@ def test_with_record_opens_the_gates_result_from_its_record_without_a_second_has
     with pytest.raises(ApprovalError, match="pinned"):
         with_record(vault, approved, written.uri, "0" * 64, trusted_keys=[keys[0].public_key])
     other = build_chain(TrainVault(), str(tmp_path / "other"), shards=3, records_per_shard=10)
-    theirs = write_approval(vault, f"{chain.root}/other.json", other.vault.approve_dataset(other.request()),
-                            signing_keys=[keys[0]])
+    theirs = write_approval(
+        vault, f"{chain.root}/other.json", other.vault.approve_dataset(other.request()), signing_keys=[keys[0]]
+    )
     with pytest.raises(ApprovalError, match="not the one the gate just judged"):
         with_record(vault, approved, theirs.uri, theirs.sha256, trusted_keys=[keys[0].public_key])

@@ -26,8 +26,16 @@ def nested_records(shard: int) -> list[dict[str, Any]]:
     out = []
     for i, r in enumerate(make_records(shard, 12)):
         words = r["text"].split()
-        out.append({**r, "lang": "en", "labels": ["a", "b"], "meta": {"title": " ".join(words[:10]), "page": i},
-                    "tags": words[:9], "messages": [{"role": "user", "content": " ".join(words[-9:])}]})
+        out.append(
+            {
+                **r,
+                "lang": "en",
+                "labels": ["a", "b"],
+                "meta": {"title": " ".join(words[:10]), "page": i},
+                "tags": words[:9],
+                "messages": [{"role": "user", "content": " ".join(words[-9:])}],
+            }
+        )
     out[3]["meta"]["title"] = PLANT  # contaminated, but unscanned: the gate must not call this clean
     return out
 
@@ -35,8 +43,9 @@ def nested_records(shard: int) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("data_format", ["msgpack.zst", "jsonl.gz", "parquet"])
 def test_a_contract_that_skips_the_text_is_denied_under_the_default_policy(tmp_path: Path, data_format: str) -> None:
     vault = TrainVault()
-    chain = build_chain(vault, str(tmp_path), contaminate=True, data_format=data_format,
-                        contract=VerifierContract(fields=["id"]))
+    chain = build_chain(
+        vault, str(tmp_path), contaminate=True, data_format=data_format, contract=VerifierContract(fields=["id"])
+    )
     assert chain.extra["report"].contaminated_items == []  # the scan saw only ids: "0 contaminated items"
     with pytest.raises(UnscannedFieldError, match=r"record field\(s\) 'text' carry text") as caught:
         vault.approve_dataset(chain.request())
@@ -58,16 +67,18 @@ def test_nested_and_list_fields_are_surveyed_and_exempted_by_dotted_path(tmp_pat
     with pytest.raises(UnscannedFieldError, match="'messages.content'") as caught:
         vault.approve_dataset(chain.request(), policy=partial)
     assert caught.value.fields == ("messages.content",)
-    assert vault.approve_dataset(chain.request(),
-                                 policy=ApprovalPolicy(unscanned_fields=["meta.title", "tags", "messages.content"]))
+    assert vault.approve_dataset(
+        chain.request(), policy=ApprovalPolicy(unscanned_fields=["meta.title", "tags", "messages.content"])
+    )
     with pytest.raises(UnscannedFieldError):  # a prefix of a key's name is not its parent
         vault.approve_dataset(chain.request(), policy=ApprovalPolicy(unscanned_fields=["me", "ta", "messages.c"]))
 
 
 def test_scanner_signed_with_a_full_rescan_is_denied_too(tmp_path: Path) -> None:
     vault, key = TrainVault(), SigningKey.generate()
-    chain = build_chain(vault, str(tmp_path), contaminate=True, contract=VerifierContract(fields=["id"]),
-                        scanner_key=key)
+    chain = build_chain(
+        vault, str(tmp_path), contaminate=True, contract=VerifierContract(fields=["id"]), scanner_key=key
+    )
     full = {"scanner_keys": [key.public_key], "rescan_min_shards": 0, "rescan_fraction": (1, 1)}
     with pytest.raises(UnscannedFieldError, match="'text'"):
         vault.approve_dataset(chain.request(), policy=ApprovalPolicy(**full))
@@ -81,8 +92,9 @@ def test_unscanned_fields_must_be_a_list_of_names(bad: Any) -> None:
 
 
 def test_the_command_line_takes_unscanned_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10,
-                        contract=VerifierContract(fields=["id"]))
+    chain = build_chain(
+        TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10, contract=VerifierContract(fields=["id"])
+    )
     assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())

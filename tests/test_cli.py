@@ -45,8 +45,17 @@ def test_keygen_approve_verify(chain: Any, tmp_path: Path, capsys: pytest.Captur
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
     approval = str(tmp_path / "approval.json")
-    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval,
-                         "--provenance", "dagster_run_id=r1")
+    code, out, err = run(
+        capsys,
+        "approve",
+        str(request),
+        "--key",
+        prefix + ".key",
+        "--out",
+        approval,
+        "--provenance",
+        "dagster_run_id=r1",
+    )
     assert code == 0, err
     sha = out.split("sha256")[1].split()[0]
     code, out, err = run(capsys, "verify", approval, "--sha256", sha, "--key", prefix + ".pub")
@@ -65,15 +74,25 @@ def test_keygen_approve_verify(chain: Any, tmp_path: Path, capsys: pytest.Captur
 
 
 def test_console_script_runs(chain: Any) -> None:
-    proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "inspect", chain.manifest_uri],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainvault.cli", "inspect", chain.manifest_uri],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "split train" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "verify", "nowhere.json", "--sha256", "x",
-                           "--key", "nokey.pub"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainvault.cli", "verify", "nowhere.json", "--sha256", "x", "--key", "nokey.pub"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
 
 
-def test_inspect_names_the_entries_their_descriptors_do_not_back(chain: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_names_the_entries_their_descriptors_do_not_back(
+    chain: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = Path(chain.manifest_uri)
     doc = json.loads(path.read_bytes())
     doc["splits"]["train"]["shards"][0]["record_count"] += 1  # an edited manifest, still valid JSON
@@ -94,8 +113,9 @@ def test_inspect_names_the_entries_their_descriptors_do_not_back(chain: Any, cap
 
 
 def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainvault.cli", *argv], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainvault.cli", *argv], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_server: str, s3_bucket: str) -> None:
@@ -103,8 +123,12 @@ def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_s
     saver = TrainVault(storage=s3_config(s3_server)).dataset_saver(uri)
     saver.save("train", None, [{"i": i} for i in range(3)], shard_id="0")
     saver.commit_manifest()
-    env = env_without_s3_settings(TRAINVAULT_S3_URL=s3_server, TRAINVAULT_S3_REGION="us-east-1",
-                                  TRAINVAULT_S3_KEY_ID=S3_KEY, TRAINVAULT_S3_SECRET=S3_SECRET)
+    env = env_without_s3_settings(
+        TRAINVAULT_S3_URL=s3_server,
+        TRAINVAULT_S3_REGION="us-east-1",
+        TRAINVAULT_S3_KEY_ID=S3_KEY,
+        TRAINVAULT_S3_SECRET=S3_SECRET,
+    )
     proc = cli("inspect", uri, env=env)
     assert proc.returncode == 0 and "split train: 1 shards, 3 records" in proc.stdout, proc.stderr
     # No settings: at once, naming the variables to set.
@@ -124,8 +148,13 @@ def test_cli_says_which_endpoint_it_is_still_connecting_to() -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
         env = env_without_s3_settings(TRAINVAULT_S3_URL=endpoint, TRAINVAULT_S3_KEY_ID="k", TRAINVAULT_S3_SECRET="s")
-        proc = subprocess.Popen([sys.executable, "-m", "trainvault.cli", "inspect", "s3://b/data-manifest-v1.json"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainvault.cli", "inspect", "s3://b/data-manifest-v1.json"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
         try:
@@ -205,8 +234,9 @@ def test_inspect_says_what_another_trainvault_file_is_and_what_reads_it(
 def test_version() -> None:
     from trainvault.version import __version__
 
-    proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "--version"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainvault.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"trainvault {__version__}\n", "")
 
 
@@ -218,13 +248,22 @@ def test_output_into_a_closed_pipe_ends_quietly(chain: Any) -> None:
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first byte, as `| head -1` is after its line
     try:
-        proc = subprocess.run([sys.executable, "-m", "trainvault.cli", "inspect", "--json", chain.manifest_uri],
-                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "trainvault.cli", "inspect", "--json", chain.manifest_uri],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (EXIT_BROKEN_PIPE, "")
-    with subprocess.Popen([sys.executable, "-m", "trainvault.cli", "inspect", chain.manifest_uri],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as head:
+    with subprocess.Popen(
+        [sys.executable, "-m", "trainvault.cli", "inspect", chain.manifest_uri],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as head:
         first = head.stdout.readline()  # type: ignore[union-attr]
         head.stdout.close()  # type: ignore[union-attr]
         _, err = head.communicate(timeout=60)
@@ -239,11 +278,29 @@ def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.Captur
     code, _, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "x.json"), "--request", str(request))
     assert code == 1 and "--request and --request-out go together" in err
     other = str(chain.rescan("other-report.json", pins_sha256="0" * 64)[1].uri)
-    code, _, err = run(capsys, "exclusions", other, "--out", str(tmp_path / "x.json"), "--request", str(request),
-                       "--request-out", bound)
+    code, _, err = run(
+        capsys,
+        "exclusions",
+        other,
+        "--out",
+        str(tmp_path / "x.json"),
+        "--request",
+        str(request),
+        "--request-out",
+        bound,
+    )
     assert code == 1 and "pass the report the request binds" in err and not (tmp_path / "x.json").exists()
-    code, out, err = run(capsys, "exclusions", report, "--out", str(tmp_path / "excl.json"),
-                         "--request", str(request), "--request-out", bound)
+    code, out, err = run(
+        capsys,
+        "exclusions",
+        report,
+        "--out",
+        str(tmp_path / "excl.json"),
+        "--request",
+        str(request),
+        "--request-out",
+        bound,
+    )
     assert code == 0, err
     assert "excluded 1 records; tiny: 1" in out and f"request    file://{bound}" in out
     run(capsys, "keygen", "--out", str(tmp_path / "k"))
@@ -257,28 +314,32 @@ def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.Captur
     sha = out.split("sha256")[1].split()[0]
     verify = ("verify", str(tmp_path / "approval.json"), "--sha256", sha, "--key", str(tmp_path / "k.pub"))
     assert run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10")[0] == 0
-    code, _, err = run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10",
-                       "--scanner-key", str(tmp_path / "k.pub"))
+    code, _, err = run(
+        capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10", "--scanner-key", str(tmp_path / "k.pub")
+    )
     assert code == 1 and "is not signed" in err
 
 
-@pytest.mark.parametrize(("options", "says"), [
-    (["--allow-exclusions", "--max-excluded", "abc"], "--max-excluded (N/D) takes a whole number, got 'abc'"),
-    (["--allow-exclusions", "--max-excluded", "0.01"], "takes a whole number, got '0.01'"),
-    (["--allow-exclusions", "--max-excluded", "2/1"], "max_excluded_fraction must be"),
-    (["--allow-exclusions", "--max-excluded", "1/0"], "max_excluded_fraction must be"),
-    (["--max-excluded", "1/10"], "pass --allow-exclusions as well"),
-    (["--rescan-seed", "x"], "--rescan-seed takes a whole number"),
-    (["--rescan", "2", "2"], "pass --scanner-key as well"),
-    (["--scanner-threshold", "1"], "pass --scanner-key as well"),
-    (["--scanner-key", "{pub}", "--rescan", "a", "b"], "--rescan (MIN_SHARDS PERCENT) takes a whole number"),
-    (["--scanner-key", "{pub}", "--rescan", "-1", "2"], "rescan_min_shards must be a non-negative int"),
-    (["--scanner-key", "{pub}", "--rescan", "2", "200"], "rescan_fraction must be"),
-    (["--scanner-key", "{pub}", "--scanner-threshold", "x"], "--scanner-threshold takes a whole number"),
-    (["--scanner-key", "{pub}", "--scanner-threshold", "2"], "threshold must be an int from 1"),
-    (["--scanner-key", "{dir}"], "cannot read public key"),
-    (["--scanner-key", "{dir}/missing.pub"], "cannot read public key"),
-])
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--allow-exclusions", "--max-excluded", "abc"], "--max-excluded (N/D) takes a whole number, got 'abc'"),
+        (["--allow-exclusions", "--max-excluded", "0.01"], "takes a whole number, got '0.01'"),
+        (["--allow-exclusions", "--max-excluded", "2/1"], "max_excluded_fraction must be"),
+        (["--allow-exclusions", "--max-excluded", "1/0"], "max_excluded_fraction must be"),
+        (["--max-excluded", "1/10"], "pass --allow-exclusions as well"),
+        (["--rescan-seed", "x"], "--rescan-seed takes a whole number"),
+        (["--rescan", "2", "2"], "pass --scanner-key as well"),
+        (["--scanner-threshold", "1"], "pass --scanner-key as well"),
+        (["--scanner-key", "{pub}", "--rescan", "a", "b"], "--rescan (MIN_SHARDS PERCENT) takes a whole number"),
+        (["--scanner-key", "{pub}", "--rescan", "-1", "2"], "rescan_min_shards must be a non-negative int"),
+        (["--scanner-key", "{pub}", "--rescan", "2", "200"], "rescan_fraction must be"),
+        (["--scanner-key", "{pub}", "--scanner-threshold", "x"], "--scanner-threshold takes a whole number"),
+        (["--scanner-key", "{pub}", "--scanner-threshold", "2"], "threshold must be an int from 1"),
+        (["--scanner-key", "{dir}"], "cannot read public key"),
+        (["--scanner-key", "{dir}/missing.pub"], "cannot read public key"),
+    ],
+)
 def test_bad_policy_options_fail_with_one_line(
     chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], says: str
 ) -> None:
@@ -287,6 +348,8 @@ def test_bad_policy_options_fail_with_one_line(
     request.write_bytes(chain.request().to_json_bytes())
     argv = [o.format(pub=tmp_path / "k.pub", dir=tmp_path) for o in options]
     approval = tmp_path / "approval.json"
-    code, out, err = run(capsys, "approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(approval), *argv)
+    code, out, err = run(
+        capsys, "approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(approval), *argv
+    )
     assert (code, out) == (1, "") and not approval.exists()
     assert err.startswith("trainvault: error: ") and err.count("\n") == 1 and says in err, err

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from trainvault import TrainVault  # noqa: E402
-from trainvault.cli import main  # noqa: E402
+from trainvault import TrainVault
+from trainvault.cli import main
 
 
 @pytest.fixture
@@ -27,13 +27,17 @@ def uri(tmp_path) -> str:
 def test_read_reports_every_record(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["read", uri, "--batch-size", "16"]) == 0
     out = capsys.readouterr()
-    assert re.fullmatch(r"read 300 records of split 'train' in [\d.]+ s \([\d,]+ rec/s\), every block verified; "
-                        r"waited [\d.]+ s for data\n", out.out)
+    assert re.fullmatch(
+        r"read 300 records of split 'train' in [\d.]+ s \([\d,]+ rec/s\), every block verified; "
+        r"waited [\d.]+ s for data\n",
+        out.out,
+    )
     assert out.err == ""  # not a terminal: no live line
 
 
-def test_read_draws_a_live_line_on_a_terminal(uri: str, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_read_draws_a_live_line_on_a_terminal(
+    uri: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     leader, follower = os.openpty()
     terminal = os.fdopen(follower, "w")
     monkeypatch.setattr(sys, "stderr", terminal)
@@ -45,6 +49,9 @@ def test_read_draws_a_live_line_on_a_terminal(uri: str, monkeypatch: pytest.Monk
     os.close(leader)
     lines = [part for part in shown.split("\r\x1b[K") if part]
     assert len(lines) == 5
-    assert re.match(r"step 5  80 records  [\d,]+ rec/s  data wait \d+% of the last 3 steps  \| s: fetch [\d.]+ "
-                    r"verify [\d.]+ decompress [\d.]+ decode [\d.]+ collate [\d.]+  [\d.]+ MB", lines[-1])
+    assert re.match(
+        r"step 5  80 records  [\d,]+ rec/s  data wait \d+% of the last 3 steps  \| s: fetch [\d.]+ "
+        r"verify [\d.]+ decompress [\d.]+ decode [\d.]+ collate [\d.]+  [\d.]+ MB",
+        lines[-1],
+    )
     assert capsys.readouterr().out.startswith("read 80 records of split 'train'")

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from approval_chain import Chain, build_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from approval_chain import Chain, build_chain
 from trainvault import TrainVault
 from trainvault.approval import ArtifactRef, PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
@@ -38,8 +38,12 @@ def declare(record: dict[str, Any]) -> list[Frame]:
 
 
 def packed(pid: str, tokens: list[int], spec: list[Any], mask: list[bool] | None = None) -> dict[str, Any]:
-    rec: dict[str, Any] = {"packed_record_id": pid, "input_ids": np.asarray(tokens, dtype=np.int32),
-                           "text": f"packed record {pid}", "spec": spec}
+    rec: dict[str, Any] = {
+        "packed_record_id": pid,
+        "input_ids": np.asarray(tokens, dtype=np.int32),
+        "text": f"packed record {pid}",
+        "spec": spec,
+    }
     if mask is not None:
         rec["loss_mask"] = np.asarray(mask, dtype=np.bool_)
     return rec
@@ -76,8 +80,15 @@ def shard_records(i: int) -> list[dict[str, Any]]:
     out = [packed("p7", P7, P7_SPEC)] if i == 0 else []
     out += [random_record(rng, f"s{i}-r{k}") for k in range(24)]
     out.insert(5, packed(f"s{i}-empty", [SENTINEL] * 6, []))  # declares nothing to train on
-    out.insert(9, packed(f"s{i}-masked", list(range(1, 11)), [["m", 0, 10, 0, [[0, 10]]]],
-                         mask=[True, True, False, False, True, True, True, False, True, True]))
+    out.insert(
+        9,
+        packed(
+            f"s{i}-masked",
+            list(range(1, 11)),
+            [["m", 0, 10, 0, [[0, 10]]]],
+            mask=[True, True, False, False, True, True, True, False, True, True],
+        ),
+    )
     return out
 
 
@@ -142,7 +153,7 @@ def test_sentinels_never_appear_and_group_is_unpack_regrouped(world: dict[str, A
         assert not np.shares_memory(r["input_ids"], r["loss_mask"])
     assert [s["range_id"] for g in group for s in g["component_sequences"]] == [r["range_id"] for r in unpack]
     flat = [s for g in group for s in g["component_sequences"]]
-    for a, b in zip(flat, unpack):
+    for a, b in zip(flat, unpack, strict=False):
         for k in ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid"):
             assert a[k].tolist() == b[k].tolist()
     # Records declaring nothing yield nothing; the masked record keeps its own mask.
@@ -208,7 +219,10 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
     for name in ("input_ids", "position_ids", "loss_mask", "target_row_indices", "ce_valid", "cu_seqlens"):
         assert lazy[name].dtype == owned[name].dtype and lazy[name].tolist() == owned[name].tolist(), name
     assert (lazy["range_ids"], lazy["max_seqlen"], lazy["logical_records"]) == (
-        owned["range_ids"], owned["max_seqlen"], len(out))
+        owned["range_ids"],
+        owned["max_seqlen"],
+        len(out),
+    )
 
 
 # -- the builder ---------------------------------------------------------------------
@@ -229,11 +243,13 @@ def test_builder_is_idempotent_and_create_only(world: dict[str, Any]) -> None:
 def test_builder_refuses_a_continuation_range_at_its_frame_start(world: dict[str, Any]) -> None:
     vault, chain = world["vault"], world["chain"]
     with pytest.raises(CustodyError, match="predecessor"):
-        vault.build_component_ledger(chain.manifest_uri, split="train",
-                                     declare=lambda r: [Frame("x", 0, 1, 4, ((4, 1),))])
+        vault.build_component_ledger(
+            chain.manifest_uri, split="train", declare=lambda r: [Frame("x", 0, 1, 4, ((4, 1),))]
+        )
     with pytest.raises(ManifestError, match="overlaps"):
-        vault.build_component_ledger(chain.manifest_uri, split="train",
-                                     declare=lambda r: [Frame("x", 0, 2, 0, ((0, 2), (1, 1)))])
+        vault.build_component_ledger(
+            chain.manifest_uri, split="train", declare=lambda r: [Frame("x", 0, 2, 0, ((0, 2), (1, 1)))]
+        )
 
 
 # -- refusals ------------------------------------------------------------------------
@@ -280,8 +296,7 @@ def test_refuses_a_ledger_that_is_not_an_approval_sidecar(world: dict[str, Any])
 
 def test_refuses_another_approvals_valid_ledger(world: dict[str, Any], tmp_path: Path) -> None:
     vault = world["vault"]
-    other = build_chain(vault, str(tmp_path), shards=2, block_bytes=512,
-                        shard_records=lambda i: shard_records(i + 5))
+    other = build_chain(vault, str(tmp_path), shards=2, block_bytes=512, shard_records=lambda i: shard_records(i + 5))
     theirs = vault.build_component_ledger(other.manifest_uri, split="train", declare=declare)
     assert vault.approve_dataset(other.request(sidecars=theirs.sidecars())).component_range_materializer("train")
     with pytest.raises(ApprovalError, match="another dataset's ledger"):
@@ -359,8 +374,11 @@ def _p7(part: dict[str, Any]) -> dict[str, Any]:
     "name, edit, match",
     [
         ("outside-frame", lambda p: _p7(p)["frames"][1]["ranges"][1].update(length=4), "outside its frame"),
-        ("overlap-ranges", lambda p: _p7(p)["frames"][1]["ranges"][1].update(
-            range_id="p7:B:2", component_offset=2), "bear loss twice"),
+        (
+            "overlap-ranges",
+            lambda p: _p7(p)["frames"][1]["ranges"][1].update(range_id="p7:B:2", component_offset=2),
+            "bear loss twice",
+        ),
         ("overlap-frames", lambda p: _p7(p)["frames"][0].update(end=6), "overlaps frame"),
         ("past-count", lambda p: _p7(p)["frames"][1].update(end=13), "runs past"),
         ("missing-record", lambda p: p["records"].pop(4), "missing"),
@@ -433,7 +451,9 @@ def test_group_batches_and_resume_state_binds_the_view(world: dict[str, Any]) ->
 
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load("train")
+    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load(
+        "train"
+    )
     batches = list(loader)
     assert [r["packed_record_id"] for b in batches for r in b] == [r["packed_record_id"] for r in g.iter_records()]
     unpack = approved.split_data_loader(collate_fn=list, materializer=approved.component_range_materializer("train"))
@@ -450,7 +470,9 @@ def test_group_batches_and_resume_state_binds_the_view(world: dict[str, Any]) ->
 def collated(approved: Any, mode: str, batch_size: int, workers: int) -> list[dict[str, Any]]:
     m = approved.component_range_materializer("train", mode=mode)
     args = {"batch_size": batch_size, "num_workers": workers}
-    return list(approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train"))
+    return list(
+        approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -471,7 +493,7 @@ def test_collate_sequences_packs_ranges_into_one_varlen_buffer(world: dict[str, 
         for name in ("input_ids", "position_ids", "loss_mask"):
             assert b[name].tolist() == np.concatenate([s[name] for s in seqs]).tolist()
         starts = b["cu_seqlens"][:-1].tolist()
-        flat_targets = [t + o for s, o in zip(seqs, starts) for t in s["target_row_indices"].tolist()]
+        flat_targets = [t + o for s, o in zip(seqs, starts, strict=False) for t in s["target_row_indices"].tolist()]
         assert b["target_row_indices"].dtype == torch.int64 and b["target_row_indices"].tolist() == flat_targets
         assert b["ce_valid"].all() and len(b["ce_valid"]) == len(flat_targets)
         # The loss pairs logits at each target row with the next row's token: the loss-bearing tokens.
@@ -518,7 +540,9 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
     args = {"batch_size": 3, "num_workers": 2}
 
     def load() -> Any:
-        return approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
+        return approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load(
+            "train"
+        )
 
     flat = [rid for b in load() for rid in b["range_ids"]]
     assert len(flat) == m.logical_records
@@ -548,8 +572,9 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
 def test_group_batches_count_packed_records_as_positions(world: dict[str, Any]) -> None:
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(collate_fn=collate_sequences, dataloader_args={"batch_size": 4, "num_workers": 2},
-                                        materializer=g).load("train")
+    loader = approved.split_data_loader(
+        collate_fn=collate_sequences, dataloader_args={"batch_size": 4, "num_workers": 2}, materializer=g
+    ).load("train")
     budget = PositionBudget(g.logical_records)
     it = iter(loader)
     for b in it:

@@ -48,17 +48,18 @@ TINY_JSONL = b"\n".join(
         {"id": "short-10", "text": "Quorbly flenches 7 mirgled paxons over the dwindling vosk yarrow"},
         # 5 tokens: under min_item_tokens, so uncheckable.
         {"id": "tiny-5", "text": "zelf mabbo quint orrel 42"},
-        {"id": "long-16", "text": "glimmer sprocket tandem ossify plinth carom dirge fable welkin yonder "
-         "zephyr quaff bivouac cairn doff ergot"},
+        {
+            "id": "long-16",
+            "text": "glimmer sprocket tandem ossify plinth carom dirge fable welkin yonder "
+            "zephyr quaff bivouac cairn doff ergot",
+        },
     ]
 )
 
 
 def filler(rng: random.Random, words: int) -> str:
     """Pseudo-words that are in no benchmark's vocabulary."""
-    return " ".join(
-        "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(words)
-    )
+    return " ".join("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(words))
 
 
 def item_text(item: dict[str, str]) -> str:
@@ -119,8 +120,17 @@ def corpus(humaneval: Any) -> dict[str, Any]:
         n_before = len(before.split())
         n_item = len(NORM.reference_tokens(text))
         spans = oracle_spans(record[field])
-        hit = ("train", f"_/{shard}", index, record["id"], field, n_before, n_before + n_item,
-               spans[n_before][0], spans[n_before + n_item - 1][1])
+        hit = (
+            "train",
+            f"_/{shard}",
+            index,
+            record["id"],
+            field,
+            n_before,
+            n_before + n_item,
+            spans[n_before][0],
+            spans[n_before + n_item - 1][1],
+        )
         expected.setdefault((bench, item_id), []).append(hit)
 
     plant("s0", 3, item_text(items[verbatim]), "humaneval", verbatim)
@@ -143,32 +153,62 @@ def corpus(humaneval: Any) -> dict[str, Any]:
     return {"shards": shards, "expected": expected, "verbatim": verbatim, "changed": changed, "in_meta": iso[12]}
 
 
-def setup(vault: TrainVault, root: str, corpus: dict[str, Any], *, contract: VerifierContract | None = None,
-          order: tuple[str, ...] = ("s0", "s1"), data_format: str = "msgpack.zst") -> dict[str, Any]:
+def setup(
+    vault: TrainVault,
+    root: str,
+    corpus: dict[str, Any],
+    *,
+    contract: VerifierContract | None = None,
+    order: tuple[str, ...] = ("s0", "s1"),
+    data_format: str = "msgpack.zst",
+) -> dict[str, Any]:
     saver = vault.dataset_saver(f"{root}/ds/data-manifest-v1.json", data_format=data_format, block_bytes=16 << 10)
     for sid in order:
         saver.save("train", None, corpus["shards"][sid], shard_id=sid)
     saver.commit_manifest()
     release = publish_release(
-        vault.storage, f"{root}/release", "evals-test",
+        vault.storage,
+        f"{root}/release",
+        "evals-test",
         [humaneval_benchmark(), jsonl_benchmark("tiny", TINY_JSONL)],
     )
     bound = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
-    index = load_index(vault, release_uri=release.uri, contract_uri=bound.uri,
-                       release_sha256=release.sha256, contract_sha256=bound.sha256)
+    index = load_index(
+        vault,
+        release_uri=release.uri,
+        contract_uri=bound.uri,
+        release_sha256=release.sha256,
+        contract_sha256=bound.sha256,
+    )
     return {"manifest_uri": f"{root}/ds/data-manifest-v1.json", "index": index, "release": release}
 
 
 def scan(vault: TrainVault, env: dict[str, Any], **kw: Any) -> ContaminationReport:
-    return scan_dataset(vault, env["manifest_uri"], env["index"], scan_manifest_sha256=SCAN_SHA,
-                        producer_pins_sha256=PINS_SHA, progress=False, **kw)
+    return scan_dataset(
+        vault,
+        env["manifest_uri"],
+        env["index"],
+        scan_manifest_sha256=SCAN_SHA,
+        producer_pins_sha256=PINS_SHA,
+        progress=False,
+        **kw,
+    )
 
 
 def found(report: ContaminationReport) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
     return {
         (it.benchmark, it.item_id): [
-            (h.split, h.shard, h.record_index, h.record_id, h.field, h.token_start, h.token_end,
-             h.char_start, h.char_end)
+            (
+                h.split,
+                h.shard,
+                h.record_index,
+                h.record_id,
+                h.field,
+                h.token_start,
+                h.token_end,
+                h.char_start,
+                h.char_end,
+            )
             for h in it.hits
         ]
         for it in report.contaminated_items
@@ -192,23 +232,35 @@ def test_planted_items_exact_recall_and_precision(vault_root: tuple[TrainVault, 
     ]
     he, tiny = report.benchmarks
     assert (he.name, he.n_items, he.n_checkable, he.n_contaminated, he.contaminated_fraction) == (
-        "humaneval", 164, 164, 2, [2, 164])
+        "humaneval",
+        164,
+        164,
+        2,
+        [2, 164],
+    )
     assert (tiny.n_items, tiny.n_checkable, tiny.n_uncheckable, tiny.uncheckable_fraction) == (3, 2, 1, [1, 3])
     assert not he.passed and not tiny.passed and not report.passed and not report.recompute_pass()
     records = sum(len(v) for v in corpus["shards"].values())
     tokens = sum(len(NORM.reference_tokens(r["text"])) for v in corpus["shards"].values() for r in v)
     manifest = vault.load_manifest(env["manifest_uri"])
     assert report.coverage.model_dump() == {
-        "shards": 2, "records": records, "tokens": tokens, "bytes": manifest.splits["train"].size_bytes}
+        "shards": 2,
+        "records": records,
+        "tokens": tokens,
+        "bytes": manifest.splits["train"].size_bytes,
+    }
     # The report binds its inputs by the digests of their stored bytes.
     assert report.training.data_manifest_sha256 == sha256_hex(vault.storage.get(env["manifest_uri"]))
     assert report.eval_release.sha256 == env["release"].sha256
     assert report.verifier_contract.sha256 == env["index"].contract_sha256
     assert (report.training.scan_manifest_sha256, report.producer_pins.sha256) == (SCAN_SHA, PINS_SHA)
     assert report.bound_digests() == {
-        "data_manifest": report.training.data_manifest_sha256, "scan_manifest": SCAN_SHA,
-        "eval_release": env["release"].sha256, "verifier_contract": env["index"].contract_sha256,
-        "producer_pins": PINS_SHA}
+        "data_manifest": report.training.data_manifest_sha256,
+        "scan_manifest": SCAN_SHA,
+        "eval_release": env["release"].sha256,
+        "verifier_contract": env["index"].contract_sha256,
+        "producer_pins": PINS_SHA,
+    }
 
 
 def test_clean_data_passes_and_policy_is_recomputed(tmp_path: Any, corpus: dict[str, Any]) -> None:
@@ -251,8 +303,14 @@ def test_reports_are_byte_identical_across_runs_and_shard_orders(tmp_path: Any, 
     results = [scan_shard(vault.storage, manifest.data_format, e, a["index"]) for e in entries]
     digest = sha256_hex(vault.storage.get(a["manifest_uri"]))
     outs = {
-        reduce_report(a["index"], manifest, rs, data_manifest_sha256=digest, scan_manifest_sha256=SCAN_SHA,
-                      producer_pins_sha256=PINS_SHA).to_json_bytes()
+        reduce_report(
+            a["index"],
+            manifest,
+            rs,
+            data_manifest_sha256=digest,
+            scan_manifest_sha256=SCAN_SHA,
+            producer_pins_sha256=PINS_SHA,
+        ).to_json_bytes()
         for rs in (results, results[::-1])
     }
     assert outs == {first}
@@ -277,13 +335,20 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     """A candidate whose fingerprint matches but whose tokens differ is dropped by verification."""
     import numpy as np
 
+    from trainvault.contamination.release import BenchmarkEntry, EvaluationRelease, ItemFile, LoadedRelease
     from trainvault.publication.bound import Bound
     from trainvault.refs import ObjectRef
-    from trainvault.contamination.release import BenchmarkEntry, EvaluationRelease, ItemFile, LoadedRelease
 
-    entry = BenchmarkEntry(name="humaneval", text_fields=["prompt", "canonical_solution"], id_field="task_id",
-                           items=ItemFile(uri="x", size_bytes=0, sha256="0" * 64, n_items=164))
-    release = LoadedRelease(Bound(ObjectRef(uri="memory://x/r", sha256="1" * 64), EvaluationRelease(id="r", benchmarks=[entry])), (humaneval,))
+    entry = BenchmarkEntry(
+        name="humaneval",
+        text_fields=["prompt", "canonical_solution"],
+        id_field="task_id",
+        items=ItemFile(uri="x", size_bytes=0, sha256="0" * 64, n_items=164),
+    )
+    release = LoadedRelease(
+        Bound(ObjectRef(uri="memory://x/r", sha256="1" * 64), EvaluationRelease(id="r", benchmarks=[entry])),
+        (humaneval,),
+    )
     index = EvalIndex(VerifierContract(), release, contract_sha256="2" * 64)
     gram = index.grams[0]
     other = tuple(reversed(gram))  # in-vocabulary tokens, but not an indexed n-gram
@@ -291,8 +356,9 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     # Corrupt the index so the other window's fingerprint points at `gram`: a forced collision.
     keys, starts, gids = index.tables[13]
     forged = gram_fingerprint([token_fingerprint(t) for t in other])
-    pairs = sorted([(int(keys[i]), int(g)) for i in range(len(keys)) for g in gids[starts[i] : starts[i + 1]]]
-                   + [(forged, 0)])
+    pairs = sorted(
+        [(int(keys[i]), int(g)) for i in range(len(keys)) for g in gids[starts[i] : starts[i + 1]]] + [(forged, 0)]
+    )
     k = np.array([p[0] for p in pairs], dtype=np.uint64)
     ukeys, ustarts = np.unique(k, return_index=True)
     index.tables[13] = (ukeys, np.append(ustarts, len(k)), np.array([p[1] for p in pairs], dtype=np.int64))
@@ -311,8 +377,14 @@ def test_progress_callback_and_no_numpy_on_import(tmp_path: Any, corpus: dict[st
     vault = TrainVault()
     env = setup(vault, str(tmp_path), corpus)
     seen: list[ScanProgress] = []
-    scan_dataset(vault, env["manifest_uri"], env["index"], scan_manifest_sha256=SCAN_SHA,
-                 producer_pins_sha256=PINS_SHA, progress=seen.append)
+    scan_dataset(
+        vault,
+        env["manifest_uri"],
+        env["index"],
+        scan_manifest_sha256=SCAN_SHA,
+        producer_pins_sha256=PINS_SHA,
+        progress=seen.append,
+    )
     total = vault.load_manifest(env["manifest_uri"]).splits["train"].size_bytes
     assert seen[-1] == ScanProgress(2, 2, total, total)
     assert [p.bytes_done for p in seen] == sorted(p.bytes_done for p in seen)
@@ -366,7 +438,8 @@ def test_every_contract_field_is_scanned_on_its_own(tmp_path: Any, corpus: dict[
     spans = oracle_spans(record["meta"])
     expected = dict(corpus["expected"])
     expected[("humaneval", item_id)] = [
-        ("train", "_/s1", 21, "s1-21", "meta", 20, 20 + n, spans[20][0], spans[20 + n - 1][1])]
+        ("train", "_/s1", 21, "s1-21", "meta", 20, 20 + n, spans[20][0], spans[20 + n - 1][1])
+    ]
     report = scan(vault, env)
     assert found(report) == expected
     assert report.fields == ["text", "meta"]

@@ -31,10 +31,28 @@ NORM = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 
 def test_tvnorm_v1_tokens() -> None:
     assert NORM.tokens("def has_close_elements(numbers: List[float]) -> bool:") == [
-        b"def", b"has", b"close", b"elements", b"numbers", b"list", b"float", b"bool"]
+        b"def",
+        b"has",
+        b"close",
+        b"elements",
+        b"numbers",
+        b"list",
+        b"float",
+        b"bool",
+    ]
     # NFKC then casefold; Unicode punctuation and symbols split; digits and diacritics kept.
     assert [t.decode() for t in NORM.tokens("Straße “ﬁne” — CAFÉ Ⅻ ½ x\u2028y naïve 42")] == [
-        "strasse", "fine", "café", "xii", "1", "2", "x", "y", "naïve", "42"]
+        "strasse",
+        "fine",
+        "café",
+        "xii",
+        "1",
+        "2",
+        "x",
+        "y",
+        "naïve",
+        "42",
+    ]
     # '<' + U+0338 composes to '≮', a symbol: a separator, not a token.
     assert NORM.tokens("a<\u0338b") == [b"a", b"b"]
     options = Normalizer(NormalizationSpec(id="tvnorm-v1", map_digits=True, strip_diacritics=True))
@@ -49,9 +67,36 @@ def test_token_spans_index_the_original_text() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
-       | st.lists(st.sampled_from(["a", "B", " ", "<", "\u0338", "é", "e\u0301", "ﬁ", "—", "_", "½", "\u00a0",
-                                   "\x1c", "Σ", "ß", "İ", "１", "😀", "\u2028", "."]), max_size=30).map("".join))
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+    | st.lists(
+        st.sampled_from(
+            [
+                "a",
+                "B",
+                " ",
+                "<",
+                "\u0338",
+                "é",
+                "e\u0301",
+                "ﬁ",
+                "—",
+                "_",
+                "½",
+                "\u00a0",
+                "\x1c",
+                "Σ",
+                "ß",
+                "İ",
+                "１",
+                "😀",
+                "\u2028",
+                ".",
+            ]
+        ),
+        max_size=30,
+    ).map("".join)
+)
 def test_fast_tokens_equal_the_definition(text: str) -> None:
     assert NORM.tokens(text) == NORM.reference_tokens(text)
     # The definition itself, spelled out without the byte tables.
@@ -163,10 +208,24 @@ def test_malformed_item_file_raises_clear_error(store: tuple[TrainVault, str], l
     # The same bytes behind a published release fail the same way, naming the file.
     uri = write(vault, f"{root}/rel/items/bad.jsonl", lines)
     doc = {
-        "format": "trainvault.evaluation-release", "version": 1, "id": "r",
-        "benchmarks": [{"name": "bad", "split": "test", "id_field": "id", "text_fields": ["text"], "source": {},
-                        "items": {"uri": "items/bad.jsonl", "size_bytes": len(lines), "sha256": sha256_hex(lines),
-                                  "n_items": 1}}],
+        "format": "trainvault.evaluation-release",
+        "version": 1,
+        "id": "r",
+        "benchmarks": [
+            {
+                "name": "bad",
+                "split": "test",
+                "id_field": "id",
+                "text_fields": ["text"],
+                "source": {},
+                "items": {
+                    "uri": "items/bad.jsonl",
+                    "size_bytes": len(lines),
+                    "sha256": sha256_hex(lines),
+                    "n_items": 1,
+                },
+            }
+        ],
     }
     rel = write(vault, f"{root}/rel/evaluation-release-v1.json", json.dumps(doc).encode())
     with pytest.raises(ContaminationError, match=message) as err:
@@ -180,15 +239,47 @@ def test_malformed_item_file_raises_clear_error(store: tuple[TrainVault, str], l
         ({"benchmarks": []}, "field benchmarks"),
         ({"id": ""}, "field id"),
         ({"version": 3}, "upgrade trainvault"),
-        ({"benchmarks": [{"name": "../x", "text_fields": ["t"],
-                          "items": {"uri": "i", "size_bytes": 0, "sha256": "0" * 64, "n_items": 1}}]}, "benchmark name"),
-        ({"benchmarks": [{"name": "x", "text_fields": [],
-                          "items": {"uri": "i", "size_bytes": 0, "sha256": "0" * 64, "n_items": 1}}]}, "text_fields"),
-        ({"benchmarks": [{"name": "x", "text_fields": ["t"],
-                          "items": {"uri": "i", "size_bytes": 0, "sha256": "nothex", "n_items": 1}}]}, "sha256"),
+        (
+            {
+                "benchmarks": [
+                    {
+                        "name": "../x",
+                        "text_fields": ["t"],
+                        "items": {"uri": "i", "size_bytes": 0, "sha256": "0" * 64, "n_items": 1},
+                    }
+                ]
+            },
+            "benchmark name",
+        ),
+        (
+            {
+                "benchmarks": [
+                    {
+                        "name": "x",
+                        "text_fields": [],
+                        "items": {"uri": "i", "size_bytes": 0, "sha256": "0" * 64, "n_items": 1},
+                    }
+                ]
+            },
+            "text_fields",
+        ),
+        (
+            {
+                "benchmarks": [
+                    {
+                        "name": "x",
+                        "text_fields": ["t"],
+                        "items": {"uri": "i", "size_bytes": 0, "sha256": "nothex", "n_items": 1},
+                    }
+                ]
+            },
+            "sha256",
+        ),
     ],
 )
-def test_malformed_release_raises_clear_error(store: tuple[TrainVault, str], change: dict[str, Any], message: str) -> None:
+def test_malformed_release_raises_clear_error(
+    store: tuple[TrainVault, str], change: dict[str, Any], message: str
+) -> None:
     vault, root = store
     doc = {"format": "trainvault.evaluation-release", "version": 1, "id": "r", **change}
     uri = write(vault, f"{root}/evaluation-release-v1.json", json.dumps(doc).encode())
@@ -200,12 +291,44 @@ def test_malformed_release_raises_clear_error(store: tuple[TrainVault, str], cha
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
-    | st.lists(st.sampled_from(["a", "B", " ", "<", "\u0338", "é", "ﬁ", "—", "½", "\u00a0", "A", "ÿ", "x—y", ".",
-                                   "ß", "ı", "İ", "中", "ж", "Σ", "e\u0301", "\u1100\u1161", "１", "٤"]),
-               max_size=12).map("".join),
-    min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+        | st.lists(
+            st.sampled_from(
+                [
+                    "a",
+                    "B",
+                    " ",
+                    "<",
+                    "\u0338",
+                    "é",
+                    "ﬁ",
+                    "—",
+                    "½",
+                    "\u00a0",
+                    "A",
+                    "ÿ",
+                    "x—y",
+                    ".",
+                    "ß",
+                    "ı",
+                    "İ",
+                    "中",
+                    "ж",
+                    "Σ",
+                    "e\u0301",
+                    "\u1100\u1161",
+                    "１",
+                    "٤",
+                ]
+            ),
+            max_size=12,
+        ).map("".join),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_batch_tokens_equal_the_definition(texts: list[str]) -> None:
     batch = NORM.tokenize_batch([t.encode() for t in texts])
     assert batch.split() == [NORM.reference_tokens(t) for t in texts]
@@ -217,5 +340,8 @@ def test_no_separator_outside_planes_0_and_1() -> None:
 
     from trainvault.contamination.normalize import SEPARATOR_LIMIT
 
-    assert not [cp for cp in range(SEPARATOR_LIMIT, sys.maxunicode + 1)
-                if chr(cp).isspace() or unicodedata.category(chr(cp))[0] in "PS"]
+    assert not [
+        cp
+        for cp in range(SEPARATOR_LIMIT, sys.maxunicode + 1)
+        if chr(cp).isspace() or unicodedata.category(chr(cp))[0] in "PS"
+    ]

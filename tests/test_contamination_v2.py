@@ -40,9 +40,11 @@ V1 = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 def test_decode_examples() -> None:
     assert decode("zero\u200bwidth wo\u2060rd soft\u00adhyphen \ufeffbom") == "zerowidth word softhyphen bom"
     assert decode("&lt;pre&gt; &quot;a&quot; &#39;b&#x27; &amp; &eacute;t&eacute; &ltfoo") == (
-        '<pre> "a" \'b\' & été <foo')
+        "<pre> \"a\" 'b' & été <foo"
+    )
     assert decode(r"line\nnext\ttab\r \" \' \/ \\ caf\u00e9 \ud83d\ude00 \ud800") == (
-        'line\nnext\ttab\r " \' / \\ café 😀 \ufffd')
+        "line\nnext\ttab\r \" ' / \\ café 😀 \ufffd"
+    )
     # Escaped twice decodes like escaped once; text without escapes is left alone.
     assert decode("&amp;lt; &amp;#39; \\\\n \\\\u00e9") == "< ' \n é"
     assert decode("a&b && c; C:\\dir x\\y") == "a&b && c; C:\\dir x\\y"
@@ -65,8 +67,37 @@ def test_decode_equals_html_unescape_and_json_loads() -> None:
 
 
 TEXTS = st.lists(
-    st.sampled_from(["a", "B", " ", "&", ";", "#", "x", "lt", "amp", "39", "\\", "u", "00e9", "d83d", "de00", "n",
-                     "\u200b", "\u00ad", "\u2060", "\ufeff", "é", "ﬁ", "<", "\u0338", "\n", "quot", "ud83d"]),
+    st.sampled_from(
+        [
+            "a",
+            "B",
+            " ",
+            "&",
+            ";",
+            "#",
+            "x",
+            "lt",
+            "amp",
+            "39",
+            "\\",
+            "u",
+            "00e9",
+            "d83d",
+            "de00",
+            "n",
+            "\u200b",
+            "\u00ad",
+            "\u2060",
+            "\ufeff",
+            "é",
+            "ﬁ",
+            "<",
+            "\u0338",
+            "\n",
+            "quot",
+            "ud83d",
+        ]
+    ),
     max_size=40,
 ).map("".join)
 
@@ -131,19 +162,26 @@ def test_v1_report_written_before_v2_stays_verifiable() -> None:
     assert report.to_json_bytes() == committed
     assert report.recompute_pass() is False and report.benchmarks[0].n_contaminated == 3
     # Today's code, given the same inputs and the v1 contract, writes the same bytes.
-    out = subprocess.run([sys.executable, str(GOLDEN / "build_v1_report.py")], capture_output=True, timeout=120,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, str(GOLDEN / "build_v1_report.py")], capture_output=True, timeout=120, check=True
+    )
     assert out.stdout == committed
 
 
 def test_v2_scan_finds_scraped_copies_at_their_original_spans() -> None:
-    item = "def rolling_max(numbers: List[int]) -> List[int]:\n    \"\"\" From a given list of integers, generate a " \
-           "list of rolling maximum élément found until given moment in the sequence.\n"
+    item = (
+        'def rolling_max(numbers: List[int]) -> List[int]:\n    """ From a given list of integers, generate a '
+        "list of rolling maximum élément found until given moment in the sequence.\n"
+    )
     vault, root = TrainVault(), f"memory://{uuid.uuid4().hex}"
     bench = jsonl_benchmark("tiny", json.dumps({"id": "i0", "text": item}).encode() + b"\n")
     release = publish_release(vault.storage, f"{root}/release", "r", [bench])
-    forms = [json.dumps(item), html.escape(item), item.replace("ing", "in\u00adg"),
-             json.dumps(item).replace("\\n", "\\\\n")]
+    forms = [
+        json.dumps(item),
+        html.escape(item),
+        item.replace("ing", "in\u00adg"),
+        json.dumps(item).replace("\\n", "\\\\n"),
+    ]
     records = [{"id": str(k), "text": f"lead in {text} trail"} for k, text in enumerate(forms)]
     found = {}
     for contract in (V1_CONTRACT, DEFAULT_CONTRACT):

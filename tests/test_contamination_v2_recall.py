@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from contamination_sweep import CLASSES, clean_corpus, sweep
 
 SCRAPED = ["zero-width / word joiner / soft hyphen", "JSON-escaped", "HTML-escaped"]

@@ -28,8 +28,12 @@ from trainvault.profile import approval_sidecars, profile_publication, write_met
 mlc = pytest.importorskip("mlcroissant")
 
 RECOMMENDED = {"citeAs", "datePublished", "license", "version"}
-ABOUT = {"license": "https://creativecommons.org/licenses/by/4.0/", "cite_as": "@misc{tiny, title={tiny}}",
-         "version": "1.0.0", "date_published": "2026-12-01"}
+ABOUT = {
+    "license": "https://creativecommons.org/licenses/by/4.0/",
+    "cite_as": "@misc{tiny, title={tiny}}",
+    "version": "1.0.0",
+    "date_published": "2026-12-01",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +47,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
             if not (isinstance(address, tuple) and address[0] in ("127.0.0.1", "::1", "localhost")):
                 raise OSError(f"test_croissant: no network, but something connected to {address!r}")
             return real(self, address)
+
         return checked
 
     monkeypatch.setattr(socket.socket, "connect", guard(connect))
@@ -51,26 +56,42 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
     rng = random.Random(shard)
-    return [{"id": f"s{shard}-{i}", "text": f"record {i} ünïcode {rng.random()}", "tokens": rng.randrange(-5, 10**12),
-             "score": rng.random() * 10 ** rng.randrange(-3, 4), "ok": rng.random() < 0.5,
-             "tags": [rng.choice("abc") for _ in range(rng.randrange(0, 4))],
-             "meta": {"source": rng.choice(["web", "books"]), "page": i}} for i in range(n)]
+    return [
+        {
+            "id": f"s{shard}-{i}",
+            "text": f"record {i} ünïcode {rng.random()}",
+            "tokens": rng.randrange(-5, 10**12),
+            "score": rng.random() * 10 ** rng.randrange(-3, 4),
+            "ok": rng.random() < 0.5,
+            "tags": [rng.choice("abc") for _ in range(rng.randrange(0, 4))],
+            "meta": {"source": rng.choice(["web", "books"]), "page": i},
+        }
+        for i in range(n)
+    ]
 
 
-def opened_chain(tmp_path: Path, data_format: str, shard_records: Any = typed_records, profile: bool = True,
-                 vault: TrainVault | None = None, root: str | None = None) -> tuple[Chain, Any]:
+def opened_chain(
+    tmp_path: Path,
+    data_format: str,
+    shard_records: Any = typed_records,
+    profile: bool = True,
+    vault: TrainVault | None = None,
+    root: str | None = None,
+) -> tuple[Chain, Any]:
     """A signed approval of a 3-shard chain (metrics sidecars bound), opened as a trainer opens it."""
     vault = vault or TrainVault()
-    chain = build_chain(vault, root or str(tmp_path / "data"), shards=3, data_format=data_format,
-                        shard_records=shard_records)
+    chain = build_chain(
+        vault, root or str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=shard_records
+    )
     sidecars = {}
     if profile:
         refs = write_metrics_sidecars(vault.storage, profile_publication(vault.storage, chain.manifest_uri))
         sidecars = approval_sidecars(refs)
     approved = vault.approve_dataset(chain.request(sidecars=sidecars))
     write_keypair(str(tmp_path / "approver"))
-    record = write_approval(vault, f"{chain.root}/ds/approval-v1.dsse.json", approved,
-                            signing_keys=str(tmp_path / "approver.key"))
+    record = write_approval(
+        vault, f"{chain.root}/ds/approval-v1.dsse.json", approved, signing_keys=str(tmp_path / "approver.key")
+    )
     chain.extra.update(record=record, pub=str(tmp_path / "approver.pub"))
     return chain, vault.open_approved(record.uri, record.sha256, trusted_keys=[chain.extra["pub"]])
 
@@ -98,7 +119,7 @@ def same(a: Any, b: Any, float_rel_tol: float) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=float_rel_tol, abs_tol=0.0)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y, float_rel_tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y, float_rel_tol) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k], float_rel_tol) for k in a)
     return type(a) is type(b) and a == b
@@ -110,8 +131,10 @@ def croissant_records(dataset: Any, card: dict[str, Any], split: str) -> list[di
     types = {f["@id"]: f.get("dataType") for top in fields for f in [top, *top.get("subField", [])]}
 
     def named(record: dict[str, Any]) -> dict[str, Any]:
-        return {unquote(k.rsplit("/", 1)[1]): named(v) if isinstance(v, dict) else plain(v, types[k])
-                for k, v in record.items()}
+        return {
+            unquote(k.rsplit("/", 1)[1]): named(v) if isinstance(v, dict) else plain(v, types[k])
+            for k, v in record.items()
+        }
 
     return [named(record) for record in dataset.records(split)]
 
@@ -131,18 +154,28 @@ def test_mlcroissant_validates_the_card_and_reads_the_records_trainvault_yields(
         expected = trainvault_records(approved, split)
         got = croissant_records(dataset, card, split)
         assert len(got) == len(expected) > 0
-        for g, e in zip(got, expected):
+        for g, e in zip(got, expected, strict=False):
             assert g.keys() == e.keys()
             assert all(same(g[k], e[k], float_rel_tol) for k in e), (g, e)
-    types = {f["name"]: f.get("dataType") or {s["name"]: s["dataType"] for s in f["subField"]}
-             for f in card["recordSet"][0]["field"]}
-    assert types == {"id": "sc:Text", "text": "sc:Text", "tokens": "sc:Integer", "score": "sc:Float",
-                     "ok": "sc:Boolean", "tags": "sc:Text", "meta": {"source": "sc:Text", "page": "sc:Integer"}}
+    types = {
+        f["name"]: f.get("dataType") or {s["name"]: s["dataType"] for s in f["subField"]}
+        for f in card["recordSet"][0]["field"]
+    }
+    assert types == {
+        "id": "sc:Text",
+        "text": "sc:Text",
+        "tokens": "sc:Integer",
+        "score": "sc:Float",
+        "ok": "sc:Boolean",
+        "tags": "sc:Text",
+        "meta": {"source": "sc:Text", "page": "sc:Integer"},
+    }
 
 
 def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(tmp_path: Path) -> None:
-    chain, approved = opened_chain(tmp_path, "parquet", shard_records=lambda i: [] if i == 1 else typed_records(i),
-                                   profile=False)
+    chain, approved = opened_chain(
+        tmp_path, "parquet", shard_records=lambda i: [] if i == 1 else typed_records(i), profile=False
+    )
     written = write_croissant(chain.vault, approved, **ABOUT)
     card = json.loads(Path(written.uri.removeprefix("file://")).read_bytes())
     by_id = {node["@id"]: node for node in card["distribution"]}
@@ -162,7 +195,9 @@ def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path)
             node = by_id[f"files/{split}/{entry.key}"]
             assert (node["sha256"], node["contentSize"]) == (entry.sha256, f"{entry.size_bytes} B")
             assert (chain.root + "/ds/" + node["contentUrl"]) == entry.uri.removeprefix("file://")
-        assert by_id[f"files/{split}/shards"]["includes"] == [by_id[f"files/{split}/{e.key}"]["contentUrl"] for e in sm.shards]
+        assert by_id[f"files/{split}/shards"]["includes"] == [
+            by_id[f"files/{split}/{e.key}"]["contentUrl"] for e in sm.shards
+        ]
     record = chain.extra["record"]
     assert by_id["files/custody/approval"]["sha256"] == record.sha256 == card["tv:approval"]["record"]["sha256"]
     assert by_id["files/custody/data-manifest"]["sha256"] == approved.manifest_sha256
@@ -182,15 +217,25 @@ def test_every_file_object_states_the_sha256_and_size_of_its_bytes(tmp_path: Pat
     assert {"files/custody/approval", "files/custody/data-manifest"} <= {node["@id"] for node in objects}
     for node in objects:
         data = Path(chain.root, "ds", node["contentUrl"]).read_bytes()
-        assert (node["sha256"], node["contentSize"]) == (hashlib.sha256(data).hexdigest(), f"{len(data)} B"), node["@id"]
+        assert (node["sha256"], node["contentSize"]) == (hashlib.sha256(data).hexdigest(), f"{len(data)} B"), node[
+            "@id"
+        ]
 
 
 def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: Path) -> None:
     def records(shard: int) -> list[dict[str, Any]]:
         rng = np.random.default_rng(shard)
-        return [{"id": f"s{shard}-{i}", "text": "words", "tokens": rng.integers(0, 50_000, 16, dtype=np.int32),
-                 "meta": {"source": "x", "deep": {"a": 1}, 'say "hi"': 1}, "blob": bytes([i]), "mixed": i if i % 2 else str(i)}
-                for i in range(5)]
+        return [
+            {
+                "id": f"s{shard}-{i}",
+                "text": "words",
+                "tokens": rng.integers(0, 50_000, 16, dtype=np.int32),
+                "meta": {"source": "x", "deep": {"a": 1}, 'say "hi"': 1},
+                "blob": bytes([i]),
+                "mixed": i if i % 2 else str(i),
+            }
+            for i in range(5)
+        ]
 
     chain, approved = opened_chain(tmp_path, "msgpack.zst", shard_records=records, profile=False)
     written = write_croissant(chain.vault, approved, **ABOUT)
@@ -199,7 +244,11 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
     shard = next(n for n in card["distribution"] if n["@id"] == "files/train/easy/s0")
     assert shard["encodingFormat"] == "application/zstd" and "cannot decode" in shard["description"]
     fields = {f["name"]: f for f in card["recordSet"][0]["field"]}
-    assert (fields["tokens"]["dataType"], fields["tokens"]["isArray"], fields["tokens"]["arrayShape"]) == ("cr:Int32", True, "16")
+    assert (fields["tokens"]["dataType"], fields["tokens"]["isArray"], fields["tokens"]["arrayShape"]) == (
+        "cr:Int32",
+        True,
+        "16",
+    )
     assert "source" in fields["tokens"] and "raw bytes" in fields["blob"]["description"]
     meta = {f["name"]: f for f in fields["meta"]["subField"]}
     assert meta["source"]["source"]["transform"] == {"jsonPath": '"source"'}
@@ -233,7 +282,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_command_writes_the_card_of_a_verified_approval_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_writes_the_card_of_a_verified_approval_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chain, approved = opened_chain(tmp_path, "parquet", profile=False)
     record, pub = chain.extra["record"], chain.extra["pub"]
     out_path = tmp_path / "cards" / "croissant.json"
@@ -241,8 +292,15 @@ def test_command_writes_the_card_of_a_verified_approval_only(tmp_path: Path, cap
     args = [*base, "--out", str(out_path)]
 
     write_keypair(str(tmp_path / "other"))
-    tampered = chain.refs["data_manifest"].uri.removeprefix("file://").replace("data-manifest-v1.json", "shards/valid/_/v0.parquet")
-    for bad, says in [(["--sha256", "0" * 64], "not the pinned"), (["--keys", str(tmp_path / "other.pub")], "trusted keys")]:
+    tampered = (
+        chain.refs["data_manifest"]
+        .uri.removeprefix("file://")
+        .replace("data-manifest-v1.json", "shards/valid/_/v0.parquet")
+    )
+    for bad, says in [
+        (["--sha256", "0" * 64], "not the pinned"),
+        (["--keys", str(tmp_path / "other.pub")], "trusted keys"),
+    ]:
         argv = list(args)
         argv[argv.index(bad[0]) + 1] = bad[1]
         code, out, err = run(capsys, *argv)
@@ -278,8 +336,10 @@ def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
     beside = write_croissant(s3_vault, approved, **ABOUT)
     assert beside.uri == f"s3://{s3_bucket}/data/ds/croissant.json"
     local = write_croissant(s3_vault, approved, str(tmp_path / "croissant.json"), **ABOUT)
-    for written, url in [(beside, "shards/train/easy/s0.jsonl.gz"),
-                         (local, f"s3://{s3_bucket}/data/ds/shards/train/easy/s0.jsonl.gz")]:
+    for written, url in [
+        (beside, "shards/train/easy/s0.jsonl.gz"),
+        (local, f"s3://{s3_bucket}/data/ds/shards/train/easy/s0.jsonl.gz"),
+    ]:
         card = json.loads(s3_vault.storage.get(written.uri))
         assert next(n for n in card["distribution"] if n["@id"] == "files/train/easy/s0")["contentUrl"] == url
         assert issues(mlc.Dataset(jsonld=card)) == (set(), set())
@@ -335,5 +395,5 @@ def test_a_card_of_an_approval_with_exclusions_hands_no_reader_an_excluded_recor
     # mlcroissant reads a file set's files in path order, not in the order the card lists them.
     got = sorted(croissant_records(dataset, card, "train"), key=lambda r: r["id"])
     assert len(got) == len(expected)
-    for g, e in zip(got, sorted(expected, key=lambda r: r["id"])):
+    for g, e in zip(got, sorted(expected, key=lambda r: r["id"]), strict=False):
         assert g.keys() == e.keys() and all(same(g[k], e[k], float_rel_tol) for k in e), (g, e)

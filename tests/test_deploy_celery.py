@@ -24,15 +24,24 @@ pytest.importorskip("dagster_celery")
 pytest.importorskip("dagster_postgres")
 
 from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
-from deployment import (  # noqa: E402
-    DEPLOY, REPO, Deployment, children, dataset_entry, unique_name, write_catalog, write_home)
+from deployment import DEPLOY, REPO, Deployment, children, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
 from gated_records import GATE_ENV  # noqa: E402
+from services import (  # noqa: E402
+    Processes,
+    base_env,
+    free_port,
+    port_open,
+    postgres_db,
+    processes,
+    rabbitmq_vhost,
+    require_services,
+    wait_for,
+)
+
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.celery_app import LOST_KEY  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
-from services import (  # noqa: E402
-    Processes, base_env, free_port, port_open, postgres_db, processes, rabbitmq_vhost, require_services, wait_for)
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
@@ -48,8 +57,16 @@ SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2, PAIR: 2}
 LOCAL_PAIR, LOCAL_KILL = "local_pair", "local_kill"
 LOCAL_SHARDS_PER_STAGE = {LOCAL_PAIR: 2, LOCAL_KILL: 4}
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @dataclass
@@ -75,10 +92,18 @@ class Site:
 
     def env(self, s3_server: str, db: str) -> dict[str, str]:
         return base_env(
-            DAGSTER_HOME=str(self.tmp / "home"), PYTHONPATH=f"{REPO}:{REPO / 'tests'}", **PG, DAGSTER_PG_DB=db,
-            TRAINVAULT_DATASETS=str(self.catalog), TRAINVAULT_EXECUTOR="celery", TRAINVAULT_S3_URL=s3_server,
-            TRAINVAULT_S3_REGION="us-east-1", TRAINVAULT_S3_KEY_ID=S3_KEY, TRAINVAULT_S3_SECRET=S3_SECRET,
-            **{GATE_ENV: str(self.gate)})
+            DAGSTER_HOME=str(self.tmp / "home"),
+            PYTHONPATH=f"{REPO}:{REPO / 'tests'}",
+            **PG,
+            DAGSTER_PG_DB=db,
+            TRAINVAULT_DATASETS=str(self.catalog),
+            TRAINVAULT_EXECUTOR="celery",
+            TRAINVAULT_S3_URL=s3_server,
+            TRAINVAULT_S3_REGION="us-east-1",
+            TRAINVAULT_S3_KEY_ID=S3_KEY,
+            TRAINVAULT_S3_SECRET=S3_SECRET,
+            **{GATE_ENV: str(self.gate)},
+        )
 
 
 def make_site(tmp: Path, shards_per_stage: dict[str, int]) -> Site:
@@ -86,9 +111,13 @@ def make_site(tmp: Path, shards_per_stage: dict[str, int]) -> Site:
     write_keypair(keys)
     bucket = unique_name("deploy").replace("_", "-")
     root = f"s3://{bucket}/publications"
-    catalog = write_catalog(tmp / "datasets.yaml", [
-        dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
-        for name, n in shards_per_stage.items()])
+    catalog = write_catalog(
+        tmp / "datasets.yaml",
+        [
+            dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
+            for name, n in shards_per_stage.items()
+        ],
+    )
     gate = tmp / "gate"
     gate.touch()
     return Site(tmp, catalog, bucket, gate)
@@ -104,8 +133,11 @@ def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
     site = make_site(tmp_path_factory.mktemp("deploy"), SHARDS_PER_STAGE)
     home = write_home(site.tmp / "home", DEPLOY / "dagster-celery.yaml")
     name = unique_name("trainvault_deploy")  # the database's and the vhost's, as local.sh names them
-    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
-          processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
+    with (
+        postgres_db(name) as db,
+        rabbitmq_vhost(name) as broker,
+        processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
+    ):
         reference = start_moto(procs)
         for server in (s3_server, reference):
             make_bucket(server, site.bucket)
@@ -115,8 +147,14 @@ def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
             deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
         deployment.start_webserver()
         deployment.start_daemon()
-        yield Celery(deployment, procs, {s.name: s for s in load_datasets(site.catalog)},
-                     TrainVault(storage=s3_config(s3_server)), TrainVault(storage=s3_config(reference)), site.gate)
+        yield Celery(
+            deployment,
+            procs,
+            {s.name: s for s in load_datasets(site.catalog)},
+            TrainVault(storage=s3_config(s3_server)),
+            TrainVault(storage=s3_config(reference)),
+            site.gate,
+        )
 
 
 def start_moto(procs: Processes) -> str:
@@ -131,8 +169,11 @@ def reference_run(celery: Celery, name: str) -> dict[str, bytes]:
     spec = celery.specs[name]
     server = celery.reference_s3.storage.config.s3_base_url
     store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=S3_KEY, secret_access_key=S3_SECRET)
-    result = build_definitions([spec], store).resolve_job_def(f"lifecycle_{name}").execute_in_process(
-        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    result = (
+        build_definitions([spec], store)
+        .resolve_job_def(f"lifecycle_{name}")
+        .execute_in_process(instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    )
     assert result.success
     return data_objects(celery.reference_s3, spec)
 
@@ -230,8 +271,12 @@ def browser_page(tmp_path):
 
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 2400, "height": 1200})
+            str(tmp_path / "profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 2400, "height": 1200},
+        )
         context.set_default_timeout(60_000)
         try:
             yield context.new_page()
@@ -244,7 +289,7 @@ def catalog_rows(text: str, assets: list[str]) -> dict[str, str]:
     lines = text.splitlines()
     starts = sorted((lines.index(key), key) for key in assets)
     ends = [i for i, _ in starts[1:]] + [len(lines)]
-    return {key: "\n".join(lines[i:end]) for (i, key), end in zip(starts, ends)}
+    return {key: "\n".join(lines[i:end]) for (i, key), end in zip(starts, ends, strict=False)}
 
 
 def visit(page, url: str, shot: Path) -> None:
@@ -299,11 +344,16 @@ def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, in
     celery.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
     try:
         run_id = celery.deployment.launch_run(KILL)
-        hosts = wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(KILL)), 300,
-                         "a worker to take the shard step", 1)
+        hosts = wait_for(
+            lambda: celery_hosts(instance, run_id).get(shard_step(KILL)), 300, "a worker to take the shard step", 1
+        )
         (victim,) = hosts
-        wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
-                 "the first shards to be written", 0.5)
+        wait_for(
+            lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
+            120,
+            "the first shards to be written",
+            0.5,
+        )
         celery.procs.get(victim.split("@")[0]).kill9()
     finally:
         celery.gate.touch()
@@ -355,9 +405,11 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery,
     assert deployment.wait_run(run_id) == "SUCCESS"
     # Nothing written: every shard reused, the same approval record reused.
     assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)} == before
-    shards = [r.dagster_event.step_materialization_data.materialization
-              for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
-              if r.dagster_event.asset_key == dg.AssetKey([MAIN, "dataset_shards"]) and r.dagster_event.partition]
+    shards = [
+        r.dagster_event.step_materialization_data.materialization
+        for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if r.dagster_event.asset_key == dg.AssetKey([MAIN, "dataset_shards"]) and r.dagster_event.partition
+    ]
     assert len(shards) == len(spec.partition_keys())
     assert not any(m.metadata["written"].value for m in shards)
     assert f"{MAIN}/approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
@@ -385,8 +437,11 @@ def local(celery, s3_server, tmp_path_factory, request) -> Iterator[Local]:
     site = make_site(tmp_path_factory.mktemp("local"), LOCAL_SHARDS_PER_STAGE)
     make_bucket(s3_server, site.bucket)
     name = unique_name("trainvault_local")  # the database's and the vhost's, as local.sh names them
-    with (postgres_db(name) as db, rabbitmq_vhost(name) as broker,
-          processes(site.tmp / "logs", site.env(s3_server, db), request) as procs):
+    with (
+        postgres_db(name) as db,
+        rabbitmq_vhost(name) as broker,
+        processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
+    ):
         deployment = Deployment(procs, site.tmp / "home", site.tmp / "home" / "workspace.yaml", broker=broker)
         script = deployment.start_local()
         try:
@@ -427,16 +482,28 @@ def test_local_sh_restarts_a_killed_worker_and_the_run_completes(celery, local) 
     local.site.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
     try:
         run_id = deployment.launch_run(LOCAL_KILL)
-        (victim,) = wait_for(lambda: celery_hosts(local.instance, run_id).get(shard_step(LOCAL_KILL)), 300,
-                             "a worker to take the shard step", 1)
-        wait_for(lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4, 120,
-                 "the first shards to be written", 0.5)
+        (victim,) = wait_for(
+            lambda: celery_hosts(local.instance, run_id).get(shard_step(LOCAL_KILL)),
+            300,
+            "a worker to take the shard step",
+            1,
+        )
+        wait_for(
+            lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
+            120,
+            "the first shards to be written",
+            0.5,
+        )
         name = victim.split(".")[0]
         wrapper, main = deployment.local_worker(name)
         others = {pid for pid, _ in children(script.pid)} - {wrapper}
         os.kill(main, signal.SIGKILL)  # the Celery worker's main process, as a crash would
-        wait_for(lambda: f"worker {name} (pid {wrapper}) exited; starting it again" in script.log_tail(100_000), 60,
-                 "local.sh to start the killed worker again", 0.5)
+        wait_for(
+            lambda: f"worker {name} (pid {wrapper}) exited; starting it again" in script.log_tail(100_000),
+            60,
+            "local.sh to start the killed worker again",
+            0.5,
+        )
     finally:
         local.site.gate.touch()
     assert deployment.wait_run(run_id, timeout=600) == "SUCCESS"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from services import BIN, base_env
 
 dg = pytest.importorskip("dagster")
@@ -31,8 +30,15 @@ def taken_port() -> Iterator[int]:
 
 def make(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`make` in the repository with this venv, never rebuilding it (-o its stamp)."""
-    return subprocess.run(["make", "-o", f"{VENV}/.installed", f"VENV={VENV}", *args], cwd=REPO, env=base_env(),
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["make", "-o", f"{VENV}/.installed", f"VENV={VENV}", *args],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_make_ui_on_a_taken_port_fails_at_once_naming_it(taken_port, tmp_path) -> None:
@@ -44,8 +50,15 @@ def test_make_ui_on_a_taken_port_fails_at_once_naming_it(taken_port, tmp_path) -
 
 def test_local_sh_on_a_taken_port_fails_before_making_anything(taken_port, tmp_path) -> None:
     env = base_env(VENV=str(VENV), UI_PORT=str(taken_port), DAGSTER_HOME=str(tmp_path / "home"))
-    done = subprocess.run([str(REPO / "pipelines" / "deploy" / "local.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(REPO / "pipelines" / "deploy" / "local.sh")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode != 0
     assert f"port {taken_port} on 127.0.0.1 (UI_PORT) is taken" in done.stderr, done.stderr
     assert not (tmp_path / "home").exists()  # no instance, no database, no vhost made

@@ -146,7 +146,10 @@ def test_pack_is_canonical_deterministic_and_bound(tmp_path: Path) -> None:
     assert [canonical_json(d) for d in doc["descriptors"]] == [vault.storage.get(e.descriptor_uri) for e in entries]
     # The same descriptors give the same pack bytes.
     stored = [(e.descriptor_uri, vault.storage.get(e.descriptor_uri)) for e in entries]
-    assert build_pack("msgpack.zst", [(u, parse_descriptor(e, b), b) for e, (u, b) in zip(entries, stored)]) == raw
+    assert (
+        build_pack("msgpack.zst", [(u, parse_descriptor(e, b), b) for e, (u, b) in zip(entries, stored, strict=False)])
+        == raw
+    )
 
 
 def test_recommitting_other_shards_conflicts_on_the_manifest_not_the_pack(tmp_path: Path) -> None:
@@ -262,8 +265,11 @@ def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Pa
     ref = pub.manifest.descriptor_pack
     assert ref is not None
     attached = pub.with_pack(vault.storage.get(ref.uri))
-    with pytest.raises(IntegrityError, match=rf"descriptor pack {ref.uri}: the descriptor of shard train/_/2 does not "
-                                             "hash to the descriptor_sha256"):
+    with pytest.raises(
+        IntegrityError,
+        match=rf"descriptor pack {ref.uri}: the descriptor of shard train/_/2 does not "
+        "hash to the descriptor_sha256",
+    ):
         descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
     honest = Publication.load(vault.storage, uri).read_pack(vault.storage)
     assert descriptor_bytes(honest.manifest, honest.descriptors, "pack") == {

@@ -42,11 +42,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     approval = write_approval(vault, f"{root}/approval-v1.dsse.json", approved, signing_keys=[key])
     sidecars = write_metrics_sidecars(vault.storage, profile_publication(vault.storage, chain.manifest_uri, workers=1))
     RolloutArchive.save(f"{root}/rl/with-index.json", make_samples(6), rollout_id=1, storage=vault.storage)
-    RolloutArchive.save(f"{root}/rl/bare.json", make_samples(6), rollout_id=2, describe_sample=None, storage=vault.storage)
+    RolloutArchive.save(
+        f"{root}/rl/bare.json", make_samples(6), rollout_id=2, describe_sample=None, storage=vault.storage
+    )
     side = RolloutArchive.write_metadata_sidecar(f"{root}/rl/bare.json", storage=vault.storage)
-    return {"vault": vault, "root": root, "chain": chain, "ledger": ledger, "approval": approval, "key": key,
-            "profile_sidecar": sidecars["train"].uri, "archive": f"{root}/rl/with-index.json",
-            "bare": f"{root}/rl/bare.json", "metadata_sidecar": side}
+    return {
+        "vault": vault,
+        "root": root,
+        "chain": chain,
+        "ledger": ledger,
+        "approval": approval,
+        "key": key,
+        "profile_sidecar": sidecars["train"].uri,
+        "archive": f"{root}/rl/with-index.json",
+        "bare": f"{root}/rl/bare.json",
+        "metadata_sidecar": side,
+    }
 
 
 def repeat_key(data: bytes, key: str, first: Any) -> bytes:
@@ -111,8 +122,9 @@ def statement_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
     envelope = json.loads(get(w, w["approval"].uri))
     payload = repeat_key(base64.b64decode(envelope["payload"]), "predicateType", "https://example.invalid/other")
     uri = resigned(w, "statement.dsse.json", payload)  # signed: only parsing can refuse it
-    return lambda: w["vault"].open_approved(uri, sha256_hex(get(w, uri)), trusted_keys=[w["key"].public_key]), \
-        "predicateType"
+    return lambda: w["vault"].open_approved(
+        uri, sha256_hex(get(w, uri)), trusted_keys=[w["key"].public_key]
+    ), "predicateType"
 
 
 def envelope_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
@@ -153,12 +165,17 @@ def benchmark_items_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
 CASES: dict[str, Callable[[dict[str, Any]], tuple[Callable[[], Any], str]]] = {
     "data manifest": manifest_case,
     "shard descriptor": descriptor_case,
-    "training scan manifest": lambda w: (bound_copy(w, "training_scan_manifest", TrainingScanManifest,
-                                                    "data_manifest_sha256", "0" * 64), "data_manifest_sha256"),
+    "training scan manifest": lambda w: (
+        bound_copy(w, "training_scan_manifest", TrainingScanManifest, "data_manifest_sha256", "0" * 64),
+        "data_manifest_sha256",
+    ),
     "producer pins": lambda w: (bound_copy(w, "producer_pins", ProducerPins, "format", "other"), "format"),
     "evaluation release": release_case,
     "verifier contract": lambda w: (bound_copy(w, "verifier_contract", VerifierContract, "format", "other"), "format"),
-    "contamination report": lambda w: (bound_copy(w, "contamination_report", ContaminationReport, "pass", False), "pass"),
+    "contamination report": lambda w: (
+        bound_copy(w, "contamination_report", ContaminationReport, "pass", False),
+        "pass",
+    ),
     "approval request": request_case,
     "approval statement (signed payload)": statement_case,
     "approval envelope": envelope_case,
@@ -182,4 +199,3 @@ def test_approval_denies_bound_documents_with_duplicate_keys(world: dict[str, An
     read, key = case(world)
     with pytest.raises(ApprovalError, match=f"key '{key}' appears more than once"):
         read()
-

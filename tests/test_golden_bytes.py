@@ -13,8 +13,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def test_publication_and_chain_bytes_match_the_recorded_digests() -> None:
-    out = subprocess.run([sys.executable, str(GOLDEN / "build_chain.py")], capture_output=True, text=True,
-                         timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, str(GOLDEN / "build_chain.py")], capture_output=True, text=True, timeout=300, check=True
+    )
     written = json.loads(out.stdout)
     expected = json.loads((GOLDEN / "chain-digests.json").read_text())
     assert sorted(written) == sorted(expected), "objects written differ from the recorded set"
@@ -25,8 +26,7 @@ def test_publication_and_chain_bytes_match_the_recorded_digests() -> None:
 
 #: The data manifests' digests as recorded before descriptor packs existed (main at 15e5f2c).
 PRE_PACK_MANIFESTS = {
-    "memory://golden/dataset/data-manifest-unpacked.json":
-        "ce1d022ade164bf77f4ca42fc979eddac29a12cf11d98839e687826c2898bc74",
+    "memory://golden/dataset/data-manifest-unpacked.json": "ce1d022ade164bf77f4ca42fc979eddac29a12cf11d98839e687826c2898bc74",
 }
 
 

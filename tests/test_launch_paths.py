@@ -12,8 +12,9 @@ import pytest
 dg = pytest.importorskip("dagster")
 
 from deployment import REPO, Deployment, dataset_entry, write_catalog, write_home  # noqa: E402
-from pipelines.catalog import load_datasets  # noqa: E402
 from services import base_env, processes, wait_for  # noqa: E402
+
+from pipelines.catalog import load_datasets  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
@@ -23,7 +24,9 @@ LAUNCHED, TICKED, BACKFILLED = "launched", "ticked", "backfilled"
 
 
 @pytest.fixture(scope="module")
-def location(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[tuple[Deployment, dict, str]]:
+def location(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[Deployment, dict, str]]:
     """Code server, webserver and daemon on a sqlite instance; three datasets of 8 shards of 20
     records in a local store: one launched by hand, one rebuilt every minute from the start, and
     one backfilled from the start (the backfill daemon acts every 30 s, so its five waves of
@@ -32,10 +35,14 @@ def location(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
     keys = tmp / "approver"
     write_keypair(keys)
     store = str(tmp / "store")
-    catalog = write_catalog(tmp / "datasets.yaml", [
-        dataset_entry(LAUNCHED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
-        dataset_entry(TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True),
-        dataset_entry(BACKFILLED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR)])
+    catalog = write_catalog(
+        tmp / "datasets.yaml",
+        [
+            dataset_entry(LAUNCHED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
+            dataset_entry(TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True),
+            dataset_entry(BACKFILLED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
+        ],
+    )
     specs = {s.name: s for s in load_datasets(catalog)}
     home = write_home(tmp / "home", None)
     env = base_env(DAGSTER_HOME=str(home), PYTHONPATH=str(REPO), TRAINVAULT_DATASETS=str(catalog))
@@ -82,8 +89,12 @@ def test_materialize_all_backfill_completes_in_as_few_runs_as_the_policy_allows(
     deployment, specs, backfill_id = location
     spec = specs[BACKFILLED]
     keys = deployment.asset_keys(BACKFILLED)
-    final = wait_for(lambda: (b := deployment.backfill(backfill_id))["status"] not in ("REQUESTED", "CANCELING", "FAILING") and b,
-                     300, f"backfill {backfill_id} to finish", 1)
+    final = wait_for(
+        lambda: (b := deployment.backfill(backfill_id))["status"] not in ("REQUESTED", "CANCELING", "FAILING") and b,
+        300,
+        f"backfill {backfill_id} to finish",
+        1,
+    )
     assert final["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), final
     runs = final["runs"]
     assert runs and all(r["status"] == "SUCCESS" for r in runs), runs

@@ -49,7 +49,8 @@ def _save(vault: TrainVault, uri: str, first_id: int = 0) -> dict[str, list[int]
         for k in range(count):
             size = 41 + 13 * k + (7 if stage == "hard" else 0)
             recs = [
-                {"id": n + i, "text": f"record {n + i}", "tokens": np.full(6, n + i, dtype=np.int32)} for i in range(size)
+                {"id": n + i, "text": f"record {n + i}", "tokens": np.full(6, n + i, dtype=np.int32)}
+                for i in range(size)
             ]
             entry = saver.save("train", stage, recs, shard_id=f"s{k}")
             by_shard[entry.key] = [r["id"] for r in recs]
@@ -66,8 +67,19 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainVault, str, 
     return vault, uri, _save(vault, uri)
 
 
-def _loader(ds: Any, *, workers: int = 0, shuffle: bool = True, rank: int | None = None, world: int | None = None,
-            collate: Any = ids, stage: Any = None, stages: Any = None, infinite: bool = False, **args: Any) -> Any:
+def _loader(
+    ds: Any,
+    *,
+    workers: int = 0,
+    shuffle: bool = True,
+    rank: int | None = None,
+    world: int | None = None,
+    collate: Any = ids,
+    stage: Any = None,
+    stages: Any = None,
+    infinite: bool = False,
+    **args: Any,
+) -> Any:
     vault, uri, _ = ds
     sdl = vault.split_data_loader(
         uri,
@@ -329,7 +341,9 @@ def test_memory_store_with_workers_is_refused_up_front() -> None:
     saver = vault.dataset_saver(uri)
     saver.save("train", None, [{"i": i} for i in range(20)], shard_id="0")
     saver.commit_manifest()
-    collect = vault.split_data_loader(uri, collate_fn=lambda rs: [r["i"] for r in rs], dataloader_args={"batch_size": 5})
+    collect = vault.split_data_loader(
+        uri, collate_fn=lambda rs: [r["i"] for r in rs], dataloader_args={"batch_size": 5}
+    )
     assert [i for b in collect.load("train") for i in b] == list(range(20))  # num_workers=0 works
     workers = vault.split_data_loader(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
     with pytest.raises(StorageError, match="memory:// stores live inside one process"):

@@ -36,26 +36,48 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, list[
     saver = vault.dataset_saver(uri, block_bytes=120)
     by_key: dict[str, list[int]] = {}
     for n, (stage, shard_id, size) in enumerate(SHARDS):
-        entry = saver.save("train", stage, [{"id": n * 1000 + k, "text": f"record {k}"} for k in range(size)],
-                           shard_id=shard_id)
+        entry = saver.save(
+            "train", stage, [{"id": n * 1000 + k, "text": f"record {k}"} for k in range(size)], shard_id=shard_id
+        )
         by_key[entry.key] = [n * 1000 + k for k in range(size)]
     saver.commit_manifest()
     entry = vault.load_manifest(uri).splits["train"].shard("easy/s0")
     blocks = read_descriptor(vault.storage, entry).blocks
     assert len(blocks) >= 3
     middle = blocks[len(blocks) // 2]
-    hits = [blocks[0].first_record, blocks[0].first_record + 1, middle.first_record + middle.record_count - 1,
-            blocks[-1].first_record + blocks[-1].record_count - 1]
+    hits = [
+        blocks[0].first_record,
+        blocks[0].first_record + 1,
+        middle.first_record + middle.record_count - 1,
+        blocks[-1].first_record + blocks[-1].record_count - 1,
+    ]
     return uri, by_key, {"easy/s0": hits, "easy/s1": list(range(23))}
 
 
-def loader(data: Any, *, exclude: Any = "default", workers: int = 0, rank: int = 0, world: int = 1,
-           shuffle: bool = True, infinite: bool = False, batch: int = B) -> Any:
+def loader(
+    data: Any,
+    *,
+    exclude: Any = "default",
+    workers: int = 0,
+    rank: int = 0,
+    world: int = 1,
+    shuffle: bool = True,
+    infinite: bool = False,
+    batch: int = B,
+) -> Any:
     uri, _, excl = data
-    sdl = SplitDataLoader(TrainVault().storage, uri, collate_fn=ids, shuffle=shuffle, seed=3, rank=rank,
-                          world_size=world, shuffle_window_blocks=2,
-                          dataloader_args={"batch_size": batch, "num_workers": workers},
-                          exclude=excl if exclude == "default" else exclude)
+    sdl = SplitDataLoader(
+        TrainVault().storage,
+        uri,
+        collate_fn=ids,
+        shuffle=shuffle,
+        seed=3,
+        rank=rank,
+        world_size=world,
+        shuffle_window_blocks=2,
+        dataloader_args={"batch_size": batch, "num_workers": workers},
+        exclude=excl if exclude == "default" else exclude,
+    )
     return sdl.load("train", infinite_iter=infinite)
 
 
@@ -136,16 +158,19 @@ def test_infinite_and_wholly_excluded_selections(data: Any) -> None:
         loader(data, exclude=everything, infinite=True)
 
 
-@pytest.mark.parametrize("exclude,match", [
-    ([("easy/s0", 1)], "must map shard keys"),
-    ({"easy/s9": [1]}, "not in the manifest"),
-    ({"easy/s0": [-1]}, "ints >= 0"),
-    ({"easy/s0": [True]}, "ints >= 0"),
-    ({"easy/s0": ["1"]}, "ints >= 0"),
-    ({"easy/s0": "12"}, "collection of record indices"),
-    ({"easy/s0": 3}, "collection of record indices"),
-    ({"easy/s0": [60]}, "holds 60 records"),
-])
+@pytest.mark.parametrize(
+    "exclude,match",
+    [
+        ([("easy/s0", 1)], "must map shard keys"),
+        ({"easy/s9": [1]}, "not in the manifest"),
+        ({"easy/s0": [-1]}, "ints >= 0"),
+        ({"easy/s0": [True]}, "ints >= 0"),
+        ({"easy/s0": ["1"]}, "ints >= 0"),
+        ({"easy/s0": "12"}, "collection of record indices"),
+        ({"easy/s0": 3}, "collection of record indices"),
+        ({"easy/s0": [60]}, "holds 60 records"),
+    ],
+)
 def test_bad_exclusions_are_refused(data: Any, exclude: Any, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         loader(data, exclude=exclude)

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from trainvault import SelectionError, TrainVault  # noqa: E402
-from trainvault.loading import SplitDataLoader  # noqa: E402
+from trainvault import SelectionError, TrainVault
+from trainvault.loading import SplitDataLoader
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

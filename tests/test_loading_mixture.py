@@ -52,8 +52,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     for i, n in enumerate(STAGE_SIZES):
         half = n // 2
         for j, (lo, hi) in enumerate([(0, half), (half, n)]):
-            saver.save("train", f"st{i}", [{"id": i * 1000 + k, "text": f"r{i}-{k}"} for k in range(lo, hi)],
-                       shard_id=f"s{j}")
+            saver.save(
+                "train", f"st{i}", [{"id": i * 1000 + k, "text": f"r{i}-{k}"} for k in range(lo, hi)], shard_id=f"s{j}"
+            )
     saver.commit_manifest()
     return uri
 
@@ -99,8 +100,10 @@ def test_share_over_1000_batches_of_32_is_within_a_thousandth_of_a_percent() -> 
 
 
 @settings(max_examples=60, deadline=5000, derandomize=True)
-@given(weights=st.lists(st.tuples(st.integers(1, 999), st.sampled_from([1, 10, 100, 1000])), min_size=1, max_size=9),
-       start=st.one_of(st.integers(0, 10**6), st.integers(0, 1 << 61)))
+@given(
+    weights=st.lists(st.tuples(st.integers(1, 999), st.sampled_from([1, 10, 100, 1000])), min_size=1, max_size=9),
+    start=st.one_of(st.integers(0, 10**6), st.integers(0, 1 << 61)),
+)
 def test_table_lookup_assigns_exactly_as_the_tree(weights: list[tuple[int, int]], start: int) -> None:
     """The periodic table (the fast path) gives the tree's component and draw for every slot,
     also far past the table's period and past int64 products (the tree on Python ints)."""
@@ -147,7 +150,9 @@ def test_window_ids_number_windows_as_a_sorted_unique(rising: bool) -> None:
 
 
 def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:
-    tl = Timeline([10, 1 << 60], [True, False], [(0, {0: Fraction(1), 1: Fraction(1)}), (100, {0: Fraction(1), 1: Fraction(1)})])
+    tl = Timeline(
+        [10, 1 << 60], [True, False], [(0, {0: Fraction(1), 1: Fraction(1)}), (100, {0: Fraction(1), 1: Fraction(1)})]
+    )
     comps, draws, revs = tl.assign(0, 200)
     assert (comps == 0).sum() == 10  # one pass, then out: also under the later revision that lists it
     assert comps[20:].tolist() == [1] * 180
@@ -160,17 +165,27 @@ def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:
 
 def loader(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, workers: int) -> Any:
     sdl = SplitDataLoader(
-        TrainVault().storage, uri, collate_fn=ids, shuffle=cfg["shuffle"], seed=cfg["seed"], rank=rank, world_size=world,
-        shuffle_window_blocks=cfg["window"], dataloader_args={"batch_size": batch, "num_workers": workers},
+        TrainVault().storage,
+        uri,
+        collate_fn=ids,
+        shuffle=cfg["shuffle"],
+        seed=cfg["seed"],
+        rank=rank,
+        world_size=world,
+        shuffle_window_blocks=cfg["window"],
+        dataloader_args={"batch_size": batch, "num_workers": workers},
     )
     return sdl.load_mixture(cfg["mixtures"][0])
 
 
 def mixture(stages: list[int], weights: list[int], flags: dict[int, tuple[bool, str]]) -> Mixture:
-    return Mixture("train", [
-        MixtureComponent(f"st{s}", w, f"st{s}", replacement=flags[s][0], run_out=flags[s][1])
-        for s, w in zip(stages, weights)
-    ])
+    return Mixture(
+        "train",
+        [
+            MixtureComponent(f"st{s}", w, f"st{s}", replacement=flags[s][0], run_out=flags[s][1])
+            for s, w in zip(stages, weights, strict=False)
+        ],
+    )
 
 
 def lockstep(loaders: list[Any], steps: int, out: list[int], stepped: list[list[list[int]]]) -> None:
@@ -188,23 +203,35 @@ def lockstep(loaders: list[Any], steps: int, out: list[int], stepped: list[list[
         out += [i for b in batches for i in b][:dealt]
 
 
-configs = st.fixed_dictionaries({
-    "stages": st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
-    "weights": st.lists(st.integers(1, 5), min_size=3, max_size=3),
-    "flags": st.lists(st.tuples(st.booleans(), st.sampled_from(["repeat", "drop"])), min_size=4, max_size=4),
-    "shuffle": st.booleans(),
-    "window": st.integers(1, 3),
-    "seed": st.integers(0, 3),
-    "world": st.integers(1, 3), "batch": st.integers(1, 5), "workers": st.sampled_from([0, 1, 2]),
-    "world2": st.integers(1, 3), "batch2": st.integers(1, 6), "workers2": st.sampled_from([0, 2]),
-    "cut": st.integers(0, 12), "more": st.integers(1, 12),
-    "revisions": st.lists(st.tuples(st.integers(0, 10), st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True)),
-                          max_size=3),
-})
+configs = st.fixed_dictionaries(
+    {
+        "stages": st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
+        "weights": st.lists(st.integers(1, 5), min_size=3, max_size=3),
+        "flags": st.lists(st.tuples(st.booleans(), st.sampled_from(["repeat", "drop"])), min_size=4, max_size=4),
+        "shuffle": st.booleans(),
+        "window": st.integers(1, 3),
+        "seed": st.integers(0, 3),
+        "world": st.integers(1, 3),
+        "batch": st.integers(1, 5),
+        "workers": st.sampled_from([0, 1, 2]),
+        "world2": st.integers(1, 3),
+        "batch2": st.integers(1, 6),
+        "workers2": st.sampled_from([0, 2]),
+        "cut": st.integers(0, 12),
+        "more": st.integers(1, 12),
+        "revisions": st.lists(
+            st.tuples(st.integers(0, 10), st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True)), max_size=3
+        ),
+    }
+)
 
 
-@settings(max_examples=18, deadline=30_000, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=18,
+    deadline=30_000,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(cfg=configs)
 def test_revised_mixture_resumes_exactly(dataset: str, cfg: dict[str, Any]) -> None:
     flags = dict(enumerate(cfg["flags"]))

@@ -58,6 +58,7 @@ def tampered(edit: Callable[[dict[str, Any]], None]) -> Callable[[str, str], tup
         state = copy.deepcopy(saved_state(uri))
         edit(state)
         return sdl(uri).load_mixture(MIX), state
+
     return case
 
 
@@ -65,6 +66,7 @@ def resume(make: Callable[[str, str], tuple[Any, Any]]) -> Callable[[str, str], 
     def run(uri: str, other: str) -> None:
         loader, state = make(uri, other)
         loader.load_state_dict(state)
+
     return run
 
 
@@ -101,6 +103,7 @@ def _revise(at_step: int, mix: Mixture, steps: int = 4) -> Callable[[str, str], 
         list(itertools.islice(iter(ld), steps))
         ld.set_mixture(LATER, at_step=6)
         ld.set_mixture(mix, at_step=at_step)
+
     return run
 
 
@@ -115,35 +118,63 @@ def _set_field(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 CASES: dict[str, tuple[type[TrainVaultError], str, Callable[[str, str], None]]] = {
     "another manifest": (ResumeStateError, "manifest", resume(lambda u, o: (sdl(o).load_mixture(MIX), saved_state(u)))),
-    "another first mixture": (ResumeStateError, "mixture history", resume(
-        lambda u, o: (sdl(u).load_mixture(Mixture("train", [MixtureComponent("a", 1, "st0")])), saved_state(u)))),
+    "another first mixture": (
+        ResumeStateError,
+        "mixture history",
+        resume(lambda u, o: (sdl(u).load_mixture(Mixture("train", [MixtureComponent("a", 1, "st0")])), saved_state(u))),
+    ),
     "a revision the state lacks": (ResumeStateError, "mixture history", resume(_revised_first)),
     "another seed": (ResumeStateError, "seed", resume(lambda u, o: (sdl(u, seed=6).load_mixture(MIX), saved_state(u)))),
-    "shuffle off": (ResumeStateError, "shuffle", resume(lambda u, o: (sdl(u, shuffle=False).load_mixture(MIX),
-                                                                      saved_state(u)))),
-    "another window": (ResumeStateError, "shuffle_window_blocks", resume(
-        lambda u, o: (sdl(u, shuffle_window_blocks=3).load_mixture(MIX), saved_state(u)))),
+    "shuffle off": (
+        ResumeStateError,
+        "shuffle",
+        resume(lambda u, o: (sdl(u, shuffle=False).load_mixture(MIX), saved_state(u))),
+    ),
+    "another window": (
+        ResumeStateError,
+        "shuffle_window_blocks",
+        resume(lambda u, o: (sdl(u, shuffle_window_blocks=3).load_mixture(MIX), saved_state(u))),
+    ),
     "changed exclusions": (ResumeStateError, "component 'a'", resume(_excluding)),
     "iter() before load_state_dict": (ResumeStateError, "fresh loader", resume(_iterated)),
     "a split loader's state": (ResumeStateError, "split loader", resume(_split_state)),
     "a mixture state into a split loader": (ResumeStateError, "loader state", _into_split_loader),
     "position off its history": (ResumeStateError, "does not follow", resume(tampered(_set_field("position", 21)))),
     "step past the stream's end": (ResumeStateError, "does not follow", resume(tampered(_set_field("step", 10**6)))),
-    "a revision at the first slot": (ResumeStateError, "out of order", resume(
-        tampered(lambda s: s["revisions"][1].__setitem__("at_slot", 0)))),
-    "revisions out of order": (ResumeStateError, "out of order", resume(
-        tampered(lambda s: s["revisions"].append({**s["revisions"][1], "at_step": 100, "at_slot": 1})))),
+    "a revision at the first slot": (
+        ResumeStateError,
+        "out of order",
+        resume(tampered(lambda s: s["revisions"][1].__setitem__("at_slot", 0))),
+    ),
+    "revisions out of order": (
+        ResumeStateError,
+        "out of order",
+        resume(tampered(lambda s: s["revisions"].append({**s["revisions"][1], "at_step": 100, "at_slot": 1}))),
+    ),
     "a newer state version": (ResumeStateError, "version", resume(tampered(_set_field("version", 2)))),
-    "a component its revisions do not name": (ResumeStateError, "components", resume(
-        tampered(lambda s: s["components"].pop("c")))),
+    "a component its revisions do not name": (
+        ResumeStateError,
+        "components",
+        resume(tampered(lambda s: s["components"].pop("c"))),
+    ),
     "not a state": (ResumeStateError, "mixture state", resume(lambda u, o: (sdl(u).load_mixture(MIX), [1, 2]))),
     "revision at a step already passed": (SelectionError, "in the past", _revise(3, LATER)),
     "revision not after the last one": (SelectionError, "not after the last revision", _revise(6, MIX)),
-    "revision over a stage the split lacks": (SelectionError, "'st9'", _revise(
-        8, Mixture("train", [MixtureComponent("z", 1, "st9")]))),
-    "revision over another split": (SelectionError, "another run", _revise(8, Mixture("valid", [MixtureComponent("a", 1, "st0")]))),
-    "component redefined": (ConfigurationError, "keeps its stage", _revise(
-        8, Mixture("train", [MixtureComponent("a", 1, "st0", replacement=True)]))),
+    "revision over a stage the split lacks": (
+        SelectionError,
+        "'st9'",
+        _revise(8, Mixture("train", [MixtureComponent("z", 1, "st9")])),
+    ),
+    "revision over another split": (
+        SelectionError,
+        "another run",
+        _revise(8, Mixture("valid", [MixtureComponent("a", 1, "st0")])),
+    ),
+    "component redefined": (
+        ConfigurationError,
+        "keeps its stage",
+        _revise(8, Mixture("train", [MixtureComponent("a", 1, "st0", replacement=True)])),
+    ),
     "revision after the stream's end": (SelectionError, "stream's end", _finite_then_revise),
 }
 

@@ -20,12 +20,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import s3_config  # noqa: E402
+from faultproxy import FaultProxy, Rule  # noqa: E402
+
 from trainvault import ConfigurationError, LoaderStallError, TrainVault  # noqa: E402
 from trainvault.loading import Observability, SplitDataLoader  # noqa: E402
 from trainvault.publication.reader import read_descriptor  # noqa: E402
-
-from conftest import s3_config  # noqa: E402
-from faultproxy import FaultProxy, Rule  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -40,8 +40,10 @@ def _save(vault: TrainVault, uri: str) -> None:
     saver = vault.dataset_saver(uri, block_bytes=2000)
     n = 0
     for k, size in enumerate((150, 130)):
-        recs = [{"id": n + i, "text": f"record {n + i} " * 8, "tokens": np.full(40, n + i, dtype=np.int32)}
-                for i in range(size)]
+        recs = [
+            {"id": n + i, "text": f"record {n + i} " * 8, "tokens": np.full(40, n + i, dtype=np.int32)}
+            for i in range(size)
+        ]
         saver.save("train", None, recs, shard_id=f"s{k}")
         n += size
     saver.commit_manifest()
@@ -69,8 +71,9 @@ def s3_uri(s3_server: str, s3_bucket: str) -> str:
 
 
 def _loader(storage: Any, uri: str, observe: Observability | None = None, **args: Any) -> Any:
-    return SplitDataLoader(storage, uri, collate_fn=ids, dataloader_args={"batch_size": B, **args},
-                           observe=observe).load("train")
+    return SplitDataLoader(
+        storage, uri, collate_fn=ids, dataloader_args={"batch_size": B, **args}, observe=observe
+    ).load("train")
 
 
 def _epoch(loader: Any) -> tuple[list[list[int]], list[dict[str, Any]]]:
@@ -86,8 +89,11 @@ def _blocks(storage: Any, uri: str) -> tuple[int, int, int]:
     """Records, blocks and stored bytes of the train split, from its descriptors."""
     manifest = TrainVault(storage=storage.config).load_manifest(uri)
     descs = [read_descriptor(storage, e) for e in manifest.splits["train"].shards]
-    return (sum(d.record_count for d in descs), sum(len(d.blocks) for d in descs),
-            sum(b.length for d in descs for b in d.blocks))
+    return (
+        sum(d.record_count for d in descs),
+        sum(len(d.blocks) for d in descs),
+        sum(b.length for d in descs for b in d.blocks),
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -104,7 +110,7 @@ def test_figures_count_every_block_read_and_records_are_unchanged(local_uri: str
     if workers == 0:
         assert got == (records, blocks, nbytes)
     else:  # a block at the edge of two workers' chunks is read by both, and counted by both
-        assert all(want <= n < 2 * want for n, want in zip(got, (records, blocks, nbytes))), got
+        assert all(want <= n < 2 * want for n, want in zip(got, (records, blocks, nbytes), strict=False)), got
     assert window["steps"] == len(batches)
     names = {"main"} if workers == 0 else {str(w) for w in range(workers)}
     assert set(figures[-1]["workers"]) == names
@@ -170,9 +176,14 @@ def test_watchdog_raises_in_a_stalled_worker(s3_uri: str, proxy: FaultProxy, tmp
     log = tmp_path / "worker.log"
     # Every read of s0 stalls, so the first batch cannot form (its blocks may be in either run in flight).
     proxy.arm(Rule(mode="stall", path_contains="s0.msgpack.zst", cut_after=64, stall_s=8.0, times=100))
-    loader = _loader(vault.storage, s3_uri, Observability(watchdog_s=0.5, on_stall="raise"), num_workers=1,
-                     multiprocessing_context=multiprocessing.get_context("spawn"),
-                     worker_init_fn=functools.partial(_log_to, str(log)))
+    loader = _loader(
+        vault.storage,
+        s3_uri,
+        Observability(watchdog_s=0.5, on_stall="raise"),
+        num_workers=1,
+        multiprocessing_context=multiprocessing.get_context("spawn"),
+        worker_init_fn=functools.partial(_log_to, str(log)),
+    )
     with pytest.raises(LoaderStallError, match=r"rank 0, worker 0\): no batch for .*_/s0 .*block\(s\) \d"):
         next(iter(loader))
     dump = log.read_text()
@@ -197,8 +208,14 @@ def test_slowest_rank_is_gathered_every_n_steps(local_uri: str, tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "settings",
-    [{"window_steps": 0}, {"gather_every": -1}, {"gather_every": True}, {"watchdog_s": 0},
-     {"watchdog_s": "5"}, {"on_stall": "panic"}],
+    [
+        {"window_steps": 0},
+        {"gather_every": -1},
+        {"gather_every": True},
+        {"watchdog_s": 0},
+        {"watchdog_s": "5"},
+        {"on_stall": "panic"},
+    ],
 )
 def test_bad_settings_are_refused(settings: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError, match=next(iter(settings))):
@@ -221,10 +238,14 @@ def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:
         export(loader.figures())
     figures = loader.figures()
     value = registry.get_sample_value
-    assert value("trainvault_loader_window_count", {"rank": "0", "worker": "main", "what": "records"}) == \
-        figures["window"]["records"]
-    assert value("trainvault_loader_window_seconds", {"rank": "0", "worker": "main", "stage": "decode"}) == \
-        figures["workers"]["main"]["decode_s"]
+    assert (
+        value("trainvault_loader_window_count", {"rank": "0", "worker": "main", "what": "records"})
+        == figures["window"]["records"]
+    )
+    assert (
+        value("trainvault_loader_window_seconds", {"rank": "0", "worker": "main", "stage": "decode"})
+        == figures["workers"]["main"]["decode_s"]
+    )
     assert value("trainvault_loader_data_wait_seconds", {"rank": "0"}) == figures["data_wait_s"]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("numpy")
 
-from trainvault.loading.order import (  # noqa: E402
+from trainvault.loading.order import (
     BlockPlan,
     EpochOrder,
     RankSchedule,

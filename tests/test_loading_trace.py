@@ -57,14 +57,21 @@ def excluded(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
     sizes = [n for stage in cfg["stages"] for n in stage]
     keys = [f"st{i}/s{j}" for i, stage in enumerate(cfg["stages"]) for j in range(len(stage))]
     if cfg["exclude"] == "every third":
-        return {key: list(range(0, n, 3)) for key, n in zip(keys, sizes)}
+        return {key: list(range(0, n, 3)) for key, n in zip(keys, sizes, strict=False)}
     return {keys[0]: list(range(sizes[0]))} if cfg["exclude"] == "first shard" else None
 
 
 def make(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, workers: int) -> Any:
     sdl = SplitDataLoader(
-        TrainVault().storage, uri, collate_fn=ids, shuffle=cfg["shuffle"], seed=cfg["seed"], rank=rank,
-        world_size=world, shuffle_window_blocks=cfg["window"], exclude=cfg.get("exclude_map"),
+        TrainVault().storage,
+        uri,
+        collate_fn=ids,
+        shuffle=cfg["shuffle"],
+        seed=cfg["seed"],
+        rank=rank,
+        world_size=world,
+        shuffle_window_blocks=cfg["window"],
+        exclude=cfg.get("exclude_map"),
         dataloader_args={"batch_size": batch, "drop_last": cfg["drop_last"], "num_workers": workers},
     )
     return sdl.load("train", curriculum_stages=cfg["stages"], infinite_iter=cfg["infinite"])
@@ -81,27 +88,33 @@ def run(loader: Any, steps: int, infinite: bool, per_epoch: int) -> list[list[in
     return out
 
 
-configs = st.fixed_dictionaries({
-    "stages": st.lists(st.lists(st.integers(1, 25), min_size=1, max_size=2), min_size=1, max_size=3),
-    "union": st.booleans(),
-    "block_bytes": st.integers(40, 160),
-    "batch": st.integers(1, 5),
-    "world": st.integers(1, 3),
-    "shuffle": st.booleans(),
-    "drop_last": st.booleans(),
-    "window": st.integers(1, 3),
-    "seed": st.integers(0, 3),
-    "workers": st.sampled_from([0, 2]),
-    "infinite": st.booleans(),
-    "exclude": st.sampled_from(["none", "every third", "first shard"]),
-    "cut": st.floats(0, 1),
-    "world2": st.integers(1, 3),
-    "batch2": st.integers(1, 5),
-})
+configs = st.fixed_dictionaries(
+    {
+        "stages": st.lists(st.lists(st.integers(1, 25), min_size=1, max_size=2), min_size=1, max_size=3),
+        "union": st.booleans(),
+        "block_bytes": st.integers(40, 160),
+        "batch": st.integers(1, 5),
+        "world": st.integers(1, 3),
+        "shuffle": st.booleans(),
+        "drop_last": st.booleans(),
+        "window": st.integers(1, 3),
+        "seed": st.integers(0, 3),
+        "workers": st.sampled_from([0, 2]),
+        "infinite": st.booleans(),
+        "exclude": st.sampled_from(["none", "every third", "first shard"]),
+        "cut": st.floats(0, 1),
+        "world2": st.integers(1, 3),
+        "batch2": st.integers(1, 5),
+    }
+)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(cfg=configs)
 def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFactory, cfg: dict[str, Any]) -> None:
     uri, keys = save(tmp_path_factory.mktemp("trace"), cfg["stages"], cfg["block_bytes"])
@@ -165,8 +178,9 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     # The state of the resumed run carries its history: a loader built from it alone traces the same.
     again = make(uri, cfg, 0, 1, 1, 0)
     again.load_state_dict(json.loads(json.dumps(resumed[0].state_dict())))
-    assert again.trace(cut - 1 if cut else 0, rank=0, read=False) == tracer.trace(cut - 1 if cut else 0, rank=0,
-                                                                                  read=False)
+    assert again.trace(cut - 1 if cut else 0, rank=0, read=False) == tracer.trace(
+        cut - 1 if cut else 0, rank=0, read=False
+    )
     if after[0]:
         last = cut + len(after[0]) - 1
         assert again.trace(last, rank=world2 - 1) == expected(after[world2 - 1][-1], keys)
@@ -248,33 +262,62 @@ def test_bad_steps_and_ranks(small: Any) -> None:
         empty.trace(0)
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"version": 3}, "version 3 is not supported"),
-    ({"history": []}, "non-empty list"),
-    ({"history": "x"}, "non-empty list"),
-    ({"history": [1]}, "entries are dicts"),
-    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "x"}]},
-     "pad or drop"),
-    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 0, "world_size": 1, "remainder": "pad"}]},
-     "out of range"),
-    ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "remainder": "pad"}]}, "lacks field"),
-    ({"step": -0.5}, "must be int"),
-    ({"step": 0, "history": [{"step": 3, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1,
-                              "remainder": "pad"}]}, "out of order"),
-    ({"manifest_uri": None}, "must be str"),
-    ({"batch_size": 0}, "must be >= 1, >= 1 and pad or drop"),
-    ({"world_size": -1}, "must be >= 1, >= 1 and pad or drop"),
-    ({"remainder": "keep"}, "must be >= 1, >= 1 and pad or drop"),
-    # Well-typed but impossible histories would name other records: a point past the epoch's end,
-    # one that goes back, one past where the run stands.
-    ({"history": [{"step": 0, "epoch": 0, "position": 71, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
-     "it is damaged"),
-    ({"step": 2, "history": [{"step": 0, "epoch": 1, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"},
-                             {"step": 1, "epoch": 0, "position": 8, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
-     "it is damaged"),
-    ({"history": [{"step": 0, "epoch": 3, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
-     "it is damaged"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"version": 3}, "version 3 is not supported"),
+        ({"history": []}, "non-empty list"),
+        ({"history": "x"}, "non-empty list"),
+        ({"history": [1]}, "entries are dicts"),
+        (
+            {"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "x"}]},
+            "pad or drop",
+        ),
+        (
+            {"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 0, "world_size": 1, "remainder": "pad"}]},
+            "out of range",
+        ),
+        ({"history": [{"step": 0, "epoch": 0, "position": 0, "batch_size": 4, "remainder": "pad"}]}, "lacks field"),
+        ({"step": -0.5}, "must be int"),
+        (
+            {
+                "step": 0,
+                "history": [
+                    {"step": 3, "epoch": 0, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"}
+                ],
+            },
+            "out of order",
+        ),
+        ({"manifest_uri": None}, "must be str"),
+        ({"batch_size": 0}, "must be >= 1, >= 1 and pad or drop"),
+        ({"world_size": -1}, "must be >= 1, >= 1 and pad or drop"),
+        ({"remainder": "keep"}, "must be >= 1, >= 1 and pad or drop"),
+        # Well-typed but impossible histories would name other records: a point past the epoch's end,
+        # one that goes back, one past where the run stands.
+        (
+            {
+                "history": [
+                    {"step": 0, "epoch": 0, "position": 71, "batch_size": 4, "world_size": 1, "remainder": "pad"}
+                ]
+            },
+            "it is damaged",
+        ),
+        (
+            {
+                "step": 2,
+                "history": [
+                    {"step": 0, "epoch": 1, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"},
+                    {"step": 1, "epoch": 0, "position": 8, "batch_size": 4, "world_size": 1, "remainder": "pad"},
+                ],
+            },
+            "it is damaged",
+        ),
+        (
+            {"history": [{"step": 0, "epoch": 3, "position": 0, "batch_size": 4, "world_size": 1, "remainder": "pad"}]},
+            "it is damaged",
+        ),
+    ],
+)
 def test_damaged_version_2_states_are_refused(small: Any, change: dict[str, Any], match: str) -> None:
     from trainvault import ResumeStateError
 

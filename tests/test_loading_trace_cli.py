@@ -36,8 +36,15 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _loader(chain: Any, rank: int, world: int, **kw: Any) -> Any:
-    return SplitDataLoader(TrainVault().storage, chain.manifest_uri, collate_fn=ids, rank=rank, world_size=world,
-                           dataloader_args={"batch_size": 3}, **kw).load("train", curriculum_stages=["hard", "easy"])
+    return SplitDataLoader(
+        TrainVault().storage,
+        chain.manifest_uri,
+        collate_fn=ids,
+        rank=rank,
+        world_size=world,
+        dataloader_args={"batch_size": 3},
+        **kw,
+    ).load("train", curriculum_stages=["hard", "easy"])
 
 
 def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -64,8 +71,15 @@ def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.Cap
     assert code == 0, err
     doc = json.loads(out)
     assert doc["epoch"] == 1 and [r["id"] for r in doc["records"]] == got[step]
-    by_id = {r["id"]: (key, i) for key, recs in [("easy/s0", chain.records["s0"]), ("easy/s1", chain.records["s1"]),
-                                                 ("hard/s2", chain.records["s2"])] for i, r in enumerate(recs)}
+    by_id = {
+        r["id"]: (key, i)
+        for key, recs in [
+            ("easy/s0", chain.records["s0"]),
+            ("easy/s1", chain.records["s1"]),
+            ("hard/s2", chain.records["s2"]),
+        ]
+        for i, r in enumerate(recs)
+    }
     assert [(r["shard"], r["record_index"]) for r in doc["records"]] == [by_id[i] for i in got[step]]
     code, out, _ = run(capsys, "trace", "--state", str(state), "--step", "0", "--rank", "1", "--records")
     lines = out.splitlines()
@@ -81,8 +95,23 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     pinned = _approved(chain, tmp_path, capsys)
     approval, sha, public = pinned[1], pinned[3], pinned[5]
     # A run of batch 3 on 2 ranks, rank 1, step 4: the unshuffled order the approved loader deals.
-    code, out, err = run(capsys, *pinned, "--stage", "hard", "--stage", "easy", "--batch-size", "3",
-                         "--world-size", "2", "--step", "4", "--rank", "1", "--json")
+    code, out, err = run(
+        capsys,
+        *pinned,
+        "--stage",
+        "hard",
+        "--stage",
+        "easy",
+        "--batch-size",
+        "3",
+        "--world-size",
+        "2",
+        "--step",
+        "4",
+        "--rank",
+        "1",
+        "--json",
+    )
     assert code == 0, err
     assert [r["id"] for r in json.loads(out)["records"]] == list(_loader(chain, 1, 2))[4]
 
@@ -148,8 +177,16 @@ def test_trace_from_a_state_saved_after_an_elastic_resume(tmp_path: Path, capsys
     saver.commit_manifest()
 
     def make(rank: int, world: int, batch: int) -> Any:
-        return SplitDataLoader(TrainVault().storage, uri, collate_fn=ids, shuffle=True, seed=3, rank=rank,
-                               world_size=world, dataloader_args={"batch_size": batch}).load("train")
+        return SplitDataLoader(
+            TrainVault().storage,
+            uri,
+            collate_fn=ids,
+            shuffle=True,
+            seed=3,
+            rank=rank,
+            world_size=world,
+            dataloader_args={"batch_size": batch},
+        ).load("train")
 
     first = make(0, 1, 8)
     it = iter(first)
@@ -191,8 +228,13 @@ def test_trace_of_an_approval_needs_the_run_s_batch_size(
     with pytest.raises(SystemExit):
         main(["trace", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
-    for shown in ("the run's batch size (required)", "number of ranks (default 1)", "the split (default train)",
-                  "the rank (default 0)", "trusted keys (default 1)"):
+    for shown in (
+        "the run's batch size (required)",
+        "number of ranks (default 1)",
+        "the split (default train)",
+        "the rank (default 0)",
+        "trusted keys (default 1)",
+    ):
         assert shown in helptext
     # A state names the run itself: options that would describe another run are refused, not ignored.
     ld = _loader(chain, 0, 1)
@@ -224,8 +266,10 @@ def test_trace_argument_errors_come_before_any_data_is_read(tmp_path: Path, caps
     state.write_text(json.dumps(doc))
     code, _, err = run(capsys, "trace", "--state", str(state), "--step", "0")
     assert code == 1 and "does not exist" in err
-    for argv, says in [(["--step", "-2"], "--step and --rank must be >= 0"),
-                       (["--step", "4", "--rank", "1"], "step 4 ran on 1 rank(s)")]:
+    for argv, says in [
+        (["--step", "-2"], "--step and --rank must be >= 0"),
+        (["--step", "4", "--rank", "1"], "step 4 ran on 1 rank(s)"),
+    ]:
         code, out, err = run(capsys, "trace", "--state", str(state), *argv)
         assert (code, out) == (1, "") and says in err and "does not exist" not in err, argv
 

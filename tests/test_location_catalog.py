@@ -62,10 +62,22 @@ def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> No
     from trainvault.approval import load_verifying_key, write_keypair
 
     write_keypair(tmp_path / "scanner")
-    (spec,) = load_datasets(catalog(tmp_path, entry(
-        scanner_key_path="scanner.key", trusted_scanner_keys=["scanner.pub"],
-        policy={"rescan_min_shards": 3, "rescan_fraction": "5/100", "rescan_seed": 7, "allow_exclusions": True,
-                "max_excluded_fraction": "2/1000"})))
+    (spec,) = load_datasets(
+        catalog(
+            tmp_path,
+            entry(
+                scanner_key_path="scanner.key",
+                trusted_scanner_keys=["scanner.pub"],
+                policy={
+                    "rescan_min_shards": 3,
+                    "rescan_fraction": "5/100",
+                    "rescan_seed": 7,
+                    "allow_exclusions": True,
+                    "max_excluded_fraction": "2/1000",
+                },
+            ),
+        )
+    )
     assert spec.scanner_key_path == str(tmp_path / "scanner.key")  # relative to the YAML file's folder
     assert spec.trusted_scanner_keys == [str(tmp_path / "scanner.pub")]
     policy = spec.approval_policy("a" * 64, "b" * 64)
@@ -77,7 +89,9 @@ def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> No
 
     # No scanner settings: the scanner signs with the dataset's signing key and the gate trusts the approver's key.
     write_keypair(tmp_path / "approver")
-    (plain,) = load_datasets(catalog(tmp_path, entry(signing_key_path="approver.key", trusted_keys_path="approver.pub")))
+    (plain,) = load_datasets(
+        catalog(tmp_path, entry(signing_key_path="approver.key", trusted_keys_path="approver.pub"))
+    )
     assert plain.scanner_key_paths() == [str(tmp_path / "approver.pub")]
     assert plain.scanner_signing_key().public_key == load_verifying_key(tmp_path / "approver.pub")
     assert not plain.policy.allow_exclusions and plain.approval_policy().rescan_count(100) == 2
@@ -94,7 +108,11 @@ def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None
     assert manifest.group_name == "tiny" and manifest.tags["trainvault/stage"] == "build" and "file" in manifest.kinds
     assert graph.get(dg.AssetKey(["tiny", "approved_dataset"])).kinds >= {"pytorch", "file"}
     assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"tiny"}  # one unit per dataset
-    assert {graph.get(k).tags["trainvault/stage"] for k in graph.get_all_asset_keys()} == {"build", "evaluate", "approve"}
+    assert {graph.get(k).tags["trainvault/stage"] for k in graph.get_all_asset_keys()} == {
+        "build",
+        "evaluate",
+        "approve",
+    }
     assert all(graph.get(k).description for k in graph.get_all_asset_keys())
     schedule = defs.resolve_schedule_def("nightly_rebuild_tiny")
     assert schedule.cron_schedule == "15 2 * * *"
@@ -106,8 +124,14 @@ def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None
 def test_environment_variables_fill_values_and_unset_ones_are_named(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TINY_ROOT", "s3://bucket/publications")
     monkeypatch.setenv("TINY_RECORDS", "7")
-    path = catalog(tmp_path, entry(root_uri="${TINY_ROOT}", records_per_shard="${TINY_RECORDS:-3}",
-                                   splits=[{"name": "train", "shards": "${TINY_SHARDS:-3}"}]))
+    path = catalog(
+        tmp_path,
+        entry(
+            root_uri="${TINY_ROOT}",
+            records_per_shard="${TINY_RECORDS:-3}",
+            splits=[{"name": "train", "shards": "${TINY_SHARDS:-3}"}],
+        ),
+    )
     (spec,) = load_datasets(path)
     assert (spec.root_uri, spec.records_per_shard, len(spec.partition_keys())) == ("s3://bucket/publications", 7, 3)
     monkeypatch.delenv("TINY_ROOT")
@@ -138,25 +162,46 @@ def test_the_catalog_path_comes_from_the_environment_else_pyproject() -> None:
         ({"schedule": {"cron": "nightly"}}, r"dataset 'tiny': field 'schedule.cron'"),
         ({"data_format": "csv"}, r"dataset 'tiny': field 'data_format' is 'csv', expected one of msgpack.zst"),
         ({"root_uri": "ftp://host/store"}, r"dataset 'tiny': field 'root_uri': ftp://host/store: unsupported scheme"),
-        ({"curricula": [{"split": "test", "name": "c", "stages": ["a"]}]},
-         r"dataset 'tiny': field 'curricula.c' orders stages \['a'\] of split 'test'"),
-        ({"splits": [{"name": "train", "stages": ["a"], "shards": 1}],
-          "curricula": [{"split": "train", "name": "c", "stages": ["a", "b"]}]}, r"field 'curricula.c' orders stages"),
+        (
+            {"curricula": [{"split": "test", "name": "c", "stages": ["a"]}]},
+            r"dataset 'tiny': field 'curricula.c' orders stages \['a'\] of split 'test'",
+        ),
+        (
+            {
+                "splits": [{"name": "train", "stages": ["a"], "shards": 1}],
+                "curricula": [{"split": "train", "name": "c", "stages": ["a", "b"]}],
+            },
+            r"field 'curricula.c' orders stages",
+        ),
         ({"ngram_n": 0}, r"dataset 'tiny': field 'ngram_n' must be at least 1"),
         ({"schedule": {"cron": "99 99 * * *"}}, r"dataset 'tiny': field 'schedule.cron' is '99 99"),
-        ({"splits": [{"name": "train", "shards": 2}, {"name": "train", "shards": 1}]},
-         r"dataset 'tiny': field 'splits' names 'train' twice"),
-        ({"splits": [{"name": "train", "stages": ["a", "a"], "shards": 1}]},
-         r"dataset 'tiny': field 'splits.train.stages' names 'a' twice"),
-        ({"splits": [{"name": "train", "shard_ids": ["0", "0"]}]},
-         r"dataset 'tiny': field 'splits.train.shard_ids' names '0' twice"),
+        (
+            {"splits": [{"name": "train", "shards": 2}, {"name": "train", "shards": 1}]},
+            r"dataset 'tiny': field 'splits' names 'train' twice",
+        ),
+        (
+            {"splits": [{"name": "train", "stages": ["a", "a"], "shards": 1}]},
+            r"dataset 'tiny': field 'splits.train.stages' names 'a' twice",
+        ),
+        (
+            {"splits": [{"name": "train", "shard_ids": ["0", "0"]}]},
+            r"dataset 'tiny': field 'splits.train.shard_ids' names '0' twice",
+        ),
         ({"splits": [{"name": "tr/ain", "shards": 1}]}, r"dataset 'tiny': field 'splits' has 'tr/ain'"),
-        ({"splits": [{"name": "train", "stages": ["_"], "shards": 1}]},
-         r"dataset 'tiny': field 'splits.train.stages' has '_'"),
-        ({"splits": [{"name": "train", "shard_ids": ["a/b"]}]}, r"dataset 'tiny': field 'splits.train.shard_ids' has 'a/b'"),
+        (
+            {"splits": [{"name": "train", "stages": ["_"], "shards": 1}]},
+            r"dataset 'tiny': field 'splits.train.stages' has '_'",
+        ),
+        (
+            {"splits": [{"name": "train", "shard_ids": ["a/b"]}]},
+            r"dataset 'tiny': field 'splits.train.shard_ids' has 'a/b'",
+        ),
         ({"schedule": {"cron": "0 3 * * *", "enabled": "sometimes"}}, r"dataset 'tiny': field schedule.enabled"),
         ({"colour": "blue"}, r"dataset 'tiny': field colour"),
-        ({"policy": {"rescan_fraction": "2%"}}, r"dataset 'tiny': field 'policy.rescan_fraction' is '2%', expected N/D"),
+        (
+            {"policy": {"rescan_fraction": "2%"}},
+            r"dataset 'tiny': field 'policy.rescan_fraction' is '2%', expected N/D",
+        ),
         ({"policy": {"max_excluded_fraction": "3/2"}}, r"dataset 'tiny': field 'policy.max_excluded_fraction'"),
         ({"policy": {"max_excluded_fraction": "1/0"}}, r"dataset 'tiny': field 'policy.max_excluded_fraction'"),
         ({"policy": {"rescan_min_shards": -1}}, r"dataset 'tiny': field 'policy.rescan_min_shards'"),
@@ -180,8 +225,10 @@ def test_a_malformed_entry_names_the_dataset_and_the_field(tmp_path, fields, mes
         ("other: 1", r"expected a non-empty list under 'datasets:'"),
         ("datasets: [3]", r"entry 0 is not a mapping"),
         ("datasets:\n  - {? [a, b] : 1}\n", r"(?s)not valid YAML .*unhashable key"),
-        ("datasets:\n  - name: a\n    policy: {}\n    policy: {allow_exclusions: true}\n",
-         r"key 'policy' is given twice .*line 4"),
+        (
+            "datasets:\n  - name: a\n    policy: {}\n    policy: {allow_exclusions: true}\n",
+            r"key 'policy' is given twice .*line 4",
+        ),
     ],
 )
 def test_a_malformed_file_is_refused(tmp_path, text, message) -> None:

@@ -24,20 +24,38 @@ from trainvault.errors import ConfigurationError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 ROOT = Path(__file__).resolve().parent.parent
-BOUND = {"data_manifest": "data_manifest", "training_scan": "training_scan_manifest",
-         "evaluation_release": "evaluation_release", "contamination_report": "contamination_report",
-         "producer_pins": "producer_pins"}
+BOUND = {
+    "data_manifest": "data_manifest",
+    "training_scan": "training_scan_manifest",
+    "evaluation_release": "evaluation_release",
+    "contamination_report": "contamination_report",
+    "producer_pins": "producer_pins",
+}
 
 
 def write_catalog(path: Path, root: Path, keys: Path, records: int) -> Path:
     """One dataset named `notes`: the same name (so the same asset keys) in both catalogs, another version."""
-    path.write_text(yaml.safe_dump({"datasets": [{
-        "name": "notes", "root_uri": str(root), "data_format": "jsonl.gz", "stage_metadata": None,
-        "generator": "pipelines.examples.notes:generate_notes", "records_per_shard": records,
-        "splits": [{"name": "train", "shards": 2}, {"name": "valid", "shards": 1}],
-        "evaluation_sources": ["pipelines.examples.benchmarks:synthetic_benchmark"], "ngram_n": 8,
-        "signing_key_path": f"{keys}.key", "trusted_keys_path": f"{keys}.pub",
-    }]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "datasets": [
+                    {
+                        "name": "notes",
+                        "root_uri": str(root),
+                        "data_format": "jsonl.gz",
+                        "stage_metadata": None,
+                        "generator": "pipelines.examples.notes:generate_notes",
+                        "records_per_shard": records,
+                        "splits": [{"name": "train", "shards": 2}, {"name": "valid", "shards": 1}],
+                        "evaluation_sources": ["pipelines.examples.benchmarks:synthetic_benchmark"],
+                        "ngram_n": 8,
+                        "signing_key_path": f"{keys}.key",
+                        "trusted_keys_path": f"{keys}.pub",
+                    }
+                ]
+            }
+        )
+    )
     return path
 
 
@@ -66,12 +84,20 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
     specs = [load_datasets(c)[0] for c in catalogs]
     assert specs[0].publication().version != specs[1].publication().version
     procs = []
-    for catalog, spec in zip(catalogs, specs):
-        env = {**os.environ, "DAGSTER_HOME": str(home), "TRAINVAULT_DATASETS": str(catalog),
-               "PYTHONWARNINGS": "ignore"}
+    for catalog, spec in zip(catalogs, specs, strict=False):
+        env = {**os.environ, "DAGSTER_HOME": str(home), "TRAINVAULT_DATASETS": str(catalog), "PYTHONWARNINGS": "ignore"}
         env.pop("TRAINVAULT_EXECUTOR", None)
-        cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
-               "-j", "lifecycle_notes", "--tags", json.dumps({**whole_build_tags(spec), "catalog": catalog.name})]
+        cmd = [
+            str(Path(sys.executable).with_name("dagster")),
+            "job",
+            "execute",
+            "-m",
+            "pipelines.definitions",
+            "-j",
+            "lifecycle_notes",
+            "--tags",
+            json.dumps({**whole_build_tags(spec), "catalog": catalog.name}),
+        ]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = []
     try:
@@ -87,13 +113,14 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
         instance = dg.DagsterInstance.get()
         runs = {r.tags["catalog"]: r for r in instance.get_runs(filters=dg.RunsFilter(job_name="lifecycle_notes"))}
         seen_manifests = set()
-        for catalog, spec in zip(catalogs, specs):
+        for catalog, spec in zip(catalogs, specs, strict=False):
             run = runs[catalog.name]
             made = run_metadata(instance, run.run_id)
             approval = made["approved_dataset"]
             assert approval["version"] == spec.publication().version
-            approved = TrainVault().open_approved(approval["uri"], approval["sha256"],
-                                                  trusted_keys=[load_verifying_key(f"{keys}.pub")])
+            approved = TrainVault().open_approved(
+                approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")]
+            )
             for asset, binding in BOUND.items():
                 ref = approved.bindings[binding]
                 assert (ref.uri, ref.sha256) == (made[asset]["uri"], made[asset]["sha256"]), (catalog.name, asset)
@@ -125,8 +152,9 @@ def test_a_step_run_alone_reads_the_one_hand_off_of_its_version(notes) -> None:
 def test_a_step_run_alone_refuses_when_its_upstream_is_missing_or_ambiguous(notes, tmp_path) -> None:
     instance = dg.DagsterInstance.ephemeral()
     job = build_definitions([notes], ObjectStore()).resolve_job_def("lifecycle_notes")
-    missing = job.execute_in_process(instance=instance, raise_on_error=False,
-                                     asset_selection=[dg.AssetKey(["notes", "training_scan"])])
+    missing = job.execute_in_process(
+        instance=instance, raise_on_error=False, asset_selection=[dg.AssetKey(["notes", "training_scan"])]
+    )
     assert not missing.success
     error = next(e for e in missing.all_events if e.is_step_failure).event_specific_data.error
     assert error.cause.cls_name == "ConfigurationError"
@@ -136,8 +164,9 @@ def test_a_step_run_alone_refuses_when_its_upstream_is_missing_or_ambiguous(note
     handoffs = Path(notes.publication().base.removeprefix("file://")) / "handoffs"
     (manifest,) = handoffs.glob("data_manifest-*.json")
     (handoffs / "data_manifest-0000000000000000.json").write_bytes(manifest.read_bytes())
-    ambiguous = job.execute_in_process(instance=instance, raise_on_error=False,
-                                       asset_selection=[dg.AssetKey(["notes", "training_scan"])])
+    ambiguous = job.execute_in_process(
+        instance=instance, raise_on_error=False, asset_selection=[dg.AssetKey(["notes", "training_scan"])]
+    )
     assert not ambiguous.success
     error = next(e for e in ambiguous.all_events if e.is_step_failure).event_specific_data.error
     assert "2 hand-offs" in error.cause.message
@@ -169,5 +198,6 @@ def test_an_altered_shard_scan_result_fails_the_rerun_and_no_approval_follows(no
     failed = [e.step_key for e in again.all_events if e.is_step_failure]
     assert failed == ["notes__contamination_scan"]
     assert "already exists with different content" in str(
-        next(e for e in again.all_events if e.is_step_failure).event_specific_data.error)
+        next(e for e in again.all_events if e.is_step_failure).event_specific_data.error
+    )
     assert sorted((base / "approvals").iterdir()) == approvals

@@ -86,7 +86,9 @@ def test_copy_reads_the_original_data_and_is_create_only(published, tmp_path) ->
 
     # A modification (drop a shard) is a different manifest: refused at the same URI.
     edited = copy.model_copy(
-        update={"splits": {"train": copy.splits["train"].model_copy(update={"shards": copy.splits["train"].shards[1:]})}}
+        update={
+            "splits": {"train": copy.splits["train"].model_copy(update={"shards": copy.splits["train"].shards[1:]})}
+        }
     )
     with pytest.raises(ConflictError):
         vault.save_manifest(copy_uri, edited)

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("dagster")
 
-import dagster as dg  # noqa: E402
+import dagster as dg
 
-from trainvault.approval import write_keypair  # noqa: E402
+from trainvault.approval import write_keypair
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,15 +37,28 @@ def demo_env(tmp_path: Path, **settings: str) -> dict[str, str]:
         "TRAINVAULT_SCANNER_KEY_PATH": str(tmp_path / "scanner.key"),
         "TRAINVAULT_TRUSTED_SCANNER_KEY": str(tmp_path / "scanner.pub"),
     }
-    for name in ("TRAINVAULT_DEMO_PLANT", "TRAINVAULT_DEMO_GENERATOR", "TRAINVAULT_DATASETS", "TRAINVAULT_DEMO_EVAL_SHARDS",
-                 "TRAINVAULT_DEMO_EXCLUSIONS", "TRAINVAULT_DEMO_EXECUTOR", "TRAINVAULT_EXECUTOR"):
+    for name in (
+        "TRAINVAULT_DEMO_PLANT",
+        "TRAINVAULT_DEMO_GENERATOR",
+        "TRAINVAULT_DATASETS",
+        "TRAINVAULT_DEMO_EVAL_SHARDS",
+        "TRAINVAULT_DEMO_EXCLUSIONS",
+        "TRAINVAULT_DEMO_EXECUTOR",
+        "TRAINVAULT_EXECUTOR",
+    ):
         env.pop(name, None)
     return {**env, **settings}
 
 
 def run_demo(env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-m", "pipelines.examples.demo"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=400)
+    out = subprocess.run(
+        [sys.executable, "-m", "pipelines.examples.demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "telemetry" not in out.stderr.lower()
     return out.stdout
@@ -70,8 +83,13 @@ def test_demo_runs_both_datasets_with_the_cli_and_a_trainer_reads_both_approvals
     assert "batch 2: 8 records, train-0-00008" in notes
     assert "/store/demo_text/v-" in notes and "/approvals/approval-" in notes
     assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
-    make = subprocess.run(["make", "-n", "-o", ".venv/.installed", f"DAGSTER_HOME_DIR={tmp_path / 'make_home'}", "demo"],
-                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    make = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", f"DAGSTER_HOME_DIR={tmp_path / 'make_home'}", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "printf 'telemetry:\\n  enabled: false\\nnux:\\n  enabled: false\\n'" in make  # the Makefile's is the same
     with dg.DagsterInstance.from_config(str(home)) as instance:  # the UI's "Join the Dagster community" modal: off
         assert not instance.nux_enabled and not instance.telemetry_enabled
@@ -88,8 +106,10 @@ def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_fi
     assert "excluded from the approval: 5 records" in curriculum
     for item in ("HumanEval/0", "HumanEval/7", "HumanEval/42", "wordprob/3", "wordprob/11"):
         assert f" {item}" in curriculum.split("excluded from the approval:")[1]
-    assert "the trainer's batches: 300 records of train, 0 planted (as expected: no excluded record reaches the trainer)" \
+    assert (
+        "the trainer's batches: 300 records of train, 0 planted (as expected: no excluded record reaches the trainer)"
         in curriculum
+    )
     assert "max_excluded_fraction=(1, 100)" in curriculum
     assert "check within_contract PASSED: within contract after exclusions: " in curriculum
     assert "every hit excluded" in curriculum
@@ -120,8 +140,9 @@ def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_fi
 
 
 def test_with_exclusions_off_planted_items_block_the_approval(tmp_path) -> None:
-    text = run_demo(demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_EXCLUSIONS="0",
-                             TRAINVAULT_DEMO_RECORDS="40"))
+    text = run_demo(
+        demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_EXCLUSIONS="0", TRAINVAULT_DEMO_RECORDS="40")
+    )
     curriculum, notes = text.split("== demo_text ")
     assert "check within_contract FAILED" in curriculum and "approved_dataset was not executed" in curriculum
     assert "approval records written by this run for demo_curriculum: 0 (0 from earlier runs)" in curriculum
@@ -133,8 +154,9 @@ def test_with_exclusions_off_planted_items_block_the_approval(tmp_path) -> None:
 def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkeypatch) -> None:
     # README's order: the planted demo (approved with exclusions), then the same with exclusions off, in the
     # same store: the second run's version folder already holds the first run's approval.
-    env = demo_env(tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100",
-                   TRAINVAULT_DEMO_EXECUTOR="in_process")
+    env = demo_env(
+        tmp_path, TRAINVAULT_DEMO_PLANT="1", TRAINVAULT_DEMO_RECORDS="100", TRAINVAULT_DEMO_EXECUTOR="in_process"
+    )
     first = run_demo(env).split("== demo_text ")[0]
     assert "HumanEval" in first and "excluded: the approval leaves out the 5 records that hold them" in first
     text = run_demo({**env, "TRAINVAULT_DEMO_EXCLUSIONS": "0"})
@@ -154,9 +176,13 @@ def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkey
     assert (meta["dagster/row_count"], meta["excluded records"], meta["records in the shards"]) == (500, 5, 505)
     blocked_run = instance.get_runs(filters=dg.RunsFilter(job_name="lifecycle_demo_curriculum"), limit=1)[0]
     assert blocked_run.run_id != approval.run_id
-    (check,) = [r.event_log_entry.dagster_event.event_specific_data for r in instance.get_records_for_run(
-        blocked_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
-        if r.event_log_entry.dagster_event.event_specific_data.check_name == "within_contract"]
+    (check,) = [
+        r.event_log_entry.dagster_event.event_specific_data
+        for r in instance.get_records_for_run(
+            blocked_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ).records
+        if r.event_log_entry.dagster_event.event_specific_data.check_name == "within_contract"
+    ]
     assert not check.passed and "an approval it shows is an earlier run's" in check.description
     assert "the policy of demo_curriculum forbids exclusions" in check.description
     assert meta["approval policy"]["allow_exclusions"] is True  # the earlier run's policy, not today's

@@ -19,8 +19,10 @@ from trainvault.approval import write_keypair  # noqa: E402
 from trainvault.publication.pinned import Publication  # noqa: E402
 from trainvault.storage import READS  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`"),
-              pytest.mark.filterwarnings("ignore:Parameter `data_version`")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`"),
+    pytest.mark.filterwarnings("ignore:Parameter `data_version`"),
+]
 
 
 def run(spec, instance):
@@ -33,8 +35,11 @@ def run(spec, instance):
 
 def shards_read(result, asset: str) -> dict[str | None, int]:
     """The ``shards read`` each materialization of `asset` in the run recorded, by partition."""
-    return {e.partition: e.materialization.metadata["shards read"].value
-            for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == asset}
+    return {
+        e.partition: e.materialization.metadata["shards read"].value
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.path[-1] == asset
+    }
 
 
 def stored(spec) -> int:
@@ -44,14 +49,16 @@ def stored(spec) -> int:
 
 
 def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_changed_shard_alone_is_verified(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     keys = tmp_path / "approver"
     write_keypair(keys)
     instance = dg.DagsterInstance.ephemeral()
 
     def spec_of(plant: bool):
-        return example_spec(str(tmp_path / "store"), shards_per_stage=2, eval_shards=1, records=300, plant=plant,
-                            **key_fields(keys))
+        return example_spec(
+            str(tmp_path / "store"), shards_per_stage=2, eval_shards=1, records=300, plant=plant, **key_fields(keys)
+        )
 
     clean = spec_of(False)
     built, read = run(clean, instance)
@@ -73,6 +80,11 @@ def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_change
     assert {k for k, n in scanned.items() if n} == {"train/hard/0"} and len(scanned) == 8
     assert shards_read(changed, "dataset_profile") == {None: 0}
     planted_bytes = stored(planted)
-    hard0 = next(e.size_bytes for e in Publication.load(TrainVault().storage, planted.publication().manifest_uri)
-                 .manifest.splits["train"].shards if e.key == "hard/0")
+    hard0 = next(
+        e.size_bytes
+        for e in Publication.load(TrainVault().storage, planted.publication().manifest_uri)
+        .manifest.splits["train"]
+        .shards
+        if e.key == "hard/0"
+    )
     assert read.streamed <= planted_bytes + hard0

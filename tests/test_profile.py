@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict
 
 from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError, Storage
 from trainvault.errors import ProfileError, TaskDataValidationError
-from trainvault.publication.manifest import MANIFEST_NAME
 from trainvault.profile import (
     MAX_CATEGORICAL_LABELS,
     AvgMinMax,
@@ -33,6 +32,7 @@ from trainvault.profile import (
     sidecar_uri,
     write_metrics_sidecars,
 )
+from trainvault.publication.manifest import MANIFEST_NAME
 from trainvault.publication.saver import DatasetSaver
 
 # -- realistic rows -----------------------------------------------------------------
@@ -85,7 +85,12 @@ def agent_row(i: int) -> dict[str, Any]:
             "input": [
                 {"role": "developer", "content": "Use tools when they help."},
                 {"role": "user", "content": f"What's the weather in city {i}?"},
-                {"type": "function_call", "call_id": f"c{i}", "name": "get_weather", "arguments": json.dumps({"city": f"city {i}"})},
+                {
+                    "type": "function_call",
+                    "call_id": f"c{i}",
+                    "name": "get_weather",
+                    "arguments": json.dumps({"city": f"city {i}"}),
+                },
                 {"type": "function_call_output", "call_id": f"c{i}", "output": "sunny, 21 C"},
                 {"role": "user", "content": "And tomorrow?"},
             ],
@@ -137,7 +142,7 @@ def storage() -> Storage:
 # -- accumulators -----------------------------------------------------------------
 
 finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
-numbers = st.one_of(finite, st.integers(min_value=-10**6, max_value=10**6))
+numbers = st.one_of(finite, st.integers(min_value=-(10**6), max_value=10**6))
 
 
 def split_at(values: list[Any], cuts: list[int]) -> list[list[Any]]:
@@ -348,7 +353,9 @@ def test_profile_publication_writes_sidecars_bound_by_digest(tmp_path: Path, sto
     assert MetricsSidecar.from_json_bytes(doc.to_json_bytes()) == doc
 
     # Profiling again gives the same bytes: nothing is written, the digests are unchanged.
-    again = write_metrics_sidecars(storage, profile_publication(storage, uri, schema=TaskRow, validation="warn", hook=hook))
+    again = write_metrics_sidecars(
+        storage, profile_publication(storage, uri, schema=TaskRow, validation="warn", hook=hook)
+    )
     assert {s: r.sha256 for s, r in again.items()} == {s: r.sha256 for s, r in refs.items()}
     assert not any(r.written for r in again.values())
 
@@ -406,7 +413,10 @@ def test_validation_warn_records_offending_rows(tmp_path: Path, storage: Storage
     doc = read_metrics_sidecar(storage, refs["train"].uri)
     assert doc.validation.offending_count == 2
     assert doc.validation.offending_rows[0] == {
-        "split": "train", "shard_key": "_/1", "record_index": 2, "error": profile.offending[0].error
+        "split": "train",
+        "shard_key": "_/1",
+        "record_index": 2,
+        "error": profile.offending[0].error,
     }
     assert read_metrics_sidecar(storage, refs["valid"].uri).validation.offending_count == 0
 
@@ -445,7 +455,9 @@ def test_validation_off_and_auto_without_schema(tmp_path: Path, storage: Storage
 
 
 def test_collate_sources_with_num_repeats(tmp_path: Path, storage: Storage) -> None:
-    chat_uri = publish(tmp_path / "chat", {"train": [[chat_row(i) for i in range(5)], [chat_row(i) for i in range(5, 8)]]})
+    chat_uri = publish(
+        tmp_path / "chat", {"train": [[chat_row(i) for i in range(5)], [chat_row(i) for i in range(5, 8)]]}
+    )
     agent_uri = publish(tmp_path / "agent", {"train": [[agent_row(i) for i in range(4)]], "valid": [[agent_row(9)]]})
     sources = [
         SourceDataset("chat", chat_uri, "train", into="train"),

@@ -50,8 +50,13 @@ def published(tmp_path: Path) -> tuple[Any, dg.DagsterInstance]:
     pub = spec.publication()
     saver = DatasetSaver(Storage(), pub.manifest_uri, data_format=spec.data_format)
     for split, stage, shard_id in spec.shards():
-        saver.save(split, stage, spec.records(split, stage, shard_id), shard_id=shard_id,
-                   curriculum_metadata=spec.metadata_of_stage(split, stage))
+        saver.save(
+            split,
+            stage,
+            spec.records(split, stage, shard_id),
+            shard_id=shard_id,
+            curriculum_metadata=spec.metadata_of_stage(split, stage),
+        )
     return spec, dg.DagsterInstance.ephemeral()
 
 
@@ -83,8 +88,13 @@ def ran_after_profile(result: dg.ExecuteInProcessResult) -> bool:
 
 def test_profile_asset_tables_sidecars_and_passing_check(tmp_path: Path) -> None:
     spec, instance = published(tmp_path)
-    result = run(spec, instance, task_schema=f"{__name__}:ExampleTask", validation="error",
-                 extra_metrics=f"{__name__}:text_words")
+    result = run(
+        spec,
+        instance,
+        task_schema=f"{__name__}:ExampleTask",
+        validation="error",
+        extra_metrics=f"{__name__}:text_words",
+    )
     assert result.success
     meta = profile_metadata(result)
     sidecars = meta["sidecars"].value
@@ -107,9 +117,22 @@ def test_profile_asset_tables_sidecars_and_passing_check(tmp_path: Path) -> None
     from trainvault.approval import ApprovalRequest
 
     ref = {"uri": sidecars["train_metrics"]["uri"], "sha256": "b" * 64}
-    request = ApprovalRequest.model_validate({**{k: ref for k in (
-        "data_manifest", "training_scan_manifest", "evaluation_release", "contamination_report",
-        "verifier_contract", "producer_pins")}, "sidecars": sidecars})
+    request = ApprovalRequest.model_validate(
+        {
+            **{
+                k: ref
+                for k in (
+                    "data_manifest",
+                    "training_scan_manifest",
+                    "evaluation_release",
+                    "contamination_report",
+                    "verifier_contract",
+                    "producer_pins",
+                )
+            },
+            "sidecars": sidecars,
+        }
+    )
     assert request.bindings()["valid_metrics"].sha256 == sidecars["valid_metrics"]["sha256"]
 
 

@@ -52,17 +52,38 @@ def published(tmp_path_factory: pytest.TempPathFactory, vault: TrainVault) -> st
 # -- settings -------------------------------------------------------------------------------
 
 CLOSED = "http://127.0.0.1:9"
-S3_OK = dict(s3_base_url=CLOSED, region="us-east-1", access_key_id="key-id-value", secret_access_key="s3cr3t-value",
-             connect_timeout_s=0.2, recovery_window_s=0.2, client_retries=0, first_contact_attempts=1)
+S3_OK = dict(
+    s3_base_url=CLOSED,
+    region="us-east-1",
+    access_key_id="key-id-value",
+    secret_access_key="s3cr3t-value",
+    connect_timeout_s=0.2,
+    recovery_window_s=0.2,
+    client_retries=0,
+    first_contact_attempts=1,
+)
 
 
-@pytest.mark.parametrize("override", [
-    {"s3_base_url": "not a url"}, {"s3_base_url": "http://[::1"}, {"s3_base_url": "http://host:99999"},
-    {"s3_base_url": "ftp://host"}, {"region": "us east 1"}, {"region": "ü"}, {"access_key_id": "k\n"},
-    {"secret_access_key": "s3cr3t-välue"}, {"connect_timeout_s": -1}, {"read_timeout_s": float("inf")},
-    {"request_timeout_s": float("nan")}, {"client_retries": -1}, {"client_retries": "3"},
-    {"first_contact_attempts": 0}, {"backoff_max_s": True},
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"s3_base_url": "not a url"},
+        {"s3_base_url": "http://[::1"},
+        {"s3_base_url": "http://host:99999"},
+        {"s3_base_url": "ftp://host"},
+        {"region": "us east 1"},
+        {"region": "ü"},
+        {"access_key_id": "k\n"},
+        {"secret_access_key": "s3cr3t-välue"},
+        {"connect_timeout_s": -1},
+        {"read_timeout_s": float("inf")},
+        {"request_timeout_s": float("nan")},
+        {"client_retries": -1},
+        {"client_retries": "3"},
+        {"first_contact_attempts": 0},
+        {"backoff_max_s": True},
+    ],
+)
 def test_bad_s3_settings_are_refused_before_any_request(override: dict[str, Any]) -> None:
     vault = TrainVault(storage=StorageConfig(**{**S3_OK, **override}))
     err = refused(lambda: vault.storage.get("s3://bucket/key"), ConfigurationError)
@@ -85,14 +106,18 @@ def test_trainvault_settings() -> None:
 
 # -- saving ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "kind"), [
-    ({"data_format": "nope"}, ManifestError),
-    ({"block_bytes": 0}, ConfigurationError),
-    ({"block_bytes": -5}, ConfigurationError),
-    ({"block_bytes": "big"}, TypeError),
-    ({"manifest_uri": "ftp://host/m.json"}, StorageError),
-    ({"manifest_uri": ""}, StorageError),
-])
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"data_format": "nope"}, ManifestError),
+        ({"block_bytes": 0}, ConfigurationError),
+        ({"block_bytes": -5}, ConfigurationError),
+        ({"block_bytes": "big"}, TypeError),
+        ({"manifest_uri": "ftp://host/m.json"}, StorageError),
+        ({"manifest_uri": ""}, StorageError),
+    ],
+)
 def test_dataset_saver_arguments(vault: TrainVault, kwargs: dict[str, Any], kind: type[BaseException]) -> None:
     args = {"manifest_uri": f"{memory_root()}/m.json", **kwargs}
     refused(lambda: vault.dataset_saver(args.pop("manifest_uri"), **args), kind)
@@ -108,13 +133,15 @@ def test_save_names_are_valid_or_refused(vault: TrainVault, split: str, stage: s
 
 @CHECK
 @given(
-    records=st.lists(st.dictionaries(st.text(max_size=6) | st.integers(), RECORD_VALUES, max_size=3) | RECORD_VALUES,
-                     max_size=4),
+    records=st.lists(
+        st.dictionaries(st.text(max_size=6) | st.integers(), RECORD_VALUES, max_size=3) | RECORD_VALUES, max_size=4
+    ),
     metadata=st.none() | JSON | st.dictionaries(st.text(max_size=4), RECORD_VALUES, max_size=2),
     data_format=st.sampled_from(["msgpack.zst", "jsonl.gz"]),
 )
-def test_save_records_are_encoded_or_refused(vault: TrainVault, records: list[Any], metadata: Any,
-                                             data_format: str) -> None:
+def test_save_records_are_encoded_or_refused(
+    vault: TrainVault, records: list[Any], metadata: Any, data_format: str
+) -> None:
     saver = vault.dataset_saver(f"{memory_root()}/m.json", data_format=data_format)
     got = outcome(lambda: saver.save("train", "s", records, shard_id="x", curriculum_metadata=metadata))
     assert got is None or isinstance(got, (EncodeError, ManifestError)), got
@@ -127,6 +154,7 @@ def test_save_records_of_a_wrong_type(vault: TrainVault) -> None:
 
 
 # -- documents ------------------------------------------------------------------------------
+
 
 @CHECK
 @given(doc=JSON)
@@ -183,36 +211,43 @@ def test_iter_shard_with_a_wrong_type_of_shard(vault: TrainVault) -> None:
 
 # -- loading --------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def torch() -> Any:
     return pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize(("kwargs", "kind"), [
-    ({"dataloader_args": {"batch_size": 0}}, ConfigurationError),
-    ({"dataloader_args": {"batch_size": 2.5}}, ConfigurationError),
-    ({"dataloader_args": {"sampler": None}}, ConfigurationError),
-    ({"dataloader_args": {"in_order": False}}, ConfigurationError),
-    ({"rank": 2, "world_size": 2}, ConfigurationError),
-    ({"rank": 0, "world_size": 0}, ConfigurationError),
-    ({"shuffle": "yes"}, TypeError),
-    ({"seed": "1"}, TypeError),
-])
-def test_split_data_loader_arguments(torch: Any, vault: TrainVault, published: str, kwargs: dict[str, Any],
-                                     kind: type[BaseException]) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"dataloader_args": {"batch_size": 0}}, ConfigurationError),
+        ({"dataloader_args": {"batch_size": 2.5}}, ConfigurationError),
+        ({"dataloader_args": {"sampler": None}}, ConfigurationError),
+        ({"dataloader_args": {"in_order": False}}, ConfigurationError),
+        ({"rank": 2, "world_size": 2}, ConfigurationError),
+        ({"rank": 0, "world_size": 0}, ConfigurationError),
+        ({"shuffle": "yes"}, TypeError),
+        ({"seed": "1"}, TypeError),
+    ],
+)
+def test_split_data_loader_arguments(
+    torch: Any, vault: TrainVault, published: str, kwargs: dict[str, Any], kind: type[BaseException]
+) -> None:
     refused(lambda: vault.split_data_loader(published, **kwargs), kind)
 
 
 @pytest.mark.parametrize("args", [{"num_workers": -1}, {"prefetch_factor": 2}, {"timeout": -1}])
-def test_dataloader_settings_torch_refuses_are_configuration_errors(torch: Any, vault: TrainVault, published: str,
-                                                                    args: dict[str, Any]) -> None:
+def test_dataloader_settings_torch_refuses_are_configuration_errors(
+    torch: Any, vault: TrainVault, published: str, args: dict[str, Any]
+) -> None:
     refused(lambda: vault.split_data_loader(published, dataloader_args=args).load("train"), ConfigurationError)
 
 
 @CHECK
 @given(split=NAMES, stage=st.none() | NAMES, stages=st.none() | st.lists(NAMES, min_size=1, max_size=3))
-def test_load_selects_or_raises_selection_error(torch: Any, vault: TrainVault, published: str, split: str,
-                                                stage: str | None, stages: list[str] | None) -> None:
+def test_load_selects_or_raises_selection_error(
+    torch: Any, vault: TrainVault, published: str, split: str, stage: str | None, stages: list[str] | None
+) -> None:
     loader = vault.split_data_loader(published)
     got = outcome(lambda: loader.load(split, curriculum_stage=stage, curriculum_stages=stages))
     assert got is None or isinstance(got, SelectionError), got
@@ -220,8 +255,12 @@ def test_load_selects_or_raises_selection_error(torch: Any, vault: TrainVault, p
 
 def test_load_with_wrong_types_of_selection(torch: Any, vault: TrainVault, published: str) -> None:
     loader = vault.split_data_loader(published)
-    for call in (lambda: loader.load(["train"]), lambda: loader.load("train", curriculum_stages=5),
-                 lambda: loader.load("train", curriculum_stages=[["easy"]]), lambda: loader.load("train", 7)):
+    for call in (
+        lambda: loader.load(["train"]),
+        lambda: loader.load("train", curriculum_stages=5),
+        lambda: loader.load("train", curriculum_stages=[["easy"]]),
+        lambda: loader.load("train", 7),
+    ):
         refused(call, TypeError)
 
 
@@ -237,20 +276,25 @@ def test_load_state_dict_of_a_damaged_state(torch: Any, vault: TrainVault, publi
 
 # -- profiling ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "kind"), [
-    ({"validation": "nope"}, ProfileError),
-    ({"schema": "nope"}, ProfileError),
-    ({"schema": 5}, ProfileError),
-    ({"max_labels": 0}, ProfileError),
-    ({"max_labels": "many"}, ProfileError),
-    ({"manifest_sha256": "0" * 64}, IntegrityError),
-    ({"hook": lambda row: [1]}, ProfileError),
-    ({"hook": lambda row: {"x": object()}}, ProfileError),
-    ({"hook": lambda row: {"x": float("nan")}}, ProfileError),
-    ({"hook": lambda row: {5: 1}}, InvalidNameError),
-])
-def test_profile_publication_settings(vault: TrainVault, published: str, kwargs: dict[str, Any],
-                                      kind: type[BaseException]) -> None:
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"validation": "nope"}, ProfileError),
+        ({"schema": "nope"}, ProfileError),
+        ({"schema": 5}, ProfileError),
+        ({"max_labels": 0}, ProfileError),
+        ({"max_labels": "many"}, ProfileError),
+        ({"manifest_sha256": "0" * 64}, IntegrityError),
+        ({"hook": lambda row: [1]}, ProfileError),
+        ({"hook": lambda row: {"x": object()}}, ProfileError),
+        ({"hook": lambda row: {"x": float("nan")}}, ProfileError),
+        ({"hook": lambda row: {5: 1}}, InvalidNameError),
+    ],
+)
+def test_profile_publication_settings(
+    vault: TrainVault, published: str, kwargs: dict[str, Any], kind: type[BaseException]
+) -> None:
     from trainvault.profile import profile_publication
 
     refused(lambda: profile_publication(vault.storage, published, **kwargs), kind)

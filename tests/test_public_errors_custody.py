@@ -35,12 +35,17 @@ def chain(tmp_path_factory: pytest.TempPathFactory, vault: TrainVault) -> Any:
     root = tmp_path_factory.mktemp("chain")
     ch = build_chain(vault, str(root / "data"), shards=2, records_per_shard=10)
     private, public, _ = write_keypair(root / "approver")
-    written = write_approval(vault, str(root / "approval.json"), vault.approve_dataset(ch.request()),
-                             signing_keys=[load_signing_key(private)])
+    written = write_approval(
+        vault,
+        str(root / "approval.json"),
+        vault.approve_dataset(ch.request()),
+        signing_keys=[load_signing_key(private)],
+    )
     return ch, written.uri, written.sha256, str(public)
 
 
 # -- approval -------------------------------------------------------------------------------
+
 
 @CHECK
 @given(doc=JSON | st.binary(max_size=32))
@@ -50,8 +55,9 @@ def test_approve_dataset_of_arbitrary_requests(vault: TrainVault, doc: Any) -> N
 
 @CHECK
 @given(data=st.data(), uri=st.text(max_size=24), sha256=st.text(max_size=70))
-def test_approve_dataset_with_damaged_bindings(vault: TrainVault, chain: Any, data: st.DataObject, uri: str,
-                                               sha256: str) -> None:
+def test_approve_dataset_with_damaged_bindings(
+    vault: TrainVault, chain: Any, data: st.DataObject, uri: str, sha256: str
+) -> None:
     ch = chain[0]
     request = json.loads(ch.request().to_json_bytes())
     name = data.draw(st.sampled_from(sorted(ch.refs)))
@@ -75,11 +81,11 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
         refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
-        refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
-                ApprovalError)
+        refused(
+            lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            ApprovalError,
+        )
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
-
-
 
 
 def test_approval_policy_with_a_bad_pin() -> None:
@@ -106,17 +112,21 @@ def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
     total=st.integers(-2, 300) | st.text(max_size=3) | st.none(),
     every=st.none() | st.integers(-2, 50) | st.floats(allow_nan=True),
     checkpoints=st.lists(st.integers(-2, 400) | st.text(max_size=2), max_size=3),
-    stage_ends=st.none() | st.dictionaries(st.text(max_size=3) | st.integers(), st.integers(-2, 400) | st.none(),
-                                           max_size=3),
+    stage_ends=st.none()
+    | st.dictionaries(st.text(max_size=3) | st.integers(), st.integers(-2, 400) | st.none(), max_size=3),
     consume=st.lists(st.integers(-3, 200) | st.booleans(), max_size=4),
 )
-def test_position_budget_settings_and_consumption(total: Any, every: Any, checkpoints: Any, stage_ends: Any,
-                                                  consume: list[Any]) -> None:
+def test_position_budget_settings_and_consumption(
+    total: Any, every: Any, checkpoints: Any, stage_ends: Any, consume: list[Any]
+) -> None:
     from trainvault.approval import PositionBudget
 
     budget: list[Any] = []
-    got = outcome(lambda: budget.append(PositionBudget(total, checkpoint_every=every, checkpoints=checkpoints,
-                                                       stage_ends=stage_ends)))
+    got = outcome(
+        lambda: budget.append(
+            PositionBudget(total, checkpoint_every=every, checkpoints=checkpoints, stage_ends=stage_ends)
+        )
+    )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
         got = outcome(lambda: budget[0].consume(n))
@@ -135,8 +145,8 @@ def test_position_budget_of_wrong_types() -> None:
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------
 
-def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain: Any,
-                                                       tmp_path: Path) -> None:
+
+def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain: Any, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from trainvault.profile import SourceDataset, collate_sources, profile_publication
 
@@ -149,12 +159,15 @@ def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain:
         "SplitDataLoader.load": lambda: vault.split_data_loader(ch.manifest_uri).load("nope"),
         "ApprovedDataset.split_data_loader": lambda: approved.split_data_loader().load("nope"),
         "ApprovedDataset.component_range_materializer": lambda: approved.component_range_materializer("nope"),
-        "build_component_ledger": lambda: vault.build_component_ledger(ch.manifest_uri, split="nope",
-                                                                       declare=lambda record: []),
+        "build_component_ledger": lambda: vault.build_component_ledger(
+            ch.manifest_uri, split="nope", declare=lambda record: []
+        ),
         "profile_publication": lambda: profile_publication(vault.storage, ch.manifest_uri, splits=["nope"]),
-        "collate_sources": lambda: collate_sources(vault.dataset_saver(str(tmp_path / "out" / "m.json")),
-                                                   [SourceDataset("a", ch.manifest_uri, "nope", into="train")],
-                                                   num_repeats=1),
+        "collate_sources": lambda: collate_sources(
+            vault.dataset_saver(str(tmp_path / "out" / "m.json")),
+            [SourceDataset("a", ch.manifest_uri, "nope", into="train")],
+            num_repeats=1,
+        ),
     }
     for name, call in paths_that_select.items():
         got = outcome(call)
@@ -162,6 +175,7 @@ def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain:
 
 
 # -- the command line -----------------------------------------------------------------------
+
 
 def test_cli_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "garbage.json").write_text('{"x": 1}')
@@ -185,15 +199,25 @@ def test_cli_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
         ["archive", "gc", "ftp://host/pool", "--grace", "1h"],
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_", "AWS_"))}
-    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), TRAINVAULT_S3_URL="not a url",
-               TRAINVAULT_S3_KEY_ID="key", TRAINVAULT_S3_SECRET="secret")
+    env.update(
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        TRAINVAULT_S3_URL="not a url",
+        TRAINVAULT_S3_KEY_ID="key",
+        TRAINVAULT_S3_SECRET="secret",
+    )
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "trainvault.cli", *argv], capture_output=True, text=True,
-                              env=env, cwd=tmp_path, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "trainvault.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
 
     with ThreadPoolExecutor(4) as pool:
-        for argv, done in zip(cases, pool.map(run, cases)):
+        for argv, done in zip(cases, pool.map(run, cases), strict=False):
             assert done.returncode == 1, (argv, done.stderr)
             assert done.stdout == "" and "Traceback" not in done.stderr, (argv, done.stderr)
             assert done.stderr.startswith("trainvault: error: ") and done.stderr.count("\n") == 1, (argv, done.stderr)

@@ -28,6 +28,7 @@ def vault() -> TrainVault:
 
 # -- component ranges -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("max_rows", [1, 0, -3])
 def test_split_frame_below_two_rows_is_a_configuration_error(max_rows: int) -> None:
     got = refused(lambda: split_frame(Frame("c", 0, 10), max_rows), ConfigurationError)
@@ -57,27 +58,40 @@ TEACHER = {"name": "t", "revision": "r1", "num_layers": 4, "hidden_size": 8}
 PROJECTION = {"method": "gaussian", "dim": 4, "seed": 1}
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"part_rows": 0}, {"part_rows": -5}, {"layers": [4]}, {"layers": [-1]}, {"layers": []}, {"layers": [1, 1]},
-    {"state_kinds": []}, {"state_kinds": ["k", "k"]},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"part_rows": 0},
+        {"part_rows": -5},
+        {"layers": [4]},
+        {"layers": [-1]},
+        {"layers": []},
+        {"layers": [1, 1]},
+        {"state_kinds": []},
+        {"state_kinds": ["k", "k"]},
+    ],
+)
 def test_representation_writer_settings(vault: TrainVault, kwargs: dict[str, Any]) -> None:
     pytest.importorskip("torch")
     settings = {"layers": [1], "state_kinds": ["k"], **kwargs}
     root = f"memory://{uuid.uuid4().hex}"
-    got = refused(lambda: vault.representation_writer(root, teacher=TEACHER, projection=PROJECTION, **settings),
-                  ConfigurationError)
+    got = refused(
+        lambda: vault.representation_writer(root, teacher=TEACHER, projection=PROJECTION, **settings),
+        ConfigurationError,
+    )
     assert isinstance(got, ValueError), got
     assert vault.storage.list(root) == []
 
 
-@pytest.mark.parametrize("kwargs", [{"part_rows": "8"}, {"part_rows": 8.0}, {"part_rows": True},
-                                    {"layers": ["1"]}, {"layers": [1.0]}])
+@pytest.mark.parametrize(
+    "kwargs", [{"part_rows": "8"}, {"part_rows": 8.0}, {"part_rows": True}, {"layers": ["1"]}, {"layers": [1.0]}]
+)
 def test_representation_writer_settings_of_a_wrong_type(vault: TrainVault, kwargs: dict[str, Any]) -> None:
     pytest.importorskip("torch")
     settings = {"layers": [1], "state_kinds": ["k"], **kwargs}
-    refused(lambda: vault.representation_writer("memory://x", teacher=TEACHER, projection=PROJECTION, **settings),
-            TypeError)
+    refused(
+        lambda: vault.representation_writer("memory://x", teacher=TEACHER, projection=PROJECTION, **settings), TypeError
+    )
 
 
 # -- rollouts -------------------------------------------------------------------------------
@@ -114,11 +128,19 @@ def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(archive: 
 def test_archive_save_settings(vault: TrainVault) -> None:
     uri = f"memory://{uuid.uuid4().hex}/a.json"
     for chunk_size in (0, -1):
-        got = refused(lambda: RolloutArchive.save(uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
-                      ConfigurationError)
+        got = refused(
+            lambda: RolloutArchive.save(uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
+            ConfigurationError,
+        )
         assert isinstance(got, ValueError) and "chunk_size" in str(got)
-    for kwargs in ({"chunk_size": "8"}, {"chunk_size": 8.0}, {"chunk_size": True}, {"rollout_id": None},
-                   {"rollout_id": 1.5}, {"rollout_id": True}):
+    for kwargs in (
+        {"chunk_size": "8"},
+        {"chunk_size": 8.0},
+        {"chunk_size": True},
+        {"rollout_id": None},
+        {"rollout_id": 1.5},
+        {"rollout_id": True},
+    ):
         refused(lambda: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault), TypeError)
     assert not vault.storage.exists(uri)
 

@@ -73,7 +73,7 @@ def test_publication_reads_the_manifest_once_and_resolves_every_uri() -> None:
         pub.with_descriptors({e.descriptor_uri: b"{}" for _, e in pub.entries()})
 
 
-def test_publication_within_refuses_references_leaving_the_root(tmp_path) -> None:  # noqa: ANN001
+def test_publication_within_refuses_references_leaving_the_root(tmp_path) -> None:
     vault = TrainVault()
     root = str(tmp_path / "ds")
     _publish(vault, root)

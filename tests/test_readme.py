@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +37,9 @@ class Block:
     skip_lines: tuple[str, ...]  # lines (by their start) left out of the run
 
     def runnable_code(self) -> str:
-        return "".join(line for line in self.code.splitlines(keepends=True)
-                       if not any(line.startswith(s) for s in self.skip_lines))
+        return "".join(
+            line for line in self.code.splitlines(keepends=True) if not any(line.startswith(s) for s in self.skip_lines)
+        )
 
     def first_command(self) -> str:
         return next(line for line in self.code.splitlines() if line.strip() and not line.startswith("#"))
@@ -58,7 +58,9 @@ def readme_blocks(text: str | None = None) -> list[Block]:
         marker = MARKER.search(lines[start - 1]) if start else None
         whole = marker is not None and marker.group(1) == "this block"
         skip_lines = tuple(re.findall(r"`([^`]+)`", marker.group(1))) if marker and not whole else ()
-        blocks.append(Block(lang, "".join(lines[start + 1:end]), start + 1, marker.group(2) if whole else None, skip_lines))
+        blocks.append(
+            Block(lang, "".join(lines[start + 1 : end]), start + 1, marker.group(2) if whole else None, skip_lines)
+        )
         i = end + 1
     return blocks
 
@@ -132,8 +134,10 @@ def test_the_request_file_shown_is_an_approval_request() -> None:
 
 
 def test_a_marker_skips_only_what_it_names() -> None:
-    text = ("<!-- readme-test skips `make b`: why -->\n```bash\nmake a\nmake b\n```\n"
-            "<!-- readme-test skips this block: services -->\n```bash\nmake c\n```\n```python\nx = 1\n```\n")
+    text = (
+        "<!-- readme-test skips `make b`: why -->\n```bash\nmake a\nmake b\n```\n"
+        "<!-- readme-test skips this block: services -->\n```bash\nmake c\n```\n```python\nx = 1\n```\n"
+    )
     a, c, py = readme_blocks(text)
     assert (a.runnable_code(), a.skip_block, c.skip_block, py.skip_block) == ("make a\n", None, "services", None)
     assert free_names("import os\nx = os.sep + y\n[z for z in w]\n") == {"y", "w"}
@@ -175,8 +179,13 @@ def repository_copy(dest: Path) -> Path:
     stamp = ROOT / ".venv" / ".installed"
     if not stamp.exists():
         pytest.fail(f"{stamp} is missing: run `make venv` first (the README's make lines would build a venv)")
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, names):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -194,20 +203,28 @@ def test_readme_blocks_run_as_written_in_order(tmp_path, s3_server, s3_bucket, m
     program, shells = readme_program(blocks)
     (repo / "readme_blocks.py").write_text(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_", "DAGSTER_"))}
-    env.update({
-        "PYTHONPATH": str(repo),
-        "TRAINVAULT_S3_URL": s3_server,
-        "TRAINVAULT_S3_REGION": "us-east-1",
-        "TRAINVAULT_S3_KEY_ID": S3_KEY,
-        "TRAINVAULT_S3_SECRET": S3_SECRET,
-        "TRAINVAULT_S3_BUCKET": s3_bucket,
-        # Every Dagster step in one process: the same job and assets, without a process per step.
-        "TRAINVAULT_DEMO_EXECUTOR": "in_process",
-        "TRAINVAULT_EXECUTOR": "in_process",
-        "HOME": str(tmp_path / "home"),  # a Dagster CLI line without DAGSTER_HOME would leave ~/.dagster here
-    })
-    out = subprocess.run([str(repo / ".venv" / "bin" / "python"), "readme_blocks.py"], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=600)
+    env.update(
+        {
+            "PYTHONPATH": str(repo),
+            "TRAINVAULT_S3_URL": s3_server,
+            "TRAINVAULT_S3_REGION": "us-east-1",
+            "TRAINVAULT_S3_KEY_ID": S3_KEY,
+            "TRAINVAULT_S3_SECRET": S3_SECRET,
+            "TRAINVAULT_S3_BUCKET": s3_bucket,
+            # Every Dagster step in one process: the same job and assets, without a process per step.
+            "TRAINVAULT_DEMO_EXECUTOR": "in_process",
+            "TRAINVAULT_EXECUTOR": "in_process",
+            "HOME": str(tmp_path / "home"),  # a Dagster CLI line without DAGSTER_HOME would leave ~/.dagster here
+        }
+    )
+    out = subprocess.run(
+        [str(repo / ".venv" / "bin" / "python"), "readme_blocks.py"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     lines = out.stdout.splitlines()
     assert lines[0] == "9600"  # the pool example's train records

@@ -17,6 +17,8 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from conftest import s3_config
+from faultproxy import FaultProxy, Rule
 
 from trainvault import ConflictError, EncodeError, IntegrityError, ManifestError, SelectionError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
@@ -24,9 +26,6 @@ from trainvault.representations import MANIFEST_NAME, RepresentationExample
 from trainvault.representations import artifact as artifact_format
 from trainvault.representations.documents import ArtifactEntry
 from trainvault.storage import Storage, join_uri, parse_uri
-
-from conftest import s3_config
-from faultproxy import FaultProxy, Rule
 
 DIM = 8
 TEACHER = {"name": "olmo-3-7b", "revision": "r1", "num_layers": 32, "hidden_size": 4096}
@@ -39,7 +38,9 @@ BLOCKS = {
     "broad_replay": {3: [101, 7, 88], 7: [5, 6, 7, 8], 12: [9], 40: [1, 2, 3, 4, 5]},
     "dolmino": {10: [30, 31, 32], 5: [10, 11], 9: [20, 21, 22]},  # added out of order on purpose
 }
-SELECT = dict(split="analysis", sources=["dolmino", "broad_replay"], per_source_count=2, teacher_layer=31, state_kind=KIND)
+SELECT = dict(
+    split="analysis", sources=["dolmino", "broad_replay"], per_source_count=2, teacher_layer=31, state_kind=KIND
+)
 
 
 def states_of(source: str, block_id: int, layer: int, tokens: int) -> torch.Tensor:
@@ -48,11 +49,18 @@ def states_of(source: str, block_id: int, layer: int, tokens: int) -> torch.Tens
 
 
 def publish(vault: TrainVault, root: str, blocks=BLOCKS, order=1) -> tuple[str, str]:
-    w = vault.representation_writer(root, teacher=TEACHER, projection=PROJECTION, layers=LAYERS, state_kinds=[KIND], part_rows=8)
+    w = vault.representation_writer(
+        root, teacher=TEACHER, projection=PROJECTION, layers=LAYERS, state_kinds=[KIND], part_rows=8
+    )
     for source, by_id in list(blocks.items())[::order]:
         for block_id, ids in list(by_id.items())[::order]:
-            w.add_block("analysis", source, block_id, ids,
-                        {(layer, KIND): states_of(source, block_id, layer, len(ids)) for layer in LAYERS})
+            w.add_block(
+                "analysis",
+                source,
+                block_id,
+                ids,
+                {(layer, KIND): states_of(source, block_id, layer, len(ids)) for layer in LAYERS},
+            )
     return w.commit()
 
 
@@ -86,7 +94,15 @@ def read(vault: TrainVault, uri: str, sha: str, **overrides) -> list[Representat
 
 
 def key(e: RepresentationExample) -> tuple:
-    return (e.source, e.block_id, e.input_ids.tolist(), e.states.view(torch.int16).tolist(), e.teacher_layer, e.state_kind, e.states_sha256)
+    return (
+        e.source,
+        e.block_id,
+        e.input_ids.tolist(),
+        e.states.view(torch.int16).tolist(),
+        e.teacher_layer,
+        e.state_kind,
+        e.states_sha256,
+    )
 
 
 # -- round trip and determinism ----------------------------------------------------------
@@ -118,7 +134,9 @@ def test_same_publication_elsewhere_has_the_same_bytes(tmp_path) -> None:
     publish(vault, b, order=-1)
 
     def objects(root: str) -> dict[str, object]:
-        out: dict[str, object] = {o.uri[len(parse_uri(root).uri):]: vault.storage.get(o.uri) for o in vault.storage.list(root)}
+        out: dict[str, object] = {
+            o.uri[len(parse_uri(root).uri) :]: vault.storage.get(o.uri) for o in vault.storage.list(root)
+        }
         # A local etag names the file (inode, mtime), so only the final manifest's etags differ.
         manifest = json.loads(out.pop("/" + MANIFEST_NAME))
         for ref in manifest["splits"]["analysis"]["sources"].values():
@@ -145,7 +163,12 @@ def test_example_order_and_artifact_reads(vault_root) -> None:
     uri, sha = publish(vault, root)
     store = counting(vault)
     got = read(vault, uri, sha)
-    assert [(e.source, e.block_id) for e in got] == [("dolmino", 5), ("dolmino", 9), ("broad_replay", 3), ("broad_replay", 7)]
+    assert [(e.source, e.block_id) for e in got] == [
+        ("dolmino", 5),
+        ("dolmino", 9),
+        ("broad_replay", 3),
+        ("broad_replay", 7),
+    ]
     block3 = got[2]
     assert block3.input_ids.tolist() == [101, 7, 88] and list(block3.states.shape) == [3, DIM]
     assert torch.equal(block3.states[1], states_of("broad_replay", 3, 31, 3)[1])  # row i is token i's state
@@ -173,7 +196,9 @@ def test_examples_own_their_tensors(vault_root) -> None:
     uri, sha = publish(vault, root)
     store = counting(vault)
     seen = 0
-    for e in vault.iter_representation_examples(uri, sha, **{**SELECT, "per_source_count": 4, "sources": ["broad_replay"]}):
+    for e in vault.iter_representation_examples(
+        uri, sha, **{**SELECT, "per_source_count": 4, "sources": ["broad_replay"]}
+    ):
         seen += 1
         t = len(e.input_ids)
         assert e.states.untyped_storage().nbytes() == t * DIM * 2
@@ -189,7 +214,9 @@ def test_examples_own_their_tensors(vault_root) -> None:
 # -- bad input --------------------------------------------------------------------------
 
 
-def forge(vault: TrainVault, src: str, dst: str, *, artifact=None, entry=None, index=None, manifest=None) -> tuple[str, str]:
+def forge(
+    vault: TrainVault, src: str, dst: str, *, artifact=None, entry=None, index=None, manifest=None
+) -> tuple[str, str]:
     """Copy the publication at `src` to `dst`, applying the hooks, and re-bind every digest
     upward (artifact -> artifact manifest -> indexes -> final manifest), so that only what
     a hook breaks on purpose is wrong. Hooks edit plain JSON objects or artifact bytes."""
@@ -228,7 +255,9 @@ def published(vault_root):
 
 def test_forge_without_hooks_reads_the_same(published) -> None:
     vault, root, uri, sha = published
-    assert [key(e) for e in read(vault, *forge(vault, root + "/good", root + "/copy"))] == [key(e) for e in read(vault, uri, sha)]
+    assert [key(e) for e in read(vault, *forge(vault, root + "/good", root + "/copy"))] == [
+        key(e) for e in read(vault, uri, sha)
+    ]
 
 
 def test_manifest_not_matching_the_pin_reads_nothing_else(published) -> None:
@@ -274,13 +303,23 @@ def _states_table(target, offsets):
     def hook(aid, data):
         if aid != target:
             return data
-        e = ArtifactEntry.model_construct(artifact_id=aid, kind="states", split="analysis", source="dolmino",
-                                          part="part-00000", layer=31, state_kind=KIND)
+        e = ArtifactEntry.model_construct(
+            artifact_id=aid,
+            kind="states",
+            split="analysis",
+            source="dolmino",
+            part="part-00000",
+            layer=31,
+            state_kind=KIND,
+        )
         hlen = int.from_bytes(data[:8], "little")
         header = json.loads(data[8 : 8 + hlen])
         begin, end = header["rows"]["data_offsets"]
         rows = data[8 + hlen + begin : 8 + hlen + end]
-        return artifact_format.encode(e.metadata(), "states", "bfloat16", header["rows"]["shape"], [5, 9, 10], offsets, [rows])
+        return artifact_format.encode(
+            e.metadata(), "states", "bfloat16", header["rows"]["shape"], [5, 9, 10], offsets, [rows]
+        )
+
     return hook
 
 
@@ -289,6 +328,7 @@ def _token_count(block_id, count):
         for b in idx["blocks"]:
             if source == "dolmino" and b["block_id"] == block_id:
                 b["token_count"] = count
+
     return hook
 
 
@@ -308,19 +348,55 @@ BAD = {
     "index sha256": (dict(manifest=_set_index_ref("sha256", "1" * 64)), IntegrityError, "does not match"),
     "index size": (dict(manifest=_set_index_ref("size_bytes", 3)), IntegrityError, "truncated or replaced"),
     "artifact manifest sha256": (dict(index=_set_index_am("sha256", "2" * 64)), IntegrityError, "pinned by index"),
-    "artifact sha256": (dict(entry=lambda e: e.update(sha256="3" * 64) if e["artifact_id"] == D31 else None), IntegrityError, "pinned by artifact manifest"),
-    "artifact truncated": (dict(entry=lambda e: e.update(size_bytes=e["size_bytes"] + 1) if e["artifact_id"] == D31 else None), IntegrityError, "truncated"),
-    "header over 100 MiB": (dict(artifact=lambda aid, d: (200 << 20).to_bytes(8, "little") + b"{}" if aid == D31 else d), IntegrityError, "100 MiB"),
-    "header unlike its entry": (dict(artifact=lambda aid, d: d.replace(b'"layer":"31"', b'"layer":"15"') if aid == D31 else d), IntegrityError, "unlike its artifact manifest entry"),
-    "header shape unlike its entry": (dict(entry=lambda e: e.update(shape=[9, DIM]) if e["artifact_id"] == D31 else None), IntegrityError, "unlike"),
-    "block tables differ": (dict(artifact=_states_table(D31, [0, 3, 5, 8])), IntegrityError, "differ from those of the part's tokens"),
+    "artifact sha256": (
+        dict(entry=lambda e: e.update(sha256="3" * 64) if e["artifact_id"] == D31 else None),
+        IntegrityError,
+        "pinned by artifact manifest",
+    ),
+    "artifact truncated": (
+        dict(entry=lambda e: e.update(size_bytes=e["size_bytes"] + 1) if e["artifact_id"] == D31 else None),
+        IntegrityError,
+        "truncated",
+    ),
+    "header over 100 MiB": (
+        dict(artifact=lambda aid, d: (200 << 20).to_bytes(8, "little") + b"{}" if aid == D31 else d),
+        IntegrityError,
+        "100 MiB",
+    ),
+    "header unlike its entry": (
+        dict(artifact=lambda aid, d: d.replace(b'"layer":"31"', b'"layer":"15"') if aid == D31 else d),
+        IntegrityError,
+        "unlike its artifact manifest entry",
+    ),
+    "header shape unlike its entry": (
+        dict(entry=lambda e: e.update(shape=[9, DIM]) if e["artifact_id"] == D31 else None),
+        IntegrityError,
+        "unlike",
+    ),
+    "block tables differ": (
+        dict(artifact=_states_table(D31, [0, 3, 5, 8])),
+        IntegrityError,
+        "differ from those of the part's tokens",
+    ),
     "token_count is not the rows": (dict(index=_token_count(9, 2)), IntegrityError, "token_count"),
     "unsorted block ids": (dict(index=_swap_blocks), ManifestError, "strictly ascending"),
     "repeated block ids": (dict(index=_repeat_block), ManifestError, "repeated"),
-    "index URI escapes the root": (dict(manifest=_set_index_ref("uri", "../good/indexes/analysis/dolmino.json")), ManifestError, "escapes the publication root"),
-    "artifact URI escapes the root": (dict(entry=lambda e: e.update(uri="/etc/passwd") if e["artifact_id"] == D31 else None), ManifestError, "escapes"),
+    "index URI escapes the root": (
+        dict(manifest=_set_index_ref("uri", "../good/indexes/analysis/dolmino.json")),
+        ManifestError,
+        "escapes the publication root",
+    ),
+    "artifact URI escapes the root": (
+        dict(entry=lambda e: e.update(uri="/etc/passwd") if e["artifact_id"] == D31 else None),
+        ManifestError,
+        "escapes",
+    ),
     "unknown manifest version": (dict(manifest=lambda m: m.update(version=2)), ManifestError, "upgrade trainvault"),
-    "unknown index format": (dict(index=lambda s, i: i.update(format="eagle.manifest")), ManifestError, "field 'format'"),
+    "unknown index format": (
+        dict(index=lambda s, i: i.update(format="eagle.manifest")),
+        ManifestError,
+        "field 'format'",
+    ),
 }
 
 
@@ -340,7 +416,12 @@ def test_bad_publication_is_refused(published, case) -> None:
 def test_bad_artifact_yields_nothing_from_it(published) -> None:
     vault, root, _, _ = published
     target = "analysis/broad_replay/part-00000/layer-31.post_mlp"
-    uri, sha = forge(vault, root + "/good", root + "/bad", entry=lambda e: e.update(sha256="4" * 64) if e["artifact_id"] == target else None)
+    uri, sha = forge(
+        vault,
+        root + "/good",
+        root + "/bad",
+        entry=lambda e: e.update(sha256="4" * 64) if e["artifact_id"] == target else None,
+    )
     it = vault.iter_representation_examples(uri, sha, **SELECT)
     assert [(e.source, e.block_id) for e in (next(it), next(it))] == [("dolmino", 5), ("dolmino", 9)]
     with pytest.raises(IntegrityError, match="broad_replay/part-00000/layer-31"):
@@ -443,7 +524,9 @@ def test_artifacts_read_with_plain_safetensors(tmp_path) -> None:
 
     vault = TrainVault()
     uri, sha = publish(vault, str(tmp_path / "p"))
-    tensors = load(vault.storage.get(str(tmp_path / "p/artifacts/analysis/dolmino/part-00000/layer-31.post_mlp.safetensors")))
+    tensors = load(
+        vault.storage.get(str(tmp_path / "p/artifacts/analysis/dolmino/part-00000/layer-31.post_mlp.safetensors"))
+    )
     assert tensors["block_ids"].tolist() == [5, 9, 10] and tensors["row_offsets"].tolist() == [0, 2, 5, 8]
     assert torch.equal(tensors["rows"][2:5], states_of("dolmino", 9, 31, 3))
 
@@ -457,8 +540,16 @@ def test_reads_through_the_fault_proxy_give_identical_examples(s3_server, s3_buc
     want = [key(e) for e in read(clean, uri, sha)]
     proxy = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
     try:
-        faulty = TrainVault(storage=s3_config(proxy.endpoint, client_retries=0, read_timeout_s=2.0, recovery_window_s=20.0,
-                                              backoff_initial_s=0.01, backoff_max_s=0.2))
+        faulty = TrainVault(
+            storage=s3_config(
+                proxy.endpoint,
+                client_retries=0,
+                read_timeout_s=2.0,
+                recovery_window_s=20.0,
+                backoff_initial_s=0.01,
+                backoff_max_s=0.2,
+            )
+        )
         for rule in (
             Rule(mode="fin", path_contains=".safetensors", cut_after=64, times=3),
             Rule(mode="rst", path_contains="layer-31", cut_after=100, times=2),
@@ -494,6 +585,8 @@ def test_a_timing_with_416_in_it_is_not_a_range_error() -> None:
     from trainvault.errors import TransientStorageError
     from trainvault.storage.translate import translate as _translate
 
-    text = "Generic S3 error: Error performing GET http://h/b/k in 16.416158ms - Server returned non-2xx status code: 503"
+    text = (
+        "Generic S3 error: Error performing GET http://h/b/k in 16.416158ms - Server returned non-2xx status code: 503"
+    )
     with pytest.raises(TransientStorageError), _translate("s3://b/k", "read"):
         raise obx.GenericError(text)

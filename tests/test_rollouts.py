@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import s3_config
+
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
 from trainvault.errors import ArchiveExistsError, ConfigurationError, ConflictError, StorageError
 from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
@@ -86,7 +86,9 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     ka = {k for k in a if not k.startswith("_")}
     if ka != set(b):
         return False
-    return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) if k in ("tokens", "logprobs") else a[k] == b[k] for k in ka)
+    return all(
+        np.array_equal(np.asarray(a[k]), np.asarray(b[k])) if k in ("tokens", "logprobs") else a[k] == b[k] for k in ka
+    )
 
 
 def pool_objects(storage: Storage, pool: str) -> list[str]:
@@ -102,11 +104,13 @@ def test_save_open_and_round_trip(place: tuple[CountingStorage, str]) -> None:
     assert archive.pool == pool and archive.rollout_id == 11 and archive.evaluation is True
     assert len(archive.index.chunks) == 3 and [c.sample_count for c in archive.index.chunks] == [64, 64, 22]
     assert len(pool_objects(st, pool)) == 3
-    assert [o.uri for o in st.list(join_uri(pool, "owners"))] == [join_uri(pool, "owners", archive.index.owner + ".json")]
+    assert [o.uri for o in st.list(join_uri(pool, "owners"))] == [
+        join_uri(pool, "owners", archive.index.owner + ".json")
+    ]
 
     opened = RolloutArchive.open(uri, storage=st)
     loaded = opened.load_samples()
-    assert len(loaded) == 150 and all(same(a, b) for a, b in zip(samples, loaded))
+    assert len(loaded) == 150 and all(same(a, b) for a, b in zip(samples, loaded, strict=False))
     assert all("_queue_lease" not in s for s in loaded)
     assert loaded[0]["tokens"].dtype == np.int32
     raw = json.loads(st.get(uri))
@@ -136,11 +140,21 @@ def test_keys_duplicates_intersection_and_keyerror(place: tuple[CountingStorage,
 
     keys = archive.keys()
     assert len(keys) == 20
-    assert keys[:5] == [("sample:0", "task-0"), ("sample:1", "task-1"), ("sample:2", "task-2"),
-                        ("position:3", "task-0"), ("sample:0", "task-1")]
+    assert keys[:5] == [
+        ("sample:0", "task-0"),
+        ("sample:1", "task-1"),
+        ("sample:2", "task-2"),
+        ("position:3", "task-0"),
+        ("sample:0", "task-1"),
+    ]
     dup = archive.load_samples(sample_key="sample:2")
-    assert [s["index"] for s in dup] == [2] * 5 and [s["task_id"] for s in dup] == ["task-2", "task-0", "task-1",
-                                                                                       "task-2", "task-0"]
+    assert [s["index"] for s in dup] == [2] * 5 and [s["task_id"] for s in dup] == [
+        "task-2",
+        "task-0",
+        "task-1",
+        "task-2",
+        "task-0",
+    ]
     assert [s["reward"] for s in dup] == [0.2, 0.6, 0.0, 0.4, 0.8]  # archive order kept
     both = archive.load_samples(sample_key="sample:2", task_key="task-0")
     assert [s["reward"] for s in both] == [0.6, 0.8]
@@ -168,9 +182,16 @@ def test_metadata_and_keys_read_no_chunk(place: tuple[CountingStorage, str]) -> 
     summary = archive_summary(uri, st)
     assert st.object_reads(pool) == {}  # not one chunk read
     assert seen == [100] and len(meta) == 100
-    assert meta[1] == {"index": 1, "task": "task-1", "reward": 0.1, "status": "completed",
-                       "lengths": {"logprobs": len(meta and make_samples(100)[1]["logprobs"]),
-                                   "tokens": len(make_samples(100)[1]["tokens"])}}
+    assert meta[1] == {
+        "index": 1,
+        "task": "task-1",
+        "reward": 0.1,
+        "status": "completed",
+        "lengths": {
+            "logprobs": len(meta and make_samples(100)[1]["logprobs"]),
+            "tokens": len(make_samples(100)[1]["tokens"]),
+        },
+    }
     assert summary["samples"] == 100 and summary["metadata"]["status"] == {"completed": 75, "truncated": 25}
 
     # A selection reads only the chunks it needs, each once.
@@ -203,10 +224,12 @@ def test_identical_chunks_are_stored_once(place: tuple[CountingStorage, str]) ->
     st, root = place
     pool = join_uri(root, "shared-pool")
     common = make_samples(32, seed=1)
-    a = RolloutArchive.save(join_uri(root, "a.json"), common + make_samples(16, seed=2), rollout_id=1,
-                            chunk_size=16, pool=pool, storage=st)
-    b = RolloutArchive.save(join_uri(root, "b.json"), common + make_samples(16, seed=3), rollout_id=2,
-                            chunk_size=16, pool=pool, storage=st)
+    a = RolloutArchive.save(
+        join_uri(root, "a.json"), common + make_samples(16, seed=2), rollout_id=1, chunk_size=16, pool=pool, storage=st
+    )
+    b = RolloutArchive.save(
+        join_uri(root, "b.json"), common + make_samples(16, seed=3), rollout_id=2, chunk_size=16, pool=pool, storage=st
+    )
     assert [c.sha256 for c in a.index.chunks[:2]] == [c.sha256 for c in b.index.chunks[:2]]
     assert len(pool_objects(st, pool)) == 4  # 2 shared + 1 each
     assert len(b.load_samples()) == 48
@@ -216,10 +239,22 @@ def test_release_then_gc_frees_exactly_the_unshared_chunks(place: tuple[Counting
     st, root = place
     pool = join_uri(root, "pool")
     common = make_samples(16, seed=1)
-    a = RolloutArchive.save(join_uri(root, "a.json"), common + make_samples(16, seed=2, first=16), rollout_id=1,
-                            chunk_size=16, pool=pool, storage=st)
-    b = RolloutArchive.save(join_uri(root, "b.json"), common + make_samples(16, seed=3, first=16), rollout_id=2,
-                            chunk_size=16, pool=pool, storage=st)
+    a = RolloutArchive.save(
+        join_uri(root, "a.json"),
+        common + make_samples(16, seed=2, first=16),
+        rollout_id=1,
+        chunk_size=16,
+        pool=pool,
+        storage=st,
+    )
+    b = RolloutArchive.save(
+        join_uri(root, "b.json"),
+        common + make_samples(16, seed=3, first=16),
+        rollout_id=2,
+        chunk_size=16,
+        pool=pool,
+        storage=st,
+    )
     only_a = object_uri(pool, a.index.chunks[1].sha256)
     assert gc(pool, grace=0, storage=st).deleted == []  # everything owned
 
@@ -299,7 +334,7 @@ def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
         while not done.is_set():
             try:
                 gc(pool, grace=0, storage=st)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
                 return
 
@@ -307,10 +342,11 @@ def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
         try:
             for k in range(4):
                 uri = str(tmp_path / f"w{w}-{k}.json")
-                RolloutArchive.save(uri, common + make_samples(8, seed=100 * w + k), rollout_id=k, chunk_size=8,
-                                    pool=pool, storage=st)
+                RolloutArchive.save(
+                    uri, common + make_samples(8, seed=100 * w + k), rollout_id=k, chunk_size=8, pool=pool, storage=st
+                )
                 written.append(uri)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=collector)] + [threading.Thread(target=writer, args=(w,)) for w in range(4)]
@@ -330,8 +366,9 @@ def test_gc_deletes_nothing_unless_it_reads_every_owner(tmp_path: Path) -> None:
     pool = normalize_uri(str(tmp_path / "pool"))
     common = make_samples(16, seed=1)
     a = RolloutArchive.save(str(tmp_path / "a.json"), common, rollout_id=1, chunk_size=8, pool=pool)
-    RolloutArchive.save(str(tmp_path / "b.json"), common + make_samples(8, seed=2, first=16), rollout_id=2,
-                        chunk_size=8, pool=pool).release()
+    RolloutArchive.save(
+        str(tmp_path / "b.json"), common + make_samples(8, seed=2, first=16), rollout_id=2, chunk_size=8, pool=pool
+    ).release()
     before = pool_objects(st, pool)
     owners = tmp_path / "pool" / "owners"
     (owners / "dangling.json").symlink_to(tmp_path / "moved-away.json")  # an owner we cannot read
@@ -540,7 +577,7 @@ def _race_writer(
                     RolloutArchive(alive.pop(rng.randrange(len(alive))), storage=st).release()
             kept += alive
         results.put(("writer", kept, None))
-    except BaseException as exc:  # noqa: BLE001 - reported to the test
+    except BaseException as exc:
         results.put(("writer", kept, f"{type(exc).__name__}: {exc}"))
     finally:
         done.set()
@@ -555,7 +592,7 @@ def _race_collector(
     rng, st, runs, error = random.Random(seed), Storage(config), 0, None
     try:
         start.wait()
-    except BaseException as exc:  # noqa: BLE001 - reported to the test
+    except BaseException as exc:
         done.set()
         error = f"{type(exc).__name__}: {exc}"
     while not done.is_set():
@@ -563,7 +600,7 @@ def _race_collector(
         if rank == 0 or trial % 2:
             try:
                 gc(_race_pool(root, trial), grace=0, storage=st)
-            except BaseException as exc:  # noqa: BLE001 - reported to the test; keep collecting
+            except BaseException as exc:
                 error = error or f"{type(exc).__name__}: {exc}"
             runs += 1
         time.sleep(rng.uniform(0, 0.006))
@@ -592,7 +629,9 @@ def _run_race(root: str, config: Any, seed: int, runs: tuple[int, int]) -> dict[
             name, value, error = results.get(timeout=max(give_up - time.monotonic(), 0.1))
             outcome[name] = (value, error)
     except queue.Empty:
-        pytest.fail(f"the race did not finish within {RACE_DEADLINE_S:.0f} s (seed {seed}); finished: {sorted(outcome)}")
+        pytest.fail(
+            f"the race did not finish within {RACE_DEADLINE_S:.0f} s (seed {seed}); finished: {sorted(outcome)}"
+        )
     finally:
         done.set()
         for p in procs:
@@ -623,6 +662,10 @@ def test_gc_in_other_processes_never_collects_owned_chunks(place: tuple[Counting
     for trial in range(runs[0]):  # with no writer left, a collection keeps exactly the kept archives' chunks
         pool = _race_pool(root, trial)
         gc(pool, grace=0, storage=st)
-        owned = {object_uri(pool, c.sha256) for u in kept if f"/trial-{trial}/" in u
-                 for c in RolloutArchive(u, storage=st).index.chunks}
+        owned = {
+            object_uri(pool, c.sha256)
+            for u in kept
+            if f"/trial-{trial}/" in u
+            for c in RolloutArchive(u, storage=st).index.chunks
+        }
         assert set(pool_objects(st, pool)) == owned

@@ -84,8 +84,15 @@ def test_publication_layout_and_manifest_fields(vault_root: tuple[TrainVault, st
     assert raw["data_format"] == "msgpack.zst" and raw["version"] == 1
     entry = raw["splits"]["train"]["shards"][1]
     assert set(entry) == {
-        "key", "curriculum_stage", "shard_id", "uri", "size_bytes", "sha256", "record_count",
-        "descriptor_uri", "descriptor_sha256",
+        "key",
+        "curriculum_stage",
+        "shard_id",
+        "uri",
+        "size_bytes",
+        "sha256",
+        "record_count",
+        "descriptor_uri",
+        "descriptor_sha256",
     }
     assert [s["key"] for s in raw["splits"]["train"]["shards"]] == ["_/x", "easy/0", "easy/1"]
     assert raw["splits"]["train"]["curricula"] == {"easy": {"shards": ["easy/0", "easy/1"], "metadata": {"w": 1}}}
@@ -213,7 +220,9 @@ def test_register_curriculum_rules(vault_root) -> None:
     saver.register_curriculum("train", "small", [first])
     saver.register_curriculum("train", "large", [second, first], curriculum_metadata={"order": "reversed"})
     saver.register_curriculum("train", "small", [first])  # idempotent
-    saver.register_curriculum("train", "large", ["_/delta-002", "_/delta-001"], curriculum_metadata={"order": "reversed"})
+    saver.register_curriculum(
+        "train", "large", ["_/delta-002", "_/delta-001"], curriculum_metadata={"order": "reversed"}
+    )
 
     with pytest.raises(ConflictError, match="already registered"):
         saver.register_curriculum("train", "small", [first, second])
@@ -333,17 +342,19 @@ def save_shard(job):
 
 
 def run_pool_example(saver: DatasetSaver) -> DataManifest:
-    jobs = [
-        (saver, "train", stage["name"], stage, shard_id)
-        for stage in [
-            {"name": "easy", "family": "arithmetic", "weight": 1.0},
-            {"name": "medium", "family": "control", "weight": 2.0},
-            {"name": "hard", "family": "composition", "weight": 3.0},
+    jobs = (
+        [
+            (saver, "train", stage["name"], stage, shard_id)
+            for stage in [
+                {"name": "easy", "family": "arithmetic", "weight": 1.0},
+                {"name": "medium", "family": "control", "weight": 2.0},
+                {"name": "hard", "family": "composition", "weight": 3.0},
+            ]
+            for shard_id in range(32)
         ]
-        for shard_id in range(32)
-    ] + [(saver, "valid", None, None, shard_id) for shard_id in range(4)] + [
-        (saver, "test", None, None, shard_id) for shard_id in range(4)
-    ]
+        + [(saver, "valid", None, None, shard_id) for shard_id in range(4)]
+        + [(saver, "test", None, None, shard_id) for shard_id in range(4)]
+    )
     with ProcessPoolExecutor(max_workers=8) as pool:
         list(pool.map(save_shard, jobs))
     return saver.commit_manifest()
@@ -361,7 +372,9 @@ def _pool_example_in_fresh_process(root: str, endpoint: str) -> str:
     )
     out = subprocess.run(
         [sys.executable, "-c", script, os.path.dirname(__file__), root, endpoint],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()

@@ -4,7 +4,6 @@ reason naming it, or fails them when TRAINVAULT_REQUIRE_SERVICES=1 (as `.ci/run`
 from __future__ import annotations
 
 import pytest
-
 import services
 from conftest import closed_loopback_port
 
@@ -18,7 +17,9 @@ def missing(monkeypatch) -> str:
 
 def test_a_missing_service_skips_naming_it(missing, monkeypatch) -> None:
     monkeypatch.delenv(services.REQUIRE_ENV, raising=False)
-    with pytest.raises(pytest.skip.Exception, match=rf"service not running: {missing.replace('(', '[(]').replace(')', '[)]')}"):
+    with pytest.raises(
+        pytest.skip.Exception, match=rf"service not running: {missing.replace('(', '[(]').replace(')', '[)]')}"
+    ):
         services.require_services("Nothing")
 
 
@@ -43,8 +44,11 @@ def test_stopping_a_process_stops_its_children_and_a_failed_start_names_it(tmp_p
     pid_file = tmp_path / "child.pid"
     with pytest.raises(TimeoutError, match="never to be ready"):
         with services.processes(tmp_path / "logs", services.base_env(), request) as procs:
-            shell = procs.start("shell", ["/bin/bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"],
-                                ready=lambda p: pid_file.exists() and pid_file.read_text().strip() != "")
+            shell = procs.start(
+                "shell",
+                ["/bin/bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"],
+                ready=lambda p: pid_file.exists() and pid_file.read_text().strip() != "",
+            )
             child = int(pid_file.read_text())
             # A second process that never gets ready: the start fails on its deadline, naming it.
             procs.start("never", ["/bin/sleep", "300"], ready=lambda p: False, timeout=1)

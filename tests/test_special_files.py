@@ -10,16 +10,17 @@ hanging the suite or exhausting the machine.
 from __future__ import annotations
 
 import json
-import shutil
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from approval_chain import build_chain
@@ -91,7 +92,11 @@ def run_isolated(case: str, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
     code = f"import test_special_files as t; t.child({case!r}, {list(args)!r})"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -156,8 +161,9 @@ CASES: dict[str, Callable[..., None]] = {
 def signed_chain(root: Path, target: str = "shard") -> tuple[Any, tuple[str, str, str]]:
     """A chain with a signed approval record: (chain, open_approved arguments). A loose descriptor
     is read only for a manifest written without a descriptor pack, so that target gets one."""
-    chain = build_chain(TrainVault(), str(root / "chain"), shards=3, records_per_shard=20,
-                        packed=target != "descriptor")
+    chain = build_chain(
+        TrainVault(), str(root / "chain"), shards=3, records_per_shard=20, packed=target != "descriptor"
+    )
     approved = chain.vault.approve_dataset(chain.request())
     key = SigningKey.generate()
     _, public, _ = write_keypair(root / "approver", key)
@@ -251,8 +257,9 @@ def loader_request(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["fifo", "loop", "socket"])
-def test_loader_refuses_a_shard_swapped_mid_epoch(loader_request: Path, tmp_path: Path, workers: int,
-                                                  kind: str) -> None:
+def test_loader_refuses_a_shard_swapped_mid_epoch(
+    loader_request: Path, tmp_path: Path, workers: int, kind: str
+) -> None:
     # The request binds absolute URIs, so the child swaps the shared chain's shards in place: restore them after.
     backup = tmp_path / "backup"
     shutil.copytree(loader_request / "chain", backup, symlinks=True)

@@ -10,6 +10,7 @@ import textwrap
 import uuid
 
 import pytest
+from conftest import S3_KEY, S3_SECRET, closed_loopback_port, env_without_s3_settings, s3_config
 
 from trainvault import (
     ConflictError,
@@ -21,8 +22,6 @@ from trainvault import (
     TrainVault,
 )
 from trainvault.storage import Storage, is_within, join_uri, normalize_uri, parent_uri, parse_uri
-
-from conftest import S3_KEY, S3_SECRET, closed_loopback_port, env_without_s3_settings, s3_config
 
 
 def test_uri_parsing(tmp_path) -> None:
@@ -175,17 +174,33 @@ def test_s3_create_only_is_exclusive(s3_server, s3_bucket) -> None:
 
 
 def test_unreachable_endpoint_fails_with_storage_error() -> None:
-    st = Storage(StorageConfig(s3_base_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
-                               secret_access_key="s", client_retries=0, connect_timeout_s=1, recovery_window_s=2))
+    st = Storage(
+        StorageConfig(
+            s3_base_url="http://127.0.0.1:9",
+            region="us-east-1",
+            access_key_id="k",
+            secret_access_key="s",
+            client_retries=0,
+            connect_timeout_s=1,
+            recovery_window_s=2,
+        )
+    )
     with pytest.raises(StorageError, match="s3://b/x"):
         st.get("s3://b/x")
 
 
 def test_s3_settings_come_from_the_documented_variables_and_their_absence_fails_at_once() -> None:
-    env = {"TRAINVAULT_S3_URL": "http://127.0.0.1:1", "TRAINVAULT_S3_REGION": "", "TRAINVAULT_S3_KEY_ID": S3_KEY,
-           "TRAINVAULT_S3_SECRET": S3_SECRET, "AWS_ENDPOINT_URL": "http://elsewhere", "AWS_REGION": "eu-west-1"}
-    assert StorageConfig.from_env(env) == StorageConfig(s3_base_url="http://127.0.0.1:1", access_key_id=S3_KEY,
-                                                        secret_access_key=S3_SECRET)
+    env = {
+        "TRAINVAULT_S3_URL": "http://127.0.0.1:1",
+        "TRAINVAULT_S3_REGION": "",
+        "TRAINVAULT_S3_KEY_ID": S3_KEY,
+        "TRAINVAULT_S3_SECRET": S3_SECRET,
+        "AWS_ENDPOINT_URL": "http://elsewhere",
+        "AWS_REGION": "eu-west-1",
+    }
+    assert StorageConfig.from_env(env) == StorageConfig(
+        s3_base_url="http://127.0.0.1:1", access_key_id=S3_KEY, secret_access_key=S3_SECRET
+    )
     assert TrainVault.from_env(env).storage_config == StorageConfig.from_env(env)
     assert S3_SECRET not in repr(TrainVault.from_env(env))
     # No endpoint or keys: a StorageError naming what to set, before any network call (the
@@ -200,8 +215,13 @@ def test_s3_settings_come_from_the_documented_variables_and_their_absence_fails_
             print(exc)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], env=env_without_s3_settings(AWS_ACCESS_KEY_ID="x"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env_without_s3_settings(AWS_ACCESS_KEY_ID="x"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "s3://bucket/data-manifest-v1.json: S3 storage is not configured" in out.stdout, out.stderr
     for name in ("TRAINVAULT_S3_URL", "TRAINVAULT_S3_KEY_ID", "TRAINVAULT_S3_SECRET", "TRAINVAULT_S3_REGION"):
         assert name in out.stdout
@@ -224,10 +244,15 @@ def test_an_endpoint_that_never_answered_fails_after_its_first_contact_attempts(
     # Refused on first contact: a StorageError naming the endpoint, not 15 minutes of retries.
     endpoint = f"http://127.0.0.1:{closed_loopback_port()}"
     dead = Storage(StorageConfig(s3_base_url=endpoint, region="us-east-1", access_key_id="k", secret_access_key="s"))
-    out = subprocess.run([sys.executable, "-c", UNPICKLE_AND_READ, pickle.dumps(dead).hex(), "s3://b/x"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", UNPICKLE_AND_READ, pickle.dumps(dead).hex(), "s3://b/x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.startswith(f"StorageError cannot read s3://b/x: the S3 endpoint {endpoint} did not answer"), (
-        out.stdout + out.stderr)
+        out.stdout + out.stderr
+    )
     # An endpoint that answered keeps the recovery window when it goes away: here, and in a
     # process handed the pickled Storage (a loader worker).
     proxy = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
@@ -237,8 +262,12 @@ def test_an_endpoint_that_never_answered_fails_after_its_first_contact_attempts(
     proxy.stop()
     with pytest.raises(StorageTimeoutError, match="recovery window 2 s"):
         storage.get(uri)
-    out = subprocess.run([sys.executable, "-c", UNPICKLE_AND_READ, pickle.dumps(storage).hex(), uri],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", UNPICKLE_AND_READ, pickle.dumps(storage).hex(), uri],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.startswith("StorageTimeoutError"), out.stdout + out.stderr
 
 

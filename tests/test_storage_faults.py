@@ -13,6 +13,8 @@ import urllib.request
 import uuid
 
 import pytest
+from conftest import s3_config
+from faultproxy import FaultProxy, Rule
 
 from trainvault import (
     ConflictError,
@@ -23,15 +25,14 @@ from trainvault import (
 )
 from trainvault.storage import STATS, Storage
 
-from conftest import s3_config
-from faultproxy import FaultProxy, Rule
-
 RECORDS = 1200
 
 
 def records(shard_id: str) -> list[dict]:
     rng = random.Random(shard_id)
-    return [{"id": f"{shard_id}-{i}", "text": "".join(rng.choice("abcdefgh ") for _ in range(400))} for i in range(RECORDS)]
+    return [
+        {"id": f"{shard_id}-{i}", "text": "".join(rng.choice("abcdefgh ") for _ in range(400))} for i in range(RECORDS)
+    ]
 
 
 @pytest.fixture
@@ -43,7 +44,9 @@ def proxy(s3_server):
 
 def faulty_vault(proxy: FaultProxy, **overrides) -> TrainVault:
     # obstore's own retries off: every fault reaches trainvault's recovery.
-    settings = dict(client_retries=0, read_timeout_s=2.0, recovery_window_s=20.0, backoff_initial_s=0.01, backoff_max_s=0.2)
+    settings = dict(
+        client_retries=0, read_timeout_s=2.0, recovery_window_s=20.0, backoff_initial_s=0.01, backoff_max_s=0.2
+    )
     settings.update(overrides)
     return TrainVault(storage=s3_config(proxy.endpoint, **settings))
 
@@ -56,7 +59,9 @@ def publish(vault: TrainVault, root: str, shard_ids=("a", "b")):
 
 
 def fingerprint(manifest) -> list[tuple]:
-    return [(s.key, s.sha256, s.size_bytes, s.record_count, s.descriptor_sha256) for s in manifest.splits["train"].shards]
+    return [
+        (s.key, s.sha256, s.size_bytes, s.record_count, s.descriptor_sha256) for s in manifest.splits["train"].shards
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +177,10 @@ def test_training_loader_reads_every_record_through_cut_bodies(proxy, baseline, 
 
     def read(vault: TrainVault) -> list[str]:
         loader = vault.split_data_loader(
-            uri, collate_fn=lambda rs: [r["id"] for r in rs], shuffle=True, seed=7,
+            uri,
+            collate_fn=lambda rs: [r["id"] for r in rs],
+            shuffle=True,
+            seed=7,
             dataloader_args={"batch_size": 50, "num_workers": 0},
         ).load("train")
         return [i for batch in loader for i in batch]

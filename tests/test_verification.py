@@ -22,7 +22,6 @@ from trainvault.verification import profile_from_surveys, split_surveys, stored_
 from trainvault.verification.fused import survey_key
 from trainvault.verification.results import key_uri
 
-
 #: build_chain keeps each shard's records by shard id, the valid shard's as "valid".
 RECORDS_OF = {"v0": "valid"}
 
@@ -60,7 +59,9 @@ def test_one_read_serves_scan_profile_and_survey_and_a_second_pass_reads_nothing
     assert merged.sidecars() == read.sidecars()
     surveys = split_surveys(by_split)
     for split in by_split:
-        want, count = survey_fields(r for e, _ in by_split[split] for r in chain.records[RECORDS_OF.get(e.shard_id, e.shard_id)])
+        want, count = survey_fields(
+            r for e, _ in by_split[split] for r in chain.records[RECORDS_OF.get(e.shard_id, e.shard_id)]
+        )
         got, got_count = surveys[split]
         assert got_count == count and [s.state() for s in got] == [s.state() for s in want]
 
@@ -70,8 +71,9 @@ def test_a_damaged_or_misnamed_stored_result_is_refused_not_recomputed(chain, tm
     (split, a), (_, b) = entries(chain)[:2]
     verify_shard(storage, folder, "msgpack.zst", split, a, chain.index)
     verify_shard(storage, folder, "msgpack.zst", split, b, chain.index)
-    survey_a, survey_b = (Path(folder) / key_uri(folder, "survey", survey_key(e, "msgpack.zst")).rsplit("/", 1)[1]
-                          for e in (a, b))
+    survey_a, survey_b = (
+        Path(folder) / key_uri(folder, "survey", survey_key(e, "msgpack.zst")).rsplit("/", 1)[1] for e in (a, b)
+    )
     original = survey_a.read_bytes()
     survey_a.write_bytes(b"{not json")
     with pytest.raises(IntegrityError, match=f"{survey_a.name}: a stored per-shard result does not parse"):

@@ -29,8 +29,6 @@ from trainvault.errors import (
     ObjectTooLargeError,
     ProfileError,
     ResumeStateError,
-    UnscannedFieldError,
-    UntrustedSignerError,
     SampleNotFoundError,
     SelectionError,
     StorageError,
@@ -38,6 +36,8 @@ from trainvault.errors import (
     TaskDataValidationError,
     TrainVaultError,
     TransientStorageError,
+    UnscannedFieldError,
+    UntrustedSignerError,
 )
 from trainvault.formats import FORMATS
 from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
@@ -80,6 +80,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(__all__)
 
+
 __all__ = [
     "FORMATS",
     "ApprovalError",
@@ -114,8 +115,6 @@ __all__ = [
     "Publication",
     "RepresentationExample",
     "ResumeStateError",
-    "UnscannedFieldError",
-    "UntrustedSignerError",
     "RolloutArchive",
     "SampleNotFoundError",
     "SelectionError",
@@ -131,6 +130,8 @@ __all__ = [
     "TrainVault",
     "TrainVaultError",
     "TransientStorageError",
+    "UnscannedFieldError",
+    "UntrustedSignerError",
     "VerifierContract",
     "__version__",
     "iter_archive_samples",

@@ -62,13 +62,18 @@ class TrainVault:
     # -- saving -----------------------------------------------------------------
 
     def dataset_saver(
-        self, manifest_uri: str, *, data_format: str = "msgpack.zst", block_bytes: int = DEFAULT_BLOCK_BYTES,
+        self,
+        manifest_uri: str,
+        *,
+        data_format: str = "msgpack.zst",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
         rehash_reused: bool = True,
     ) -> DatasetSaver:
         """A saver for the publication whose manifest will live at `manifest_uri` (`rehash_reused`: see
         `DatasetSaver`)."""
-        return DatasetSaver(self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes,
-                            rehash_reused=rehash_reused)
+        return DatasetSaver(
+            self.storage, manifest_uri, data_format=data_format, block_bytes=block_bytes, rehash_reused=rehash_reused
+        )
 
     # -- loading ----------------------------------------------------------------
 
@@ -119,8 +124,9 @@ class TrainVault:
         least `threshold` of `trusted_keys`), then run the gate on its request."""
         from trainvault.approval.record import open_approved
 
-        return open_approved(self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold,
-                             policy=policy, progress=progress)
+        return open_approved(
+            self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold, policy=policy, progress=progress
+        )
 
     # -- component ranges ---------------------------------------------------------
 
@@ -137,18 +143,33 @@ class TrainVault:
         """A `RepresentationWriter` for a representation publication under the folder `root_uri`."""
         from trainvault.representations.writer import RepresentationWriter
 
-        return RepresentationWriter(self.storage, root_uri, teacher=teacher, projection=projection, layers=layers,
-                                    state_kinds=state_kinds, part_rows=part_rows)
+        return RepresentationWriter(
+            self.storage,
+            root_uri,
+            teacher=teacher,
+            projection=projection,
+            layers=layers,
+            state_kinds=state_kinds,
+            part_rows=part_rows,
+        )
 
-    def iter_representation_examples(self, manifest_uri, manifest_sha256, *, split, sources, per_source_count,
-                                     teacher_layer, state_kind):
+    def iter_representation_examples(
+        self, manifest_uri, manifest_sha256, *, split, sources, per_source_count, teacher_layer, state_kind
+    ):
         """Verified `RepresentationExample`s of the publication pinned by `manifest_sha256`: per source
         (in caller order) its first `per_source_count` blocks by ascending block id."""
         from trainvault.representations.loader import iter_representation_examples
 
-        return iter_representation_examples(self.storage, manifest_uri, manifest_sha256, split=split, sources=sources,
-                                            per_source_count=per_source_count, teacher_layer=teacher_layer,
-                                            state_kind=state_kind)
+        return iter_representation_examples(
+            self.storage,
+            manifest_uri,
+            manifest_sha256,
+            split=split,
+            sources=sources,
+            per_source_count=per_source_count,
+            teacher_layer=teacher_layer,
+            state_kind=state_kind,
+        )
 
     # -- manifests --------------------------------------------------------------
 

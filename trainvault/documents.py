@@ -45,7 +45,9 @@ class Document(StrictModel):
         except ManifestError:
             raise
         except ValueError as exc:  # UnicodeDecodeError too
-            raise ManifestError(f"{source}: not valid JSON ({exc}); the object is damaged or not a {cls.KIND}") from None
+            raise ManifestError(
+                f"{source}: not valid JSON ({exc}); the object is damaged or not a {cls.KIND}"
+            ) from None
         return cls.from_obj(obj, source=source)
 
     @classmethod

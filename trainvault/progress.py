@@ -36,7 +36,9 @@ def terminal_bar(label: str, unit: str, stream: TextIO | None = None) -> Callabl
         frac = min(p.bytes_done / p.bytes_total, 1.0) if p.bytes_total else 1.0
         filled = int(frac * 30)
         rate = p.bytes_done / max(now - started, 1e-9) / 1e6
-        out.write(f"\r{label} [{'#' * filled}{'-' * (30 - filled)}] {frac:6.1%} {unit} {p.done}/{p.total} {rate:8.1f} MB/s")
+        out.write(
+            f"\r{label} [{'#' * filled}{'-' * (30 - filled)}] {frac:6.1%} {unit} {p.done}/{p.total} {rate:8.1f} MB/s"
+        )
         if finished:
             out.write("\n")
         out.flush()

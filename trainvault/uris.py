@@ -46,7 +46,9 @@ def parse_uri(uri: str) -> Location:
     try:
         parts = urlsplit(uri)
     except ValueError:  # an unbalanced "[" reads as a broken IPv6 host
-        raise StorageError(f"{uri}: not a storage URI; use s3://bucket/key, file:///path or memory://name/key") from None
+        raise StorageError(
+            f"{uri}: not a storage URI; use s3://bucket/key, file:///path or memory://name/key"
+        ) from None
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):

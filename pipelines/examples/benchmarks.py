@@ -27,6 +27,13 @@ def synthetic_benchmark(name: str = "synthetic-wordprob", count: int = 24) -> Be
         )
         items.append({"id": f"wordprob/{i}", "question": text, "answer": str((a + b) * c)})
     return BenchmarkItems(
-        name=name, split="test", id_field="id", text_fields=("question", "answer"), items=tuple(items),
-        source={"generator": "pipelines.examples.benchmarks:synthetic_benchmark", "seed": "trainvault-example/synthetic-benchmark"},
+        name=name,
+        split="test",
+        id_field="id",
+        text_fields=("question", "answer"),
+        items=tuple(items),
+        source={
+            "generator": "pipelines.examples.benchmarks:synthetic_benchmark",
+            "seed": "trainvault-example/synthetic-benchmark",
+        },
     )

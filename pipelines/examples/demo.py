@@ -44,8 +44,18 @@ from pipelines.definitions import whole_build_tags
 from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 
-STEPS = ["producer_pins", "evaluation_release", "dataset_shards", "data_manifest", "dataset_profile", "training_scan",
-         "contamination_scan", "contamination_report", "contamination_exclusions", "approved_dataset"]
+STEPS = [
+    "producer_pins",
+    "evaluation_release",
+    "dataset_shards",
+    "data_manifest",
+    "dataset_profile",
+    "training_scan",
+    "contamination_scan",
+    "contamination_report",
+    "contamination_exclusions",
+    "approved_dataset",
+]
 BATCH_SIZE = 8
 #: The executor `make demo` runs each lifecycle with (TRAINVAULT_DEMO_EXECUTOR overrides it).
 DEMO_EXECUTOR = "in_process"
@@ -78,8 +88,17 @@ def materialize_all(specs, env: dict[str, str], log_dir: Path, progress=None) ->
     `progress` (a `DemoProgress`) is polled while they run and told when each exits."""
     procs, start = {}, time.perf_counter()
     for spec in specs:
-        cmd = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m", "pipelines.definitions",
-               "-j", f"lifecycle_{spec.name}", "--tags", json.dumps(whole_build_tags(spec))]
+        cmd = [
+            str(Path(sys.executable).with_name("dagster")),
+            "job",
+            "execute",
+            "-m",
+            "pipelines.definitions",
+            "-j",
+            f"lifecycle_{spec.name}",
+            "--tags",
+            json.dumps(whole_build_tags(spec)),
+        ]
         log = log_dir / f"lifecycle-{spec.name}.log"
         print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'\n  (full log: {log})")
         with open(log, "wb") as out:
@@ -150,18 +169,26 @@ def print_report(vault, uri: str, sha256: str, excluded: int | None) -> None:
 
     report = attested_report(vault, ObjectRef(uri=uri, sha256=sha256))
     print(f"\ncontamination report  {uri}\nsha256                {sha256}")
-    print(f"method {report.method.id}, n={report.method.n}, release {report.eval_release.id}; "
-          f"scanned {report.coverage.shards} shards, {report.coverage.records} records, {report.coverage.tokens} tokens\n")
+    print(
+        f"method {report.method.id}, n={report.method.n}, release {report.eval_release.id}; "
+        f"scanned {report.coverage.shards} shards, {report.coverage.records} records, {report.coverage.tokens} tokens\n"
+    )
     print(f"{'benchmark':<20} {'items':>5} {'contaminated':>12} {'uncheckable':>11}  pass")
     for b in report.benchmarks:
-        print(f"{b.name:<20} {b.n_items:>5} {b.n_contaminated:>12} {b.n_uncheckable:>11}  {'yes' if b.passed else 'NO'}")
+        print(
+            f"{b.name:<20} {b.n_items:>5} {b.n_contaminated:>12} {b.n_uncheckable:>11}  {'yes' if b.passed else 'NO'}"
+        )
     for it in report.contaminated_items:
         h = it.hits[0]
-        print(f"  contaminated: {it.benchmark} {it.item_id} in {h.split}/{h.shard} record {h.record_index} "
-              f"({it.matched_ngrams}/{it.total_ngrams} n-grams)")
+        print(
+            f"  contaminated: {it.benchmark} {it.item_id} in {h.split}/{h.shard} record {h.record_index} "
+            f"({it.matched_ngrams}/{it.total_ngrams} n-grams)"
+        )
     if report.contaminated_items and excluded:
-        print(f"excluded: the approval leaves out the {excluded} records that hold them (the dataset's policy allows "
-              "exclusions), so no benchmark item reaches the trainer")
+        print(
+            f"excluded: the approval leaves out the {excluded} records that hold them (the dataset's policy allows "
+            "exclusions), so no benchmark item reaches the trainer"
+        )
 
 
 def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
@@ -169,17 +196,24 @@ def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
     from trainvault import TrainVault
     from trainvault.approval import load_verifying_key
 
-    approved = TrainVault().open_approved(uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)],
-                                          policy=spec.approval_policy())
+    approved = TrainVault().open_approved(
+        uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)], policy=spec.approval_policy()
+    )
     stages = train_stages(spec)
     loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}).load(
-        "train", **({"curriculum_stages": stages} if stages else {}))
+        "train", **({"curriculum_stages": stages} if stages else {})
+    )
     s = approved.summary
-    signed = f"; report signed by scanner key {s.attestation.report_signers[0][:16]}..., " \
-             f"{len(s.attestation.rescan.shards)} of {s.attestation.rescan.shards_total} shards re-scanned" \
-        if s.attestation else ""
-    print(f"\nopened as a trainer: {s.shards} shards, {s.records} records, {s.bytes_hashed} bytes re-hashed{signed}; "
-          f"approved loader over train{' (' + ', '.join(stages) + ')' if stages else ''}:")
+    signed = (
+        f"; report signed by scanner key {s.attestation.report_signers[0][:16]}..., "
+        f"{len(s.attestation.rescan.shards)} of {s.attestation.rescan.shards_total} shards re-scanned"
+        if s.attestation
+        else ""
+    )
+    print(
+        f"\nopened as a trainer: {s.shards} shards, {s.records} records, {s.bytes_hashed} bytes re-hashed{signed}; "
+        f"approved loader over train{' (' + ', '.join(stages) + ')' if stages else ''}:"
+    )
     for n, batch in enumerate(loader, 1):
         print(f"  batch {n}: {len(batch)} records, {batch[0]['id']}: {batch[0]['text'][:48]!r}")
         if n == batches:
@@ -198,12 +232,16 @@ def check_exclusions(approved, loader) -> bool:
     excluded = [r for r in approved.exclusions.records if r.split == "train"] if approved.exclusions else []
     print(f"\nexcluded from the approval: {len(excluded)} records")
     for r in excluded:
-        print(f"  train/{r.shard} record {r.record_index}: " + ", ".join(f"{x.benchmark} {x.item_id}" for x in r.reasons))
+        print(
+            f"  train/{r.shard} record {r.record_index}: " + ", ".join(f"{x.benchmark} {x.item_id}" for x in r.reasons)
+        )
     ids = [record["id"] for batch in loader for record in batch]
     planted = [i for i in ids if i.startswith("planted-")]
     ok = bool(excluded) and not planted and len(ids) == len(set(ids))
-    print(f"the trainer's batches: {len(ids)} records of train, {len(planted)} planted "
-          + ("(as expected: no excluded record reaches the trainer)" if ok else "UNEXPECTED: see above"))
+    print(
+        f"the trainer's batches: {len(ids)} records of train, {len(planted)} planted "
+        + ("(as expected: no excluded record reaches the trainer)" if ok else "UNEXPECTED: see above")
+    )
     return ok
 
 
@@ -212,8 +250,10 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
     from trainvault import TrainVault
 
     pub = spec.publication()
-    print(f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
-          f"{spec.data_format}, store {spec.root_uri}")
+    print(
+        f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
+        f"{spec.data_format}, store {spec.root_uri}"
+    )
     runs = instance.get_runs(filters=RunsFilter(job_name=f"lifecycle_{spec.name}"), limit=1)
     if not runs:
         print(f"no Dagster run was recorded; see {log}")
@@ -234,8 +274,10 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
         print(f"  {step:<22} {steps.get(step, 'not executed')}{extra}")
         for check, (owner, passed, description) in checks.items():
             if owner == step:
-                print(f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}"
-                      + (f": {description}" if description else ""))
+                print(
+                    f"  {'  check ' + check:<22} {'PASSED' if passed else 'FAILED'}"
+                    + (f": {description}" if description else "")
+                )
     print(f"run {run.run_id}: {run.status.value} in {seconds:.1f} s (exit {rc})")
     vault = TrainVault()
     if m := made.get(("data_manifest", None)):
@@ -261,9 +303,11 @@ def blocked(spec, approval, checks, earlier: set[str]) -> bool:
     nothing (`earlier`: the approval records an earlier run left in the same version folder)."""
     written = approval_records(spec) - earlier
     failed = checks.get("within_contract", ("", True))[1] is False
-    print(f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
-          f"{'was not executed' if approval is None else 'RAN'}; approval records written by this run for "
-          f"{spec.name}: {len(written)} ({len(earlier)} from earlier runs)")
+    print(
+        f"\nthe check within_contract {'FAILED' if failed else 'did not fail'}; approved_dataset "
+        f"{'was not executed' if approval is None else 'RAN'}; approval records written by this run for "
+        f"{spec.name}: {len(written)} ({len(earlier)} from earlier runs)"
+    )
     expected = failed and approval is None and not written
     print("as expected: contaminated data is never approved" if expected else "UNEXPECTED: see the log above")
     return expected
@@ -283,15 +327,23 @@ def first_batch_command(spec, approval: dict) -> str:
     """The ``trainvault trace`` command naming the records of the approved loader's first batch (step 0)."""
     from assets.approval import trace_command
 
-    command = trace_command(approval["uri"], approval["sha256"], spec, exclusions=bool(approval.get("excluded records")),
-                            batch_size=BATCH_SIZE, stages=train_stages(spec))
+    command = trace_command(
+        approval["uri"],
+        approval["sha256"],
+        spec,
+        exclusions=bool(approval.get("excluded records")),
+        batch_size=BATCH_SIZE,
+        stages=train_stages(spec),
+    )
     return venv_program("trainvault") + command.removeprefix("trainvault")
 
 
 def next_steps(traces: dict[str, str]) -> None:
     """What to do after the demo: the UI on the same instance, and each approval's first batch traced."""
-    print("\nnext:\n  make ui    # the Dagster UI on http://127.0.0.1:3000 (UI_PORT= to change), on this demo's "
-          "instance: the runs above, each dataset's assets, checks and approval")
+    print(
+        "\nnext:\n  make ui    # the Dagster UI on http://127.0.0.1:3000 (UI_PORT= to change), on this demo's "
+        "instance: the runs above, each dataset's assets, checks and approval"
+    )
     for name, command in traces.items():
         print(f"  # the records of {name}'s first approved batch, read and verified:\n  {command}")
 
@@ -304,7 +356,9 @@ def show_approval(spec, approval: dict) -> str:
     print(f"\napproval   {approval['uri']}\nsha256     {approval['sha256']}")
     print(f"croissant  {approval['croissant uri']}\nsha256     {approval['croissant sha256']}")
     print("a trainer opens it with:\n")
-    print("    " + trainer_snippet(approval["uri"], approval["sha256"], spec, exclusions=excluded).replace("\n", "\n    "))
+    print(
+        "    " + trainer_snippet(approval["uri"], approval["sha256"], spec, exclusions=excluded).replace("\n", "\n    ")
+    )
     print("\nthe records of its first batch (step 0), read and verified:\n")
     command = first_batch_command(spec, approval)
     print("    " + command)
@@ -324,8 +378,10 @@ def main() -> int:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
     specs = load_datasets(datasets_path())
     prepare_keys(specs)
-    print(f"trainvault demo: {len(specs)} datasets ({', '.join(s.name for s in specs)})"
-          f"{'; evaluation items PLANTED in demo_curriculum train/hard/0' if planted else ''}; DAGSTER_HOME {home}")
+    print(
+        f"trainvault demo: {len(specs)} datasets ({', '.join(s.name for s in specs)})"
+        f"{'; evaluation items PLANTED in demo_curriculum train/hard/0' if planted else ''}; DAGSTER_HOME {home}"
+    )
 
     import dagster as dg
 

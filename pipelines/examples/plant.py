@@ -45,7 +45,17 @@ def planted_records(split: str, stage: str | None, shard_id: str, count: int = 2
         if i % step == step - 1 and planted:
             p = planted.pop(0)
             text = p["text"]
-            yield {"id": f"planted-{p['item']}", "task_id": "planted", "text": text, "tokens": [ord(c) % 65536 for c in text]}
+            yield {
+                "id": f"planted-{p['item']}",
+                "task_id": "planted",
+                "text": text,
+                "tokens": [ord(c) % 65536 for c in text],
+            }
     for p in planted:
         text = p["text"]
-        yield {"id": f"planted-{p['item']}", "task_id": "planted", "text": text, "tokens": [ord(c) % 65536 for c in text]}
+        yield {
+            "id": f"planted-{p['item']}",
+            "task_id": "planted",
+            "text": text,
+            "tokens": [ord(c) % 65536 for c in text],
+        }

@@ -11,8 +11,12 @@ from dagster import RunsFilter
 
 #: A line at least this often while nothing changes, so a long step never looks like a hang.
 HEARTBEAT_S = 10.0
-STEP_EVENTS = {dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS,
-               dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.STEP_SKIPPED}
+STEP_EVENTS = {
+    dg.DagsterEventType.STEP_START,
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_SKIPPED,
+}
 
 
 @dataclass
@@ -44,8 +48,11 @@ class RunProgress:
 
     def _find_run(self, instance: dg.DagsterInstance, since: float) -> bool:
         runs = instance.get_runs(filters=RunsFilter(job_name=self.job), limit=1)
-        if not runs or (record := instance.get_run_record_by_id(runs[0].run_id)) is None \
-                or record.create_timestamp.timestamp() < since:
+        if (
+            not runs
+            or (record := instance.get_run_record_by_id(runs[0].run_id)) is None
+            or record.create_timestamp.timestamp() < since
+        ):
             return False
         self.run_id = runs[0].run_id
         plan = instance.get_execution_plan_snapshot(runs[0].execution_plan_snapshot_id)
@@ -67,7 +74,9 @@ class RunProgress:
         if self.running or len(self.finished) == self.total:
             now = f"; running {', '.join(self.running)}" if self.running else ""
         else:  # the multiprocess executor starts a process per step: seconds between steps
-            now = f"; {self.finished[-1]} done, starting the next step" if self.finished else "; starting the first step"
+            now = (
+                f"; {self.finished[-1]} done, starting the next step" if self.finished else "; starting the first step"
+            )
         return f"{len(self.finished)}/{self.total or '?'} steps done{now}"
 
 

@@ -28,8 +28,12 @@ def key_fields(approver: str | Path, scanner: str | Path | None = None) -> dict[
     """Spec fields for the key pairs at these prefixes (``<prefix>.key``, ``<prefix>.pub``); the
     scanner signs with the approver's key when `scanner` is None."""
     scanner = scanner or approver
-    return {"signing_key_path": f"{approver}.key", "trusted_keys_path": f"{approver}.pub",
-            "scanner_key_path": f"{scanner}.key", "trusted_scanner_keys": [f"{scanner}.pub"]}
+    return {
+        "signing_key_path": f"{approver}.key",
+        "trusted_keys_path": f"{approver}.pub",
+        "scanner_key_path": f"{scanner}.key",
+        "trusted_scanner_keys": [f"{scanner}.pub"],
+    }
 
 
 def demo_spec(name: str, **overrides: object) -> DatasetSpec:
@@ -61,8 +65,11 @@ def example_spec(
     if shards_per_stage is not None or eval_shards is not None:
         counts = {"train": shards_per_stage, "valid": eval_shards, "test": eval_shards}
         fields["splits"] = [
-            SplitSpec(name=s.name, stages=list(s.stages),
-                      shard_ids=[str(i) for i in range(counts[s.name])] if counts.get(s.name) else list(s.shard_ids))
+            SplitSpec(
+                name=s.name,
+                stages=list(s.stages),
+                shard_ids=[str(i) for i in range(counts[s.name])] if counts.get(s.name) else list(s.shard_ids),
+            )
             for s in base.splits
         ]
     fields.update(overrides)

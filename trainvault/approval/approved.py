@@ -37,7 +37,7 @@ class ApprovalRecordRef(Referenced):
 class ApprovedDataset:
     """A dataset that passed the approval gate; build its loader with `split_data_loader`."""
 
-    __slots__ = ("_result", "_config", "_record", "_bindings")
+    __slots__ = ("_bindings", "_config", "_record", "_result")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -46,8 +46,9 @@ class ApprovedDataset:
         )
 
     @classmethod
-    def _issue(cls, token: object, result: GateResult, config: StorageConfig,
-               record: ApprovalRecordRef | None = None) -> ApprovedDataset:
+    def _issue(
+        cls, token: object, result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None
+    ) -> ApprovedDataset:
         if token is not _ISSUE:
             raise TypeError("ApprovedDataset is issued by the approval gate only")
         self = object.__new__(cls)
@@ -68,8 +69,10 @@ class ApprovedDataset:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"ApprovedDataset({self.manifest_uri!r}, sha256={self.manifest_sha256}, shards={s.shards}, "
-                f"records={s.records})")
+        return (
+            f"ApprovedDataset({self.manifest_uri!r}, sha256={self.manifest_sha256}, shards={s.shards}, "
+            f"records={s.records})"
+        )
 
     # -- what was approved ----------------------------------------------------------
 
@@ -159,8 +162,13 @@ class ApprovedDataset:
         from trainvault.components.materializer import open_materializer
 
         return open_materializer(
-            checked=self._result.ledgers.get(split), custody=self.custody_storage(), manifest=self._result.publication.manifest,
-            manifest_sha256=self.manifest_sha256, split=split, mode=mode, max_rows=max_rows,
+            checked=self._result.ledgers.get(split),
+            custody=self.custody_storage(),
+            manifest=self._result.publication.manifest,
+            manifest_sha256=self.manifest_sha256,
+            split=split,
+            mode=mode,
+            max_rows=max_rows,
         )
 
 

@@ -76,8 +76,16 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                     f"to {publication.sha256}; make it with this dataset's component_range_materializer()"
                 )
         self = object.__new__(cls)
-        SplitDataLoader.__init__(self, storage, publication, collate_fn=collate_fn,  # type: ignore[arg-type]
-                                 dataloader_args=dataloader_args, shuffle=False, seed=0, view=materializer)
+        SplitDataLoader.__init__(
+            self,
+            storage,
+            publication,
+            collate_fn=collate_fn,  # type: ignore[arg-type]
+            dataloader_args=dataloader_args,
+            shuffle=False,
+            seed=0,
+            view=materializer,
+        )
         self.materializer = materializer
         self._approved_exclusions = exclusions
         self._given_args = dict(dataloader_args or {})
@@ -93,8 +101,9 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         raise AttributeError(f"an ApprovedSplitDataLoader is read-only; cannot delete {name!r}")
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError("an ApprovedSplitDataLoader does not pickle or copy: build it from the ApprovedDataset where "
-                        "it is needed")
+        raise TypeError(
+            "an ApprovedSplitDataLoader does not pickle or copy: build it from the ApprovedDataset where it is needed"
+        )
 
     def __repr__(self) -> str:
         return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
@@ -140,8 +149,15 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
         """A loader over the same custody that never deals `exclude`. One per split: a shard key
         names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""
-        return SplitDataLoader(self.storage, self.publication, collate_fn=self.collate_fn,
-                               dataloader_args=self._given_args, shuffle=False, seed=0, exclude=dict(exclude))
+        return SplitDataLoader(
+            self.storage,
+            self.publication,
+            collate_fn=self.collate_fn,
+            dataloader_args=self._given_args,
+            shuffle=False,
+            seed=0,
+            exclude=dict(exclude),
+        )
 
 
 def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:

@@ -46,7 +46,9 @@ def _predicate_type(cls: type[Document]) -> str:
     try:
         return PREDICATE_TYPES[cls]
     except KeyError:
-        raise TypeError(f"only a ContaminationReport or a TrainingScanManifest is attested, not {cls.__name__}") from None
+        raise TypeError(
+            f"only a ContaminationReport or a TrainingScanManifest is attested, not {cls.__name__}"
+        ) from None
 
 
 def _subject(document: Document) -> str:
@@ -126,7 +128,8 @@ def read_attested(
             found = _signers_found(envelope)
             raise UntrustedSignerError(
                 f"{source}: signed by key(s) {', '.join(found) or '(none)'}, not by {threshold} of the trusted scanner "
-                f"keys ({exc}); sign with a trusted scanner key or trust that key on purpose", found
+                f"keys ({exc}); sign with a trusted scanner key or trust that key on purpose",
+                found,
             ) from None
     return Attested(_statement_document(payload, cls, source), signers)
 
@@ -142,12 +145,16 @@ def _statement_document(payload: bytes, cls: type[D], source: str) -> D:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise ManifestError(f"{where}: not an in-toto statement ({STATEMENT_TYPE})")
     if statement.get("predicateType") != _predicate_type(cls):
-        raise ManifestError(f"{where}: predicate type {statement.get('predicateType')!r} is not "
-                            f"{_predicate_type(cls)!r}: it attests another kind of document")
+        raise ManifestError(
+            f"{where}: predicate type {statement.get('predicateType')!r} is not "
+            f"{_predicate_type(cls)!r}: it attests another kind of document"
+        )
     document = cls.from_obj(statement.get("predicate"), source=where)
     subjects = statement.get("subject")
-    digests = [s["digest"].get("sha256") if isinstance(s, dict) and isinstance(s.get("digest"), dict) else None
-               for s in (subjects if isinstance(subjects, list) else [])]
+    digests = [
+        s["digest"].get("sha256") if isinstance(s, dict) and isinstance(s.get("digest"), dict) else None
+        for s in (subjects if isinstance(subjects, list) else [])
+    ]
     if digests != [_subject(document)]:
         raise ManifestError(f"{where}: its subject {digests} is not the data manifest the document names")
     return document

@@ -80,7 +80,9 @@ class PositionBudget:
                 raise BudgetError(f"checkpoint position {p} is past the budget's total {total}")
             bounds.add(Boundary(p, "checkpoint", str(p)))
         if stage_ends is not None and not isinstance(stage_ends, Mapping):
-            raise TypeError(f"stage_ends must be a mapping of stage name to end position, got {type(stage_ends).__name__}")
+            raise TypeError(
+                f"stage_ends must be a mapping of stage name to end position, got {type(stage_ends).__name__}"
+            )
         for name, p in (stage_ends or {}).items():
             if not isinstance(name, str) or not name:
                 raise BudgetError(f"stage names must be non-empty strings, got {name!r}")
@@ -88,9 +90,7 @@ class PositionBudget:
                 raise BudgetError(f"stage {name!r} ends at {p}, past the budget's total {total}")
             bounds.add(Boundary(p, "stage", name))
         self.boundaries: tuple[Boundary, ...] = tuple(sorted(bounds))
-        self.config_sha256 = sha256_hex(
-            canonical_json({"total": total, "boundaries": [b.id for b in self.boundaries]})
-        )
+        self.config_sha256 = sha256_hex(canonical_json({"total": total, "boundaries": [b.id for b in self.boundaries]}))
         self._consumed = 0
         self._next = 0  # index of the first boundary not yet emitted
 

@@ -41,7 +41,7 @@ class Envelope(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     payload: str
-    payloadType: str  # noqa: N815 - the DSSE spelling
+    payloadType: str
     signatures: list[Signature]
 
     def to_json_bytes(self) -> bytes:
@@ -82,7 +82,9 @@ def sign_envelope(payload: bytes, keys: Sequence[SigningKey], payload_type: str 
     )
 
 
-def unverified_payload(envelope: Envelope, *, payload_type: str = IN_TOTO_PAYLOAD_TYPE, source: str = "envelope") -> bytes:
+def unverified_payload(
+    envelope: Envelope, *, payload_type: str = IN_TOTO_PAYLOAD_TYPE, source: str = "envelope"
+) -> bytes:
     """The payload of `envelope`, its signatures not checked (for a reader that trusts no keys
     and verifies the content itself)."""
     if envelope.payloadType != payload_type:
@@ -98,7 +100,9 @@ def trusted_key_set(trusted_keys: Iterable[object], threshold: int) -> list[Veri
     if not keys:
         raise ApprovalError("no trusted keys: pass the public keys whose signatures you accept")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or not 1 <= threshold <= len(keys):
-        raise ApprovalError(f"threshold must be an int from 1 to the number of trusted keys ({len(keys)}), got {threshold!r}")
+        raise ApprovalError(
+            f"threshold must be an int from 1 to the number of trusted keys ({len(keys)}), got {threshold!r}"
+        )
     return keys
 
 

@@ -123,7 +123,9 @@ class GateResult:
 def _kept(obj: HashedObject) -> bytes:
     """The bytes `hash_objects` kept for `obj` (it keeps every object the gate asked for)."""
     if obj.data is None:
-        raise ApprovalError(f"approval denied: {obj.uri} was hashed but its bytes were not kept; this is a trainvault bug")
+        raise ApprovalError(
+            f"approval denied: {obj.uri} was hashed but its bytes were not kept; this is a trainvault bug"
+        )
     return obj.data
 
 
@@ -194,10 +196,17 @@ def _gate(
     rescanned = rescan.finish(chain.report)
     check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
-    summary = _summary(refs, chain, rescanned, policy, files_hashed=len(hashed) + len(bound),
-                       bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()))
-    return GateResult(request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked,
-                      chain.exclusions)
+    summary = _summary(
+        refs,
+        chain,
+        rescanned,
+        policy,
+        files_hashed=len(hashed) + len(bound),
+        bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()),
+    )
+    return GateResult(
+        request, publication, descriptors_raw, shard_sizes, chain.report, summary, checked, chain.exclusions
+    )
 
 
 @dataclass(frozen=True)
@@ -262,8 +271,18 @@ def _judge_chain(
             f"evaluation_release {release.release.id!r} (sha256 {release.sha256}) is not the release this trainer "
             f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
         )
-    return _Chain(publication, declared, totals, scanned, report.document, pins, release, index,
-                  {"report": report.signers, "scan": scan.signers}, exclusions)
+    return _Chain(
+        publication,
+        declared,
+        totals,
+        scanned,
+        report.document,
+        pins,
+        release,
+        index,
+        {"report": report.signers, "scan": scan.signers},
+        exclusions,
+    )
 
 
 def _attach_descriptors(
@@ -283,14 +302,22 @@ def _attach_descriptors(
 def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:
     """A bound report or scan manifest: signed by the policy's scanner keys, or (without them) plain."""
     try:
-        return read_attested(_kept(obj), cls, trusted_keys=policy.scanner_keys, threshold=policy.scanner_threshold,
-                             source=f"{name} {obj.uri}")
+        return read_attested(
+            _kept(obj),
+            cls,
+            trusted_keys=policy.scanner_keys,
+            threshold=policy.scanner_threshold,
+            source=f"{name} {obj.uri}",
+        )
     except ManifestError as exc:
         deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
 
 
 def _hash_declared(
-    storage: Storage, chain: _Chain, threads: int, progress: HashProgressCallback | None,
+    storage: Storage,
+    chain: _Chain,
+    threads: int,
+    progress: HashProgressCallback | None,
     consumers: Mapping[str, Callable[[], ChunkConsumer]],
 ) -> dict[str, HashedObject]:
     """Every declared file but the manifest, hashed now (descriptors kept: the loader parses exactly
@@ -308,8 +335,10 @@ def _hash_declared(
             consumers=consumers,
         )
     except IntegrityError as exc:
-        deny(f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "
-             "re-publish, rescan and approve again")
+        deny(
+            f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "
+            "re-publish, rescan and approve again"
+        )
     for f in files:
         h, s = hashed[f.resolved], chain.scanned[f.resolved]
         if (h.size, h.sha256) != (s.size_bytes, s.sha256):
@@ -321,19 +350,32 @@ def _hash_declared(
     return hashed
 
 
-def _summary(refs: Mapping[str, ArtifactRef], chain: _Chain, rescan: RescanSummary, policy: ApprovalPolicy, *,
-             files_hashed: int, bytes_hashed: int) -> VerificationSummary:
+def _summary(
+    refs: Mapping[str, ArtifactRef],
+    chain: _Chain,
+    rescan: RescanSummary,
+    policy: ApprovalPolicy,
+    *,
+    files_hashed: int,
+    bytes_hashed: int,
+) -> VerificationSummary:
     report = chain.report
     attestation = None
     # Without scanner keys every shard was re-scanned and the summary keeps its v1 fields, so
     # the records of such chains keep their bytes.
     if policy.scanner_keys is not None:
-        attestation = AttestationSummary(report_signers=list(chain.signers["report"]),
-                                         scan_manifest_signers=list(chain.signers["scan"]), rescan=rescan)
+        attestation = AttestationSummary(
+            report_signers=list(chain.signers["report"]),
+            scan_manifest_signers=list(chain.signers["scan"]),
+            rescan=rescan,
+        )
     excluded = None
     if chain.exclusions is not None:
-        excluded = ExclusionSummary(sha256=refs[EXCLUSIONS_SIDECAR].sha256, records=len(chain.exclusions.records),
-                                    per_benchmark=chain.exclusions.per_benchmark())
+        excluded = ExclusionSummary(
+            sha256=refs[EXCLUSIONS_SIDECAR].sha256,
+            records=len(chain.exclusions.records),
+            per_benchmark=chain.exclusions.per_benchmark(),
+        )
     return VerificationSummary(
         data_manifest_sha256=refs["data_manifest"].sha256,
         shards=chain.totals["shards"],

@@ -92,7 +92,9 @@ class ApprovedObjects:
         return self._storage.head(self._approved(uri))
 
     def list(self, prefix_uri: str) -> list[ObjectInfo]:
-        raise CustodyError(f"cannot list {prefix_uri}: an approved dataset reads only the objects its manifest declares")
+        raise CustodyError(
+            f"cannot list {prefix_uri}: an approved dataset reads only the objects its manifest declares"
+        )
 
     def _refuse_write(self, uri: str) -> Any:
         raise CustodyError(f"cannot write {uri}: an approved dataset is read-only")
@@ -118,8 +120,9 @@ class CustodyStorage(ApprovedObjects):
         )
 
     @classmethod
-    def _issue(cls, token: object, config: StorageConfig, objects: Mapping[str, int],
-               pinned: Mapping[str, bytes]) -> CustodyStorage:
+    def _issue(
+        cls, token: object, config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]
+    ) -> CustodyStorage:
         if token is not _ISSUE:
             raise TypeError("a CustodyStorage is issued by an ApprovedDataset only")
         self = object.__new__(cls)

@@ -80,7 +80,9 @@ class _Tally:
         with self._lock:
             self._files += files
             self._bytes += nbytes
-            self._progress(HashProgress(self._files, self._files_total, self._bytes, max(self._bytes_total, self._bytes)))
+            self._progress(
+                HashProgress(self._files, self._files_total, self._bytes, max(self._bytes_total, self._bytes))
+            )
 
 
 def _read_kept(storage: Storage, uri: str, bound_size: int | None, tally: _Tally) -> HashedObject:

@@ -50,7 +50,9 @@ class VerifyingKey:
         try:
             key = serialization.load_pem_public_key(data.encode() if isinstance(data, str) else data)
         except (ValueError, TypeError):
-            raise ApprovalError(f"{source}: not a PEM public key; pass the .pub file written by `trainvault keygen`") from None
+            raise ApprovalError(
+                f"{source}: not a PEM public key; pass the .pub file written by `trainvault keygen`"
+            ) from None
         if not isinstance(key, Ed25519PublicKey):
             raise ApprovalError(f"{source}: a {type(key).__name__}, not an Ed25519 public key")
         return cls(key)

@@ -49,7 +49,7 @@ class ProducerPins(Document):
     @classmethod
     def _sorted(cls, value: list[PackagePin]) -> list[PackagePin]:
         names = [canonical_package_name(p.name) for p in value]
-        if names != sorted(set(names)) or any(p.name != n for p, n in zip(value, names)):
+        if names != sorted(set(names)) or any(p.name != n for p, n in zip(value, names, strict=False)):
             raise ValueError("packages must be sorted by PEP 503 normalised name, each once, names normalised")
         return value
 
@@ -63,8 +63,12 @@ def git_revision(path: str = ".") -> str | None:
     """``git rev-parse HEAD`` of the checkout at `path`, with ``+dirty`` when it has changes; None outside git."""
     try:
         head = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "-C", path, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -15,13 +15,16 @@ from trainvault.errors import ApprovalError
 def _ratio(value: Any, what: str) -> tuple[int, int]:
     """A fraction ``(n, d)`` of ints with ``0 <= n <= d`` and ``d >= 1``."""
     ok = (
-        isinstance(value, (tuple, list)) and len(value) == 2
+        isinstance(value, (tuple, list))
+        and len(value) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and value[1] >= 1 and 0 <= value[0] <= value[1]
+        and value[1] >= 1
+        and 0 <= value[0] <= value[1]
     )
     if not ok:
-        raise ApprovalError(f"ApprovalPolicy.{what} must be (numerator, denominator) ints with 0 <= n <= d, "
-                            f"d >= 1, got {value!r}")
+        raise ApprovalError(
+            f"ApprovalPolicy.{what} must be (numerator, denominator) ints with 0 <= n <= d, d >= 1, got {value!r}"
+        )
     return int(value[0]), int(value[1])
 
 
@@ -74,7 +77,9 @@ class ApprovalPolicy:
                 raise ApprovalError(f"ApprovalPolicy.{name} must be a 64-character lowercase hex sha256, got {value!r}")
         if self.allowed_producers is not None:
             if not isinstance(self.allowed_producers, Mapping):
-                raise TypeError(f"ApprovalPolicy.allowed_producers maps package names to versions, not {self.allowed_producers!r}")
+                raise TypeError(
+                    f"ApprovalPolicy.allowed_producers maps package names to versions, not {self.allowed_producers!r}"
+                )
             for name, versions in self.allowed_producers.items():
                 if isinstance(versions, str):
                     raise ApprovalError(
@@ -86,11 +91,15 @@ class ApprovalPolicy:
         if not isinstance(self.allow_exclusions, bool):
             raise ApprovalError(f"ApprovalPolicy.allow_exclusions must be True or False, got {self.allow_exclusions!r}")
         fields = self.unscanned_fields
-        if isinstance(fields, (str, bytes)) or not isinstance(fields, Collection) or not all(
-            isinstance(f, str) and f and not f.startswith(".") and not f.endswith(".") for f in fields
+        if (
+            isinstance(fields, (str, bytes))
+            or not isinstance(fields, Collection)
+            or not all(isinstance(f, str) and f and not f.startswith(".") and not f.endswith(".") for f in fields)
         ):
-            raise ApprovalError(f"ApprovalPolicy.unscanned_fields must be a list of field names (dotted paths such as "
-                                f"'meta.title'), got {fields!r}")
+            raise ApprovalError(
+                f"ApprovalPolicy.unscanned_fields must be a list of field names (dotted paths such as "
+                f"'meta.title'), got {fields!r}"
+            )
         object.__setattr__(self, "unscanned_fields", tuple(sorted(set(fields))))
 
     def _check_scanner(self) -> None:
@@ -98,7 +107,9 @@ class ApprovalPolicy:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ApprovalError(f"ApprovalPolicy.{name} must be a non-negative int, got {value!r}")
-        if self.rescan_seed is not None and (not isinstance(self.rescan_seed, int) or isinstance(self.rescan_seed, bool)):
+        if self.rescan_seed is not None and (
+            not isinstance(self.rescan_seed, int) or isinstance(self.rescan_seed, bool)
+        ):
             raise ApprovalError(f"ApprovalPolicy.rescan_seed must be an int or None, got {self.rescan_seed!r}")
         if self.scanner_keys is None:
             return

@@ -169,16 +169,21 @@ def _read_record(
     if _field(statement, "_type", str, uri) != STATEMENT_TYPE:
         raise ApprovalError(f"{uri}: statement type {statement['_type']!r} is not {STATEMENT_TYPE!r}")
     if _field(statement, "predicateType", str, uri) != PREDICATE_TYPE:
-        raise ApprovalError(f"{uri}: predicate type {statement['predicateType']!r} is not {PREDICATE_TYPE!r}; "
-                            "upgrade trainvault if it is a newer approval version")
+        raise ApprovalError(
+            f"{uri}: predicate type {statement['predicateType']!r} is not {PREDICATE_TYPE!r}; "
+            "upgrade trainvault if it is a newer approval version"
+        )
     predicate = _field(statement, "predicate", dict, uri)
     request = coerce_request(_field(predicate, "request", dict, uri))
     subjects = _field(statement, "subject", list, uri)
     digests = [s.get("digest", {}).get("sha256") if isinstance(s, dict) else None for s in subjects]
     if digests != [request.data_manifest.sha256]:
-        raise ApprovalError(f"{uri}: the statement's subject {digests} is not the data manifest its request binds "
-                            f"({request.data_manifest.sha256})")
+        raise ApprovalError(
+            f"{uri}: the statement's subject {digests} is not the data manifest its request binds "
+            f"({request.data_manifest.sha256})"
+        )
     provenance = predicate.get("provenance", {})
-    record = ApprovalRecordRef(ObjectRef(uri=uri, sha256=got, size=len(raw)), signers,
-                               provenance if isinstance(provenance, dict) else {})
+    record = ApprovalRecordRef(
+        ObjectRef(uri=uri, sha256=got, size=len(raw)), signers, provenance if isinstance(provenance, dict) else {}
+    )
     return request, record

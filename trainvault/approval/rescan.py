@@ -52,15 +52,24 @@ class Rescan:
     read): `consumers` for `hash_objects`, then `finish` compares each with the report. `survey`
     observes the drawn shards' records."""
 
-    def __init__(self, storage: Storage, publication: Publication, index: EvalIndex, policy: ApprovalPolicy,
-                 survey: TextFieldSurvey | None = None):
+    def __init__(
+        self,
+        storage: Storage,
+        publication: Publication,
+        index: EvalIndex,
+        policy: ApprovalPolicy,
+        survey: TextFieldSurvey | None = None,
+    ):
         self.publication = publication
         self.seed, self.drawn = sample_shards(publication, policy)
         data_format = publication.manifest.data_format
         # A descriptor attached from the pack is used as it is (no request per drawn shard).
-        self.feeds = {normalize_uri(entry.uri): ScanFeed(storage, data_format, entry, index, survey,
-                                                         publication.descriptors.get(entry.descriptor_uri))
-                      for entry in (group[0][1] for group in self.drawn)}
+        self.feeds = {
+            normalize_uri(entry.uri): ScanFeed(
+                storage, data_format, entry, index, survey, publication.descriptors.get(entry.descriptor_uri)
+            )
+            for entry in (group[0][1] for group in self.drawn)
+        }
 
     def consumers(self) -> dict[str, Callable[[], ChunkConsumer]]:
         """A consumer for each drawn shard (by the URI the gate hashes it under)."""
@@ -72,8 +81,11 @@ class Rescan:
             result = self.feeds[normalize_uri(group[0][1].uri)].result()
             for split, entry in group:
                 _compare(report, split, entry.key, result)
-        return RescanSummary(seed=self.seed, shards_total=len({e.sha256 for _, e in self.publication.entries()}),
-                             shards=[f"{split}/{entry.key}" for group in self.drawn for split, entry in group])
+        return RescanSummary(
+            seed=self.seed,
+            shards_total=len({e.sha256 for _, e in self.publication.entries()}),
+            shards=[f"{split}/{entry.key}" for group in self.drawn for split, entry in group],
+        )
 
 
 def _compare(report: ContaminationReport, split: str, key: str, result: ShardScanResult) -> None:
@@ -83,15 +95,19 @@ def _compare(report: ContaminationReport, split: str, key: str, result: ShardSca
     listed = {(it.benchmark, it.item_id): it for it in report.contaminated_items}
     for (bench, item_id), got in found.items():
         if (bench, item_id) not in listed:
-            deny(f"re-scanning {where} finds {bench} item {item_id!r} (record {got.hits[0].record_index if got.hits else '?'}), "
-                 "which the contamination report does not list: the report does not describe this data (a forged "
-                 "report or a faulty scanner); do not train on it: rescan with a trusted scanner and review its key")
+            deny(
+                f"re-scanning {where} finds {bench} item {item_id!r} (record {got.hits[0].record_index if got.hits else '?'}), "
+                "which the contamination report does not list: the report does not describe this data (a forged "
+                "report or a faulty scanner); do not train on it: rescan with a trusted scanner and review its key"
+            )
     for (bench, item_id), item in listed.items():
         mine = [h.model_dump(mode="json", exclude=_PLACEMENT) for h in item.hits if (h.split, h.shard) == (split, key)]
         got = found.get((bench, item_id))
         theirs = [h.model_dump(mode="json") for h in got.hits] if got is not None else []
         complete = item.hits_total == len(item.hits)
         if mine != theirs[: len(mine)] or (complete and len(mine) != (got.hits_total if got is not None else 0)):
-            deny(f"re-scanning {where}: the report lists {len(mine)} hit(s) of {bench} item {item_id!r} there, the "
-                 f"re-scan finds {got.hits_total if got is not None else 0} at other places: the report does not "
-                 "describe this data (a forged report or a faulty scanner); rescan with a trusted scanner")
+            deny(
+                f"re-scanning {where}: the report lists {len(mine)} hit(s) of {bench} item {item_id!r} there, the "
+                f"re-scan finds {got.hits_total if got is not None else 0} at other places: the report does not "
+                "describe this data (a forged report or a faulty scanner); rescan with a trusted scanner"
+            )

@@ -141,8 +141,14 @@ def build_training_scan_manifest(
     `verified`: data objects (resolved URIs) a verification pass has already hashed
     against the manifest's size and sha256; they are listed as bound and not read again.
     """
-    return scan_publication(storage_of(vault), manifest_uri, manifest_sha256=manifest_sha256, progress=progress,
-                            threads=threads, verified=verified)
+    return scan_publication(
+        storage_of(vault),
+        manifest_uri,
+        manifest_sha256=manifest_sha256,
+        progress=progress,
+        threads=threads,
+        verified=verified,
+    )
 
 
 def scan_publication(
@@ -189,9 +195,7 @@ def scan_publication(
     return TrainingScanManifest(
         data_manifest_sha256=digest,
         files=files,
-        totals=ScanTotals(
-            files=len(files), file_bytes=sum(f.size_bytes for f in files), **totals
-        ),
+        totals=ScanTotals(files=len(files), file_bytes=sum(f.size_bytes for f in files), **totals),
     )
 
 

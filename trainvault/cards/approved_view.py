@@ -74,6 +74,7 @@ def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, fol
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
         storage_of(vault).put_create(uri, data)
-        out.append(ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count,
-                             len(dropped)))
+        out.append(
+            ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count, len(dropped))
+        )
     return out

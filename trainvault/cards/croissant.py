@@ -26,8 +26,8 @@ from urllib.parse import quote
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.approval.gate import VerificationSummary
-from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.canonical import sha256_hex
+from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.cards.fields import FieldSurvey, survey_fields
 from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
@@ -40,33 +40,66 @@ CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
 TV = "https://trainvault.invalid/croissant/"
 #: The Croissant 1.1 context, plus the trainvault terms (JSON literals).
 CONTEXT: dict[str, Any] = {
-    "@language": "en", "@vocab": "https://schema.org/", "arrayShape": "cr:arrayShape", "citeAs": "cr:citeAs",
-    "column": "cr:column", "conformsTo": "dct:conformsTo", "containedIn": "cr:containedIn",
-    "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
-    "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
-    "dct": "http://purl.org/dc/terms/", "description": {"@container": "@language"},
-    "equivalentProperty": "cr:equivalentProperty", "examples": {"@id": "cr:examples", "@type": "@json"},
-    "extract": "cr:extract", "field": "cr:field", "fileProperty": "cr:fileProperty", "fileObject": "cr:fileObject",
-    "fileSet": "cr:fileSet", "format": "cr:format", "includes": "cr:includes", "isArray": "cr:isArray",
-    "isLiveDataset": "cr:isLiveDataset", "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5",
-    "name": {"@container": "@language"}, "parentField": "cr:parentField", "path": "cr:path",
-    "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex", "repeated": "cr:repeated",
-    "replace": "cr:replace", "samplingRate": "cr:samplingRate", "sc": "https://schema.org/",
-    "separator": "cr:separator", "source": "cr:source", "subField": "cr:subField", "transform": "cr:transform",
+    "@language": "en",
+    "@vocab": "https://schema.org/",
+    "arrayShape": "cr:arrayShape",
+    "citeAs": "cr:citeAs",
+    "column": "cr:column",
+    "conformsTo": "dct:conformsTo",
+    "containedIn": "cr:containedIn",
+    "cr": "http://mlcommons.org/croissant/",
+    "rai": "http://mlcommons.org/croissant/RAI/",
+    "data": {"@id": "cr:data", "@type": "@json"},
+    "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "dct": "http://purl.org/dc/terms/",
+    "description": {"@container": "@language"},
+    "equivalentProperty": "cr:equivalentProperty",
+    "examples": {"@id": "cr:examples", "@type": "@json"},
+    "extract": "cr:extract",
+    "field": "cr:field",
+    "fileProperty": "cr:fileProperty",
+    "fileObject": "cr:fileObject",
+    "fileSet": "cr:fileSet",
+    "format": "cr:format",
+    "includes": "cr:includes",
+    "isArray": "cr:isArray",
+    "isLiveDataset": "cr:isLiveDataset",
+    "jsonPath": "cr:jsonPath",
+    "key": "cr:key",
+    "md5": "cr:md5",
+    "name": {"@container": "@language"},
+    "parentField": "cr:parentField",
+    "path": "cr:path",
+    "recordSet": "cr:recordSet",
+    "references": "cr:references",
+    "regex": "cr:regex",
+    "repeated": "cr:repeated",
+    "replace": "cr:replace",
+    "samplingRate": "cr:samplingRate",
+    "sc": "https://schema.org/",
+    "separator": "cr:separator",
+    "source": "cr:source",
+    "subField": "cr:subField",
+    "transform": "cr:transform",
     "tv": TV,
-    "tv:approval": {"@type": "@json"}, "tv:curricula": {"@type": "@json"}, "tv:profile": {"@type": "@json"},
+    "tv:approval": {"@type": "@json"},
+    "tv:curricula": {"@type": "@json"},
+    "tv:profile": {"@type": "@json"},
     "tv:stages": {"@type": "@json"},
 }
 
 #: Per data format: the encoding formats a file object declares, and what a reader must know.
 ENCODINGS: dict[str, tuple[list[str], str]] = {
-    "jsonl.gz": (["application/jsonlines"],
-                 "JSON Lines compressed with gzip, one gzip member per block (zcat reads it)"),
-    "parquet": (["application/vnd.apache.parquet", "application/x-parquet"],
-                "Parquet, one row group per block"),
-    "msgpack.zst": (["application/zstd"],
-                    "one Zstandard frame per block, each holding MessagePack records back to back; Croissant "
-                    "readers (mlcroissant) cannot decode it: read the records with trainvault"),
+    "jsonl.gz": (
+        ["application/jsonlines"],
+        "JSON Lines compressed with gzip, one gzip member per block (zcat reads it)",
+    ),
+    "parquet": (["application/vnd.apache.parquet", "application/x-parquet"], "Parquet, one row group per block"),
+    "msgpack.zst": (
+        ["application/zstd"],
+        "one Zstandard frame per block, each holding MessagePack records back to back; Croissant "
+        "readers (mlcroissant) cannot decode it: read the records with trainvault",
+    ),
 }
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 
@@ -104,9 +137,16 @@ def _file_object(node_id: str, name: str, url: str, ref: ObjectRef, formats: lis
     """A ``cr:FileObject``: every one states the sha256 and size of the bytes it names."""
     if ref.size is None:
         raise ManifestError(f"{ref.uri}: a card's file object needs the object's size; this is a trainvault bug")
-    return {"@type": "cr:FileObject", "@id": node_id, "name": name, "description": note, "contentUrl": url,
-            "contentSize": f"{ref.size} B", "encodingFormat": formats if len(formats) > 1 else formats[0],
-            "sha256": ref.sha256}
+    return {
+        "@type": "cr:FileObject",
+        "@id": node_id,
+        "name": name,
+        "description": note,
+        "contentUrl": url,
+        "contentSize": f"{ref.size} B",
+        "encodingFormat": formats if len(formats) > 1 else formats[0],
+        "sha256": ref.sha256,
+    }
 
 
 def _shard_id(split: str, entry: ShardEntry) -> str:
@@ -140,7 +180,11 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
 
 
 def _split_nodes(
-    vault: StorageSource, approved: ApprovedDataset, manifest: DataManifest, split: str, folder: str,
+    vault: StorageSource,
+    approved: ApprovedDataset,
+    manifest: DataManifest,
+    split: str,
+    folder: str,
     survey: tuple[list[FieldSurvey], int] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The split's file objects and file set (its approved view), and its record set."""
@@ -148,32 +192,41 @@ def _split_nodes(
     shards = view_shards(vault, approved, split, folder)
     files = [_shard_object(split, v, folder, formats, note) for v in shards]
     # Empty shards are zero-byte objects that some readers (Parquet) refuse; they hold no records.
-    filled = [f["contentUrl"] for f, v in zip(files, shards) if v.records]
+    filled = [f["contentUrl"] for f, v in zip(files, shards, strict=False) if v.records]
     if filled:
-        files.append({
-            "@type": "cr:FileSet", "@id": f"files/{split}/shards", "name": f"{split} shards",
-            "description": f"the {len(filled)} approved shards of split {split} that hold records, in manifest order "
-                           f"({len(shards) - len(filled)} empty shards are listed as file objects only)",
-            "encodingFormat": formats if len(formats) > 1 else formats[0],
-            "includes": filled,
-        })
+        files.append(
+            {
+                "@type": "cr:FileSet",
+                "@id": f"files/{split}/shards",
+                "name": f"{split} shards",
+                "description": f"the {len(filled)} approved shards of split {split} that hold records, in manifest order "
+                f"({len(shards) - len(filled)} empty shards are listed as file objects only)",
+                "encodingFormat": formats if len(formats) > 1 else formats[0],
+                "includes": filled,
+            }
+        )
     excluded = excluded_by_shard(approved, split)
     dropped = sum(v.excluded for v in shards)
     if survey is None or excluded:
         # Exclusions leave records out of the view: survey the approved rows as they are read.
         custody = approved.custody_storage()
         survey = survey_fields(
-            row for v in shards
+            row
+            for v in shards
             for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
         )
     surveys, records = survey
     if records != sum(v.records for v in shards):
-        raise IntegrityError(f"the field survey of split {split} counts {records} records, the approved view "
-                             f"{sum(v.records for v in shards)}: survey the approved shards")
+        raise IntegrityError(
+            f"the field survey of split {split} counts {records} records, the approved view "
+            f"{sum(v.records for v in shards)}: survey the approved shards"
+        )
     record_set: dict[str, Any] = {
-        "@type": "cr:RecordSet", "@id": split, "name": split,
+        "@type": "cr:RecordSet",
+        "@id": split,
+        "name": split,
         "description": f"split {split}: {records} records in {len(shards)} shards ({manifest.data_format})"
-                       + (f"; the {dropped} records the approval excludes are left out" if dropped else ""),
+        + (f"; the {dropped} records the approval excludes are left out" if dropped else ""),
         "field": [_field(split, s, records) for s in surveys],
         "tv:recordCount": records,
         "tv:excludedRecords": dropped,
@@ -191,10 +244,13 @@ def _shard_object(split: str, view: ViewShard, folder: str, formats: list[str], 
     e = view.entry
     what = f"{split} shard {e.key}: {view.records} records"
     if view.excluded:
-        what += (f", a copy of the published shard ({e.uri}, sha256 {e.sha256}) without the {view.excluded} records "
-                 "the approval excludes")
-    return _file_object(_shard_id(split, e), f"{split}/{e.key}", _url(view.ref.uri, folder), view.ref, formats,
-                        f"{what}; {note}")
+        what += (
+            f", a copy of the published shard ({e.uri}, sha256 {e.sha256}) without the {view.excluded} records "
+            "the approval excludes"
+        )
+    return _file_object(
+        _shard_id(split, e), f"{split}/{e.key}", _url(view.ref.uri, folder), view.ref, formats, f"{what}; {note}"
+    )
 
 
 def _stages(shards: list[ViewShard]) -> dict[str, list[str]]:
@@ -249,12 +305,22 @@ def croissant_card(
     folder = parent_uri(normalize_uri(card_uri or default_card_uri(approved)))
     manifest = approved.manifest
     distribution: list[dict[str, Any]] = [
-        _file_object("files/custody/approval", "approval record", _url(record.uri, folder), record.ref, [DSSE_MEDIA_TYPE],
-                     "the signed trainvault approval (in-toto statement in a DSSE envelope) this card describes"),
-        _file_object("files/custody/data-manifest", "data manifest", _url(approved.manifest_uri, folder),
-                     ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256, size=approved.manifest_size),
-                     ["application/json"],
-                     "the trainvault data manifest the approval binds (canonical JSON)"),
+        _file_object(
+            "files/custody/approval",
+            "approval record",
+            _url(record.uri, folder),
+            record.ref,
+            [DSSE_MEDIA_TYPE],
+            "the signed trainvault approval (in-toto statement in a DSSE envelope) this card describes",
+        ),
+        _file_object(
+            "files/custody/data-manifest",
+            "data manifest",
+            _url(approved.manifest_uri, folder),
+            ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256, size=approved.manifest_size),
+            ["application/json"],
+            "the trainvault data manifest the approval binds (canonical JSON)",
+        ),
     ]
     record_sets = []
     for split in manifest.splits:
@@ -269,10 +335,12 @@ def croissant_card(
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": name or posixpath.basename(parse_uri(folder).path) or "dataset",
-        "description": description or (
+        "description": description
+        or (
             f"trainvault publication {approved.manifest_uri} ({manifest.data_format}): {s.shards} shards, "
             f"{_approved_records(s)}; approved against evaluation release {s.evaluation_release_id} "
-            f"({s.contamination_method}, {s.contaminated_items} contaminated items)"),
+            f"({s.contamination_method}, {s.contaminated_items} contaminated items)"
+        ),
         **{k: v for k, v in optional.items() if v is not None},
         "distribution": distribution,
         "recordSet": record_sets,
@@ -308,8 +376,10 @@ def _check_unique_ids(nodes: list[dict[str, Any]]) -> None:
     while stack:
         node = stack.pop()
         if node["@id"] in seen:
-            raise ManifestError(f"two nodes of the Croissant card would have the id {node['@id']!r} (a split, field "
-                                "or shard name collides with another); rename the split or field")
+            raise ManifestError(
+                f"two nodes of the Croissant card would have the id {node['@id']!r} (a split, field "
+                "or shard name collides with another); rename the split or field"
+            )
         seen.add(node["@id"])
         stack += node.get("field", []) + node.get("subField", [])
 
@@ -327,7 +397,9 @@ def card_bytes(card: Mapping[str, Any]) -> bytes:
     return (json.dumps(card, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
-def write_croissant(vault: StorageSource, approved: ApprovedDataset, uri: str | None = None, **about: Any) -> WrittenCard:
+def write_croissant(
+    vault: StorageSource, approved: ApprovedDataset, uri: str | None = None, **about: Any
+) -> WrittenCard:
     """Build the card (`croissant_card`; `about`: its name, description, license, cite_as,
     version, date_published) and write it create-only at `uri` (default `default_card_uri`).
     The same card again is a no-op; another card at `uri` is a `ConflictError`."""

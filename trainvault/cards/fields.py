@@ -17,13 +17,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Croissant data types by the kind of a scalar value.
-_SCALAR_TYPES = {"text": "sc:Text", "bytes": "sc:Text", "integer": "sc:Integer", "float": "sc:Float",
-                 "boolean": "sc:Boolean"}
+_SCALAR_TYPES = {
+    "text": "sc:Text",
+    "bytes": "sc:Text",
+    "integer": "sc:Integer",
+    "float": "sc:Float",
+    "boolean": "sc:Boolean",
+}
 #: Croissant data types of NumPy dtypes (msgpack and Parquet carry arrays).
 _DTYPE_TYPES = {
-    "int8": "cr:Int8", "int16": "cr:Int16", "int32": "cr:Int32", "int64": "cr:Int64",
-    "uint8": "cr:UInt8", "uint16": "cr:UInt16", "uint32": "cr:UInt32", "uint64": "cr:UInt64",
-    "float16": "cr:Float16", "float32": "cr:Float32", "float64": "cr:Float64", "bool": "sc:Boolean",
+    "int8": "cr:Int8",
+    "int16": "cr:Int16",
+    "int32": "cr:Int32",
+    "int64": "cr:Int64",
+    "uint8": "cr:UInt8",
+    "uint16": "cr:UInt16",
+    "uint32": "cr:UInt32",
+    "uint64": "cr:UInt64",
+    "float16": "cr:Float16",
+    "float32": "cr:Float32",
+    "float64": "cr:Float64",
+    "bool": "sc:Boolean",
 }
 
 
@@ -41,7 +55,7 @@ def _kind(value: Any) -> str:
         return "text"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "bytes"
-    if isinstance(value, (list, tuple)) or hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
+    if isinstance(value, (list, tuple)) or (hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0):
         return "array"
     if isinstance(value, Mapping):
         return "mapping"
@@ -108,16 +122,27 @@ class FieldSurvey:
 
     def state(self) -> dict[str, Any]:
         """Everything the survey holds, as JSON-compatible data (`from_state` reads it back)."""
-        return {"name": self.name, "present": self.present, "kinds": sorted(self.kinds),
-                "element_kinds": sorted(self.element_kinds), "dtypes": sorted(self.dtypes),
-                "shapes": sorted(list(s) for s in self.shapes), "children": [c.state() for c in self.children.values()]}
+        return {
+            "name": self.name,
+            "present": self.present,
+            "kinds": sorted(self.kinds),
+            "element_kinds": sorted(self.element_kinds),
+            "dtypes": sorted(self.dtypes),
+            "shapes": sorted(list(s) for s in self.shapes),
+            "children": [c.state() for c in self.children.values()],
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> FieldSurvey:
-        return cls(name=state["name"], present=state["present"], kinds=set(state["kinds"]),
-                   element_kinds=set(state["element_kinds"]), dtypes=set(state["dtypes"]),
-                   shapes={tuple(s) for s in state["shapes"]},
-                   children={c["name"]: cls.from_state(c) for c in state["children"]})
+        return cls(
+            name=state["name"],
+            present=state["present"],
+            kinds=set(state["kinds"]),
+            element_kinds=set(state["element_kinds"]),
+            dtypes=set(state["dtypes"]),
+            shapes={tuple(s) for s in state["shapes"]},
+            children={c["name"]: cls.from_state(c) for c in state["children"]},
+        )
 
     @property
     def is_record(self) -> bool:
@@ -151,9 +176,13 @@ class FieldSurvey:
         if self.is_record and not nested:
             parts.append("an object; its keys are sub-fields")
         elif data_type is None:
-            shown = sorted(self.kinds | {f"{k} elements" for k in self.element_kinds} | {f"{d} arrays" for d in self.dtypes})
-            parts.append(f"holds {', '.join(shown)}; Croissant has no type for this, so the field has no source: "
-                         "read it with trainvault")
+            shown = sorted(
+                self.kinds | {f"{k} elements" for k in self.element_kinds} | {f"{d} arrays" for d in self.dtypes}
+            )
+            parts.append(
+                f"holds {', '.join(shown)}; Croissant has no type for this, so the field has no source: "
+                "read it with trainvault"
+            )
         if "bytes" in self.kinds or "bytes" in self.element_kinds:
             parts.append("raw bytes, not UTF-8 text")
         missing = records - self.present

@@ -62,12 +62,17 @@ def policy_from_args(args: argparse.Namespace) -> Any:
     from trainvault.approval.policy import ApprovalPolicy
 
     seed = None if args.rescan_seed is None else _int(args.rescan_seed, "--rescan-seed")
-    options: dict[str, Any] = {"allow_exclusions": args.allow_exclusions, "rescan_seed": seed,
-                               "unscanned_fields": args.unscanned_field or ()}
+    options: dict[str, Any] = {
+        "allow_exclusions": args.allow_exclusions,
+        "rescan_seed": seed,
+        "unscanned_fields": args.unscanned_field or (),
+    }
     if not args.scanner_key and (args.scanner_threshold is not None or args.rescan is not None):
         # Without scanner keys the gate re-scans every shard; ignoring these would mislead.
-        raise TrainVaultError("--scanner-threshold and --rescan apply to scanner keys: pass --scanner-key as well "
-                              "(without scanner keys the gate re-scans every shard)")
+        raise TrainVaultError(
+            "--scanner-threshold and --rescan apply to scanner keys: pass --scanner-key as well "
+            "(without scanner keys the gate re-scans every shard)"
+        )
     if args.scanner_key:
         threshold = 1 if args.scanner_threshold is None else _int(args.scanner_threshold, "--scanner-threshold")
         options.update(scanner_keys=args.scanner_key, scanner_threshold=threshold)
@@ -82,19 +87,32 @@ def policy_from_args(args: argparse.Namespace) -> Any:
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scanner-key", action="append", help="public key trusted to sign reports and scan manifests "
-                   "(repeatable); without one the gate re-scans every shard")
-    p.add_argument("--scanner-threshold", metavar="N",
-                   help="signatures required from distinct scanner keys (default 1)")
-    p.add_argument("--rescan", nargs=2, metavar=("MIN_SHARDS", "PERCENT"),
-                   help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)")
+    p.add_argument(
+        "--scanner-key",
+        action="append",
+        help="public key trusted to sign reports and scan manifests "
+        "(repeatable); without one the gate re-scans every shard",
+    )
+    p.add_argument(
+        "--scanner-threshold", metavar="N", help="signatures required from distinct scanner keys (default 1)"
+    )
+    p.add_argument(
+        "--rescan",
+        nargs=2,
+        metavar=("MIN_SHARDS", "PERCENT"),
+        help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)",
+    )
     p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
     p.add_argument("--max-excluded", metavar="N/D", help="largest fraction of records excluded (default 1/100)")
-    p.add_argument("--unscanned-field", action="append", metavar="NAME",
-                   help="a record field (dotted path, e.g. meta.title) that may carry text the verifier contract does "
-                   "not scan, because the trainer never trains on it (repeatable; default: none, such a field is "
-                   "denied)")
+    p.add_argument(
+        "--unscanned-field",
+        action="append",
+        metavar="NAME",
+        help="a record field (dotted path, e.g. meta.title) that may carry text the verifier contract does "
+        "not scan, because the trainer never trains on it (repeatable; default: none, such a field is "
+        "denied)",
+    )
 
 
 def cmd_exclusions(args: argparse.Namespace) -> int:
@@ -114,8 +132,10 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     if args.request:
         request = ApprovalRequest.from_json_bytes(vault.storage.get_document(args.request), source=args.request)
         if request.contamination_report.sha256 != sha256_hex(raw):
-            raise TrainVaultError(f"{args.request} binds report {request.contamination_report.sha256}, not "
-                                  f"{args.report}; pass the report the request binds")
+            raise TrainVaultError(
+                f"{args.request} binds report {request.contamination_report.sha256}, not "
+                f"{args.report}; pass the report the request binds"
+            )
     # Only which records to leave out is taken from it: the gate checks the report itself.
     report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
     written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
@@ -135,16 +155,25 @@ def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
     from trainvault.approval.record import open_approved
 
     with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
-        return open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
-                             threshold=args.threshold, policy=policy_from_args(args), progress=bar)
+        return open_approved(
+            vault,
+            args.approval,
+            args.sha256,
+            trusted_keys=args.key,
+            threshold=args.threshold,
+            policy=policy_from_args(args),
+            progress=bar,
+        )
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     approved = _open_verified(vault_from_env(), args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
-    print(f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
-          f"{s.records:,} records, {mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}")
+    print(
+        f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
+        f"{s.records:,} records, {mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}"
+    )
     return 0
 
 
@@ -153,8 +182,14 @@ def cmd_croissant(args: argparse.Namespace) -> int:
 
     vault = vault_from_env()
     approved = _open_verified(vault, args)
-    about = {"name": args.name, "description": args.description, "license": args.license,
-             "cite_as": args.cite_as, "version": args.dataset_version, "date_published": args.date_published}
+    about = {
+        "name": args.name,
+        "description": args.description,
+        "license": args.license,
+        "cite_as": args.cite_as,
+        "version": args.dataset_version,
+        "date_published": args.date_published,
+    }
     with waiting(f"reading the {approved.summary.records:,} approved records to declare the card's fields"):
         card = write_croissant(vault, approved, args.out, **about)
     print(f"croissant {card.uri}")
@@ -166,8 +201,9 @@ def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
-    p.add_argument("--key", "--keys", dest="key", action="append", required=True,
-                   help="trusted public key file (repeatable)")
+    p.add_argument(
+        "--key", "--keys", dest="key", action="append", required=True, help="trusted public key file (repeatable)"
+    )
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_policy_options(p)
@@ -194,15 +230,22 @@ def add_approval_parsers(sub: Any) -> None:
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
     _add_approval_arguments(p)
     p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
-    for flag, text in [("--name", "dataset name (default: the card's folder name)"),
-                       ("--description", "dataset description (default: what the approval binds)"),
-                       ("--license", "license URL or name"), ("--cite-as", "citation text (e.g. BibTeX)"),
-                       ("--dataset-version", "dataset version"), ("--date-published", "ISO 8601 date")]:
+    for flag, text in [
+        ("--name", "dataset name (default: the card's folder name)"),
+        ("--description", "dataset description (default: what the approval binds)"),
+        ("--license", "license URL or name"),
+        ("--cite-as", "citation text (e.g. BibTeX)"),
+        ("--dataset-version", "dataset version"),
+        ("--date-published", "ISO 8601 date"),
+    ]:
         p.add_argument(flag, help=text)
     p.set_defaults(run=cmd_croissant)
 
-    p = sub.add_parser("exclusions", help="list the records a contamination report names as exclusions-v1; with "
-                       "--request, write a request that binds them")
+    p = sub.add_parser(
+        "exclusions",
+        help="list the records a contamination report names as exclusions-v1; with "
+        "--request, write a request that binds them",
+    )
     p.add_argument("report", help="contamination report (signed envelope or plain) URI or path")
     p.add_argument("--out", required=True, help="URI or path of the exclusions document to write")
     p.add_argument("--request", help="an approval request binding this report")

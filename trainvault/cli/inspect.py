@@ -69,8 +69,11 @@ def _print_summary(uri: str, summary: dict[str, Any]) -> None:
 
 
 def add_inspect_parser(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="splits, stages, shards, records and bytes of a data manifest; checks "
-                       "each shard descriptor against it (exit 3 on a mismatch)")
+    p = sub.add_parser(
+        "inspect",
+        help="splits, stages, shards, records and bytes of a data manifest; checks "
+        "each shard descriptor against it (exit 3 on a mismatch)",
+    )
     p.add_argument("manifest", help="data manifest URI or path")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=cmd_inspect)

@@ -19,17 +19,25 @@ def live_line(figures: dict[str, Any], records: int, seconds: float) -> str:
     w = figures["window"]
     share = w["data_wait_s"] / w["wall_s"] if w["wall_s"] > 0 else 0.0
     stages = " ".join(f"{s} {w[f'{s}_s']:.2f}" for s in ("fetch", "verify", "decompress", "decode", "collate"))
-    return (f"step {figures['step'] + 1:,}  {records:,} records  {records / max(seconds, 1e-9):,.0f} rec/s  "
-            f"data wait {share:.0%} of the last {w['steps']} steps  | s: {stages}  {w['bytes'] / 1e6:,.1f} MB")
+    return (
+        f"step {figures['step'] + 1:,}  {records:,} records  {records / max(seconds, 1e-9):,.0f} rec/s  "
+        f"data wait {share:.0%} of the last {w['steps']} steps  | s: {stages}  {w['bytes'] / 1e6:,.1f} MB"
+    )
 
 
 def cmd_read(args: argparse.Namespace) -> int:
     from trainvault.loading import Observability
 
-    loader = vault_from_env().split_data_loader(
-        args.manifest, collate_fn=list, dataloader_args={"batch_size": args.batch_size, "num_workers": args.workers},
-        observe=Observability(window_steps=args.window, watchdog_s=args.watchdog),
-    ).load(args.split, curriculum_stage=args.stage)
+    loader = (
+        vault_from_env()
+        .split_data_loader(
+            args.manifest,
+            collate_fn=list,
+            dataloader_args={"batch_size": args.batch_size, "num_workers": args.workers},
+            observe=Observability(window_steps=args.window, watchdog_s=args.watchdog),
+        )
+        .load(args.split, curriculum_stage=args.stage)
+    )
     out: TextIO = sys.stderr
     live = getattr(out, "isatty", lambda: False)()
     records, waited, last_draw = 0, 0.0, 0.0
@@ -48,14 +56,17 @@ def cmd_read(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
     if live:
         out.write("\n")
-    print(f"read {records:,} records of split {args.split!r} in {took:.2f} s ({records / max(took, 1e-9):,.0f} rec/s), "
-          f"every block verified; waited {waited:.2f} s for data")
+    print(
+        f"read {records:,} records of split {args.split!r} in {took:.2f} s ({records / max(took, 1e-9):,.0f} rec/s), "
+        f"every block verified; waited {waited:.2f} s for data"
+    )
     return 0
 
 
 def add_read_parser(sub: Any) -> None:
-    p = sub.add_parser("read", help="read a split through the training loader (every block verified), showing what "
-                                    "it waits for")
+    p = sub.add_parser(
+        "read", help="read a split through the training loader (every block verified), showing what it waits for"
+    )
     p.add_argument("manifest", help="data manifest URI")
     p.add_argument("--split", default="train")
     p.add_argument("--stage", default=None, help="one curriculum stage")
@@ -63,6 +74,7 @@ def add_read_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument("--steps", type=int, default=None, help="stop after this many batches")
     p.add_argument("--window", type=int, default=100, help="steps the live figures sum over")
-    p.add_argument("--watchdog", type=float, default=None, help="log every thread's stack after this many seconds "
-                                                               "without a batch")
+    p.add_argument(
+        "--watchdog", type=float, default=None, help="log every thread's stack after this many seconds without a batch"
+    )
     p.set_defaults(run=cmd_read)

@@ -41,10 +41,12 @@ def _plain_kinds() -> dict[str, tuple[str, str]]:
 
     return {
         ApprovalRequest.KIND: (
-            "an approval request", "`trainvault approve {uri} --out APPROVAL.json` runs the gate on it",
+            "an approval request",
+            "`trainvault approve {uri} --out APPROVAL.json` runs the gate on it",
         ),
         ContaminationReport.KIND: (
-            "a contamination report", "`trainvault exclusions {uri} --out EXCLUSIONS.json` lists the records it names",
+            "a contamination report",
+            "`trainvault exclusions {uri} --out EXCLUSIONS.json` lists the records it names",
         ),
         STATE_FORMAT: ("a loader state", "`trainvault trace --state {uri} --step N` names the records of a step"),
         ArchiveIndex.KIND: ("a rollout archive index", "`trainvault archive inspect {uri}` summarises it"),
@@ -86,8 +88,11 @@ def what_it_is(uri: str, raw: bytes, expected: str) -> str | None:
     statement = unverified_statement(raw, uri)
     if statement is not None:
         kind = statement.get("predicateType")
-        what, reader = _signed_kinds().get(kind, (f"a DSSE envelope of {kind!r}", "")) if isinstance(kind, str) else (
-            "a DSSE envelope", "")
+        what, reader = (
+            _signed_kinds().get(kind, (f"a DSSE envelope of {kind!r}", ""))
+            if isinstance(kind, str)
+            else ("a DSSE envelope", "")
+        )
         bound = approved_manifest(statement)
         approves = f"; the data manifest it approves is {bound.uri}" if bound is not None else ""
         return f"{uri} is {what}, not {expected}{approves}" + (f"; {reader.format(uri=uri)}" if reader else "")

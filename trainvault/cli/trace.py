@@ -18,8 +18,13 @@ from trainvault.cli.recognize import approved_manifest, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
 #: Options that describe the run when no state does; a state names all of them itself.
-_RUN_OPTIONS = {"split": "--split", "stage": "--stage", "batch_size": "--batch-size",
-                "world_size": "--world-size", "drop_last": "--drop-last"}
+_RUN_OPTIONS = {
+    "split": "--split",
+    "stage": "--stage",
+    "batch_size": "--batch-size",
+    "world_size": "--world-size",
+    "drop_last": "--drop-last",
+}
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,11 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse contradictory or out-of-range options; reads nothing."""
     if args.step < 0 or (args.rank is not None and args.rank < 0):
-        raise ConfigurationError(f"--step and --rank must be >= 0 (step 0: the run's first batch), "
-                                 f"got --step {args.step}, --rank {args.rank}")
-    if (args.batch_size is not None and args.batch_size < 1) or args.world_size is not None and args.world_size < 1:
+        raise ConfigurationError(
+            f"--step and --rank must be >= 0 (step 0: the run's first batch), "
+            f"got --step {args.step}, --rank {args.rank}"
+        )
+    if (args.batch_size is not None and args.batch_size < 1) or (args.world_size is not None and args.world_size < 1):
         raise ConfigurationError(
             f"--batch-size and --world-size must be >= 1, got {args.batch_size}, {args.world_size}"
         )
@@ -62,11 +69,15 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.state is not None:
         given = [flag for name, flag in _RUN_OPTIONS.items() if getattr(args, name) not in (None, False)]
         if given:
-            raise ConfigurationError(f"{' and '.join(given)} describe a run without a state; {args.state} names the "
-                                     "run's split, stages, batch size and ranks itself: drop them")
+            raise ConfigurationError(
+                f"{' and '.join(given)} describe a run without a state; {args.state} names the "
+                "run's split, stages, batch size and ranks itself: drop them"
+            )
     elif args.batch_size is None:
-        raise ConfigurationError("trace APPROVAL without --state needs --batch-size: step N's records depend on the "
-                                 "run's batch size (pass the trainer's, or --state with a state the run saved)")
+        raise ConfigurationError(
+            "trace APPROVAL without --state needs --batch-size: step N's records depend on the "
+            "run's batch size (pass the trainer's, or --state with a state the run saved)"
+        )
 
 
 def _run(args: argparse.Namespace, state: Any) -> _Run:
@@ -82,8 +93,9 @@ def _run(args: argparse.Namespace, state: Any) -> _Run:
     if (args.rank or 0) >= world:
         raise ConfigurationError(f"--rank {args.rank} is not one of the run's {world} rank(s) (--world-size)")
     history = (Redeal(0, 0, 0, args.batch_size, world, args.drop_last),)
-    return _Run(args.split or "train", args.stage, {"batch_size": args.batch_size, "drop_last": args.drop_last},
-                history)
+    return _Run(
+        args.split or "train", args.stage, {"batch_size": args.batch_size, "drop_last": args.drop_last}, history
+    )
 
 
 def _check_selection_first(storage: Any, args: argparse.Namespace, run: _Run) -> None:
@@ -114,8 +126,15 @@ def _trace_loader(args: argparse.Namespace, run: _Run, state: Any) -> Any:
 
         _check_selection_first(vault.storage, args, run)
         with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
-            approved = open_approved(vault, args.approval, args.sha256, trusted_keys=args.key,
-                                     threshold=args.threshold, policy=policy_from_args(args), progress=bar)
+            approved = open_approved(
+                vault,
+                args.approval,
+                args.sha256,
+                trusted_keys=args.key,
+                threshold=args.threshold,
+                policy=policy_from_args(args),
+                progress=bar,
+            )
         return approved.split_data_loader(dataloader_args=run.batch).load(run.split, curriculum_stages=run.stages)
     from trainvault.errors import ResumeStateError
     from trainvault.loading import SplitDataLoader
@@ -125,8 +144,13 @@ def _trace_loader(args: argparse.Namespace, run: _Run, state: Any) -> Any:
     ident = state.identity
     exclude = None if args.exclude is None else _read_json(args.exclude, "the loader's exclude mapping")
     return SplitDataLoader(
-        vault.storage, state.manifest_uri, shuffle=ident.shuffle, seed=ident.seed,
-        shuffle_window_blocks=ident.shuffle_window_blocks, dataloader_args=run.batch, exclude=exclude,
+        vault.storage,
+        state.manifest_uri,
+        shuffle=ident.shuffle,
+        seed=ident.seed,
+        shuffle_window_blocks=ident.shuffle_window_blocks,
+        dataloader_args=run.batch,
+        exclude=exclude,
     ).load(run.split, curriculum_stages=run.stages)
 
 
@@ -156,11 +180,16 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def _print(args: argparse.Namespace, traced: Any, rank: int) -> None:
     rows = [{"split": t.split, "shard": t.shard, "record_index": t.record_index, "id": t.id} for t in traced.records]
     if args.records and traced.data is not None:
-        for row, record in zip(rows, traced.data):
+        for row, record in zip(rows, traced.data, strict=False):
             row["record"] = record
     if args.json:
-        print(json.dumps({"step": traced.step, "rank": rank, "epoch": traced.epoch, "records": rows},
-                         default=_jsonable, sort_keys=True))
+        print(
+            json.dumps(
+                {"step": traced.step, "rank": rank, "epoch": traced.epoch, "records": rows},
+                default=_jsonable,
+                sort_keys=True,
+            )
+        )
         return
     print(f"step {traced.step} rank {rank} epoch {traced.epoch}: {len(rows)} records")
     for row in rows:
@@ -179,20 +208,27 @@ def _jsonable(value: Any) -> Any:
 
 
 def add_trace_parser(sub: Any) -> None:
-    p = sub.add_parser("trace", help="the records of training step N (shard key, record index, id), per rank",
-                       description="The records of training step N of one rank. From --state: the run the state "
-                       "describes (its selection, batch size, ranks and resumes). From an APPROVAL alone: a run of "
-                       "--batch-size on --world-size ranks from its first step.")
+    p = sub.add_parser(
+        "trace",
+        help="the records of training step N (shard key, record index, id), per rank",
+        description="The records of training step N of one rank. From --state: the run the state "
+        "describes (its selection, batch size, ranks and resumes). From an APPROVAL alone: a run of "
+        "--batch-size on --world-size ranks from its first step.",
+    )
     p.add_argument("approval", nargs="?", help="approval record URI or path (else --state names the manifest)")
     p.add_argument("--sha256", help="the approval's pinned sha256")
     p.add_argument("--key", "--keys", dest="key", action="append", help="trusted public key file (repeatable)")
-    p.add_argument("--threshold", type=int, default=1,
-                   help="signatures required from distinct trusted keys (default 1)")
+    p.add_argument(
+        "--threshold", type=int, default=1, help="signatures required from distinct trusted keys (default 1)"
+    )
     p.add_argument("--state", help="a loader state_dict saved as JSON: the run's selection, order and history")
     p.add_argument("--exclude", help="with --state and no APPROVAL: the loader's exclude mapping as JSON")
     p.add_argument("--split", help="without --state: the split (default train)")
-    p.add_argument("--stage", action="append", help="without --state: a curriculum stage (repeatable: a union; "
-                   "default: the whole split)")
+    p.add_argument(
+        "--stage",
+        action="append",
+        help="without --state: a curriculum stage (repeatable: a union; default: the whole split)",
+    )
     p.add_argument("--batch-size", type=int, help="without --state: the run's batch size (required)")
     p.add_argument("--world-size", type=int, help="without --state: the run's number of ranks (default 1)")
     p.add_argument("--drop-last", action="store_true", help="without --state: the run dropped each epoch's tail")

@@ -98,7 +98,9 @@ def ledger_record(shard_key: str, index: int, record: Any, frames: Iterable[Fram
     """Record `index`'s ledger entry from its declared frames: checked, each range's digest computed."""
     pid = record.get("packed_record_id") if isinstance(record, Mapping) else None
     if not isinstance(pid, str) or not pid:
-        raise ManifestError(f"record {index} of shard {shard_key} has no packed_record_id string; packed records carry one")
+        raise ManifestError(
+            f"record {index} of shard {shard_key} has no packed_record_id string; packed records carry one"
+        )
     ids_any = record.get("input_ids")
     token_count = len(ids_any) if ids_any is not None else -1
     if token_count < 0:
@@ -107,15 +109,23 @@ def ledger_record(shard_key: str, index: int, record: Any, frames: Iterable[Fram
     try:
         for f in frames:
             if not isinstance(f, Frame):
-                raise TypeError(f"declare() must return Frame objects, got {type(f).__name__} for record {index} ({pid!r})")
+                raise TypeError(
+                    f"declare() must return Frame objects, got {type(f).__name__} for record {index} ({pid!r})"
+                )
             cid = str(f.component_id)
             ranges = [(operator.index(c), operator.index(n)) for c, n in f.ranges]
-            out_frames.append(LedgerFrame(
-                component_id=cid, start=operator.index(f.start), end=operator.index(f.end),
-                component_start=operator.index(f.component_start),
-                ranges=[LedgerRange(range_id=range_id(pid, cid, c), component_offset=c, length=n, sha256="0" * 64)
-                        for c, n in ranges],
-            ))
+            out_frames.append(
+                LedgerFrame(
+                    component_id=cid,
+                    start=operator.index(f.start),
+                    end=operator.index(f.end),
+                    component_start=operator.index(f.component_start),
+                    ranges=[
+                        LedgerRange(range_id=range_id(pid, cid, c), component_offset=c, length=n, sha256="0" * 64)
+                        for c, n in ranges
+                    ],
+                )
+            )
         draft = LedgerRecord(record_index=index, packed_record_id=pid, token_count=token_count, frames=out_frames)
     except ValidationError as exc:
         raise ManifestError(
@@ -144,13 +154,25 @@ def build_component_ledger(storage: Storage, manifest_uri: str, *, split: str, d
         reader = ShardReader(storage, entry, manifest.data_format, read_descriptor(storage, entry))
         records = [ledger_record(entry.key, i, rec, declare(rec)) for i, rec in enumerate(reader.iter_records())]
         if len(records) != entry.record_count:
-            raise ManifestError(f"shard {entry.key} yielded {len(records)} records, the manifest says {entry.record_count}")
+            raise ManifestError(
+                f"shard {entry.key} yielded {len(records)} records, the manifest says {entry.record_count}"
+            )
         part = ComponentLedgerPart(split=split, shard_key=entry.key, records=records)
         data = part.to_json_bytes()
         rel = part_relative_uri(entry.key)
-        parts.append((join_uri(parent_uri(top_uri), rel), data, LedgerPartRef(
-            shard_key=entry.key, uri=rel, sha256=sha256_hex(data), record_count=len(records),
-            range_count=part.range_count())))
+        parts.append(
+            (
+                join_uri(parent_uri(top_uri), rel),
+                data,
+                LedgerPartRef(
+                    shard_key=entry.key,
+                    uri=rel,
+                    sha256=sha256_hex(data),
+                    record_count=len(records),
+                    range_count=part.range_count(),
+                ),
+            )
+        )
     top = ComponentLedger(data_manifest_sha256=manifest_sha256, split=split, parts=[p for _, _, p in parts])
     for uri, data, _ in parts:
         storage.put_create(uri, data)

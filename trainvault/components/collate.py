@@ -98,7 +98,7 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         np.concatenate([s[name] for s in seqs], out=views[name])
     views["cu_seqlens"][:] = starts
     flat, k = views["target_row_indices"], 0
-    for t, row in zip(targets, starts[:-1].tolist()):
+    for t, row in zip(targets, starts[:-1].tolist(), strict=False):
         np.add(t, row, out=flat[k : k + len(t)])  # the sequence's start plus its own row
         k += len(t)
     out["max_seqlen"] = int(lengths.max()) if seqs else 0
@@ -119,20 +119,25 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
     starts = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
     # Targets: the row before each loss-bearing row; row 0 of a sequence never bears loss.
-    counts = [hi - lo - 1 if mask is None else int(np.count_nonzero(mask[lo + 1 : hi]))
-              for (_, mask, _, _), (lo, hi) in zip(seqs, spans)]
+    counts = [
+        hi - lo - 1 if mask is None else int(np.count_nonzero(mask[lo + 1 : hi]))
+        for (_, mask, _, _), (lo, hi) in zip(seqs, spans, strict=False)
+    ]
     out, v = allocate_varlen(int(starts[-1]), sum(counts), len(seqs))
     positions, shifted, true = _constants(int(lengths.max()) if seqs else 0)
-    np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans)], out=v["input_ids"])
+    np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans, strict=False)], out=v["input_ids"])
     np.concatenate([positions[: hi - lo] for lo, hi in spans], out=v["position_ids"])
     loss = v["loss_mask"]
     if all(mask is None for _, mask, _, _ in seqs):
         loss[:] = True
     else:
-        np.concatenate([true[: hi - lo] if s[1] is None else s[1][lo:hi] for s, (lo, hi) in zip(seqs, spans)], out=loss)
+        np.concatenate(
+            [true[: hi - lo] if s[1] is None else s[1][lo:hi] for s, (lo, hi) in zip(seqs, spans, strict=False)],
+            out=loss,
+        )
     loss[starts[:-1]] = False
     flat, k = v["target_row_indices"], 0
-    for (_, mask, _, _), row, m, n in zip(seqs, starts[:-1].tolist(), lengths.tolist(), counts):
+    for (_, mask, _, _), row, m, n in zip(seqs, starts[:-1].tolist(), lengths.tolist(), counts, strict=False):
         if mask is None:  # every row after the first bears loss
             np.add(shifted[1:m], row, out=flat[k : k + n])
         else:

@@ -30,6 +30,7 @@ from trainvault.publication.manifest import ShardEntry
 from trainvault.storage import Storage, normalize_uri, parent_uri
 from trainvault.uris import resolve_uri
 
+
 @dataclass(frozen=True, slots=True)
 class CompiledRange:
     """One range, compiled for reading. Rows ``[row_lo, row_hi)`` are in record coordinates,
@@ -98,7 +99,10 @@ def _check_frames(rec: LedgerRecord, shard_key: str) -> None:
     frames = sorted(rec.frames, key=lambda f: (f.start, f.end))
     prev = None
     for f in frames:
-        at = where(shard_key, rec.record_index, rec.packed_record_id) + f", frame {f.component_id!r} [{f.start}, {f.end})"
+        at = (
+            where(shard_key, rec.record_index, rec.packed_record_id)
+            + f", frame {f.component_id!r} [{f.start}, {f.end})"
+        )
         if f.end <= f.start:
             raise ManifestError(f"{at}: a frame must hold at least one token; fix the declaration")
         if f.end > rec.token_count:
@@ -147,7 +151,7 @@ def _compile_frame(
         lo = f.start + (c - f.component_start)
         out.append(CompiledRange(r.range_id, f.component_id, c, n, lo - (rows - n), lo + n, r.sha256))
     spans = sorted((r.component_offset, r.component_offset + r.length, r.range_id) for r in out)
-    for (_, a1, ra), (b0, _, rb) in zip(spans, spans[1:]):
+    for (_, a1, ra), (b0, _, rb) in zip(spans, spans[1:], strict=False):
         if b0 < a1:
             raise ManifestError(
                 f"{where(shard_key, rec.record_index, rec.packed_record_id, rb)} overlaps range {ra}: a token "
@@ -157,7 +161,9 @@ def _compile_frame(
 
 
 def too_many_rows(at: str, rows: int, max_rows: int) -> ManifestError:
-    return ManifestError(f"{at}: {rows} rows exceed max_rows={max_rows}; declare shorter ranges (split_frame) or raise max_rows")
+    return ManifestError(
+        f"{at}: {rows} rows exceed max_rows={max_rows}; declare shorter ranges (split_frame) or raise max_rows"
+    )
 
 
 def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
@@ -166,7 +172,9 @@ def check_max_rows(checked: CheckedLedger, max_rows: int) -> None:
         for index, rec in enumerate(shard.records):
             for r in rec.ranges:
                 if r.row_hi - r.row_lo > max_rows:
-                    raise too_many_rows(where(shard.key, index, rec.packed_record_id, r.range_id), r.row_hi - r.row_lo, max_rows)
+                    raise too_many_rows(
+                        where(shard.key, index, rec.packed_record_id, r.range_id), r.row_hi - r.row_lo, max_rows
+                    )
 
 
 def _resolve_part(top_uri: str, uri: str) -> str:
@@ -228,7 +236,9 @@ def _read_ledger(
             f"{manifest_sha256}: it is another dataset's ledger; build the ledger for this manifest and approve again"
         )
     if ledger.split != split:
-        raise ApprovalError(f"component ledger {uri} is for split {ledger.split!r}, not {split!r}; bind that split's ledger")
+        raise ApprovalError(
+            f"component ledger {uri} is for split {ledger.split!r}, not {split!r}; bind that split's ledger"
+        )
     return uri, ref.sha256, ledger
 
 
@@ -244,7 +254,9 @@ def _check_listing(
                 "its ranges are outside custody; rebuild the ledger for the approved manifest"
             )
         if p.shard_key in listed:
-            raise ManifestError(f"component ledger {uri} lists shard {p.shard_key} twice: its records would be read twice")
+            raise ManifestError(
+                f"component ledger {uri} lists shard {p.shard_key} twice: its records would be read twice"
+            )
         listed.add(p.shard_key)
     missing = [k for k in approved if k not in listed]
     if missing:
@@ -253,7 +265,9 @@ def _check_listing(
             "split records are missing; rebuild the ledger"
         )
     if [p.shard_key for p in ledger.parts] != [s.key for s in shards]:
-        raise ManifestError(f"component ledger {uri} lists its parts out of the manifest's shard order; rebuild the ledger")
+        raise ManifestError(
+            f"component ledger {uri} lists its parts out of the manifest's shard order; rebuild the ledger"
+        )
 
 
 def _check_part(
@@ -266,7 +280,9 @@ def _check_part(
 ) -> CompiledShard:
     key = entry.key
     if part.split != split or part.shard_key != key:
-        raise ManifestError(f"{part_uri} is the part of {part.split}/{part.shard_key}, the ledger binds it for {split}/{key}")
+        raise ManifestError(
+            f"{part_uri} is the part of {part.split}/{part.shard_key}, the ledger binds it for {split}/{key}"
+        )
     if len(part.records) != record_count or part.range_count() != range_count:
         raise ManifestError(
             f"{part_uri} holds {len(part.records)} records and {part.range_count()} ranges, the ledger says "
@@ -312,7 +328,9 @@ def check_read(shard_key: str, record_index: int, expected: CompiledRecord, reco
     ids = record.get("input_ids")
     if isinstance(ids, np.ndarray):
         if ids.dtype != np.int32 or ids.ndim != 1:
-            raise ManifestError(f"{at}: input_ids are {ids.dtype} with shape {ids.shape}; the ledger declares 1-D int32")
+            raise ManifestError(
+                f"{at}: input_ids are {ids.dtype} with shape {ids.shape}; the ledger declares 1-D int32"
+            )
         ids = ids.astype("<i4", copy=False)
     else:
         try:

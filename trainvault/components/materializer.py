@@ -82,7 +82,9 @@ class ComponentRangeMaterializer:
         return self
 
     def __repr__(self) -> str:
-        return f"ComponentRangeMaterializer(split={self.split!r}, mode={self.mode!r}, ledger sha256={self.ledger_sha256})"
+        return (
+            f"ComponentRangeMaterializer(split={self.split!r}, mode={self.mode!r}, ledger sha256={self.ledger_sha256})"
+        )
 
     # -- counts (from the ledger alone) ----------------------------------------------
 
@@ -150,7 +152,7 @@ class ComponentRangeMaterializer:
         """Every logical record of the split in order (fresh arrays), read through custody (blocks verified)."""
         from trainvault.publication.reader import ShardReader
 
-        for entry, desc in zip(self._entries, self._descriptors):
+        for entry, desc in zip(self._entries, self._descriptors, strict=False):
             counts = self.block_counts(entry, desc)
             wanted = [j for j, n in enumerate(counts) if n]
             if not wanted:
@@ -165,7 +167,7 @@ class LazyRanges:
     ``group`` record (all of them). Internal to the loader: ``collate_sequences`` writes them
     straight into its batch buffer; `owned` makes the records anything else gets."""
 
-    __slots__ = ("packed_record_id", "ids", "mask", "ranges", "group")
+    __slots__ = ("group", "ids", "mask", "packed_record_id", "ranges")
 
     def __init__(self, packed_record_id: str, ids: Any, mask: Any, ranges: tuple[CompiledRange, ...], group: bool):
         self.packed_record_id = packed_record_id
@@ -203,7 +205,9 @@ def _constants(rows: int) -> tuple[Any, Any, Any]:
     if cached is None or len(cached[0]) < rows:
         size = max(rows, 8192 + 1, 0 if cached is None else 2 * len(cached[0]))
         cached = _CACHE["constants"] = (
-            np.arange(size, dtype=np.int32), np.arange(-1, size - 1, dtype=np.int64), np.ones(size, dtype=np.bool_),
+            np.arange(size, dtype=np.int32),
+            np.arange(-1, size - 1, dtype=np.int64),
+            np.ones(size, dtype=np.bool_),
         )
         for a in cached:
             a.flags.writeable = False
@@ -237,18 +241,20 @@ def owned_sequences(pid: str, ids: Any, mask: Any, ranges: Sequence[CompiledRang
             targets = np.flatnonzero(loss).astype(np.int64, copy=False)
             targets -= 1
             valid = true[: len(targets)].copy()
-        out.append({
-            "packed_record_id": pid,
-            "component_id": cid,
-            "range_id": rid,
-            "component_range": (c, c + n),
-            "record_range": (hi - n, hi),  # record positions of the range's own tokens
-            "input_ids": rows,
-            "position_ids": positions[:m].copy(),
-            "loss_mask": loss,
-            "target_row_indices": targets,
-            "ce_valid": valid,
-        })
+        out.append(
+            {
+                "packed_record_id": pid,
+                "component_id": cid,
+                "range_id": rid,
+                "component_range": (c, c + n),
+                "record_range": (hi - n, hi),  # record positions of the range's own tokens
+                "input_ids": rows,
+                "position_ids": positions[:m].copy(),
+                "loss_mask": loss,
+                "target_row_indices": targets,
+                "ce_valid": valid,
+            }
+        )
     return out
 
 
@@ -289,7 +295,9 @@ def open_materializer(
     if max_rows is not None and max_rows < 1:
         raise ConfigurationError(f"max_rows must be a positive int or None, got {max_rows!r}")
     if split not in manifest.splits:
-        raise SelectionError(f"split {split!r} is not in the approved manifest; splits: {', '.join(sorted(manifest.splits))}")
+        raise SelectionError(
+            f"split {split!r} is not in the approved manifest; splits: {', '.join(sorted(manifest.splits))}"
+        )
     shards = manifest.splits[split].shards
     if checked is None:
         raise ApprovalError(
@@ -302,8 +310,15 @@ def open_materializer(
     # `get_document` because those bytes were already read under the gate's bounds.
     descriptors = [parse_descriptor(entry, custody.get(entry.descriptor_uri)) for entry in shards]
     return ComponentRangeMaterializer._issue(
-        _ISSUE, checked=checked, mode=mode, max_rows=max_rows, manifest_sha256=manifest_sha256, storage=custody,
-        data_format=manifest.data_format, shards=shards, descriptors=descriptors,
+        _ISSUE,
+        checked=checked,
+        mode=mode,
+        max_rows=max_rows,
+        manifest_sha256=manifest_sha256,
+        storage=custody,
+        data_format=manifest.data_format,
+        shards=shards,
+        descriptors=descriptors,
     )
 
 

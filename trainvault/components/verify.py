@@ -113,7 +113,7 @@ class LedgerChecks:
         """A `ShardCheck` factory for each shard a ledger covers, for `hash_objects`."""
         out: dict[str, Callable[[], ShardCheck]] = {}
         for split, checked in self.ledgers.items():
-            for entry, shard in zip(self.manifest.splits[split].shards, checked.shards):
+            for entry, shard in zip(self.manifest.splits[split].shards, checked.shards, strict=False):
                 out[normalize_uri(entry.uri)] = self._factory(entry, shard)  # as the gate names the files it hashes
         return out
 
@@ -133,7 +133,9 @@ class LedgerChecks:
             for entry in self.manifest.splits[split].shards:
                 check = fed.get(normalize_uri(entry.uri))
                 if check is None:
-                    raise LedgerRefusal(IntegrityError(f"{entry.uri}: the gate did not read the shard; its ranges are unchecked"))
+                    raise LedgerRefusal(
+                        IntegrityError(f"{entry.uri}: the gate did not read the shard; its ranges are unchecked")
+                    )
                 if check.error is not None:
                     raise LedgerRefusal(check.error)
         return self.ledgers

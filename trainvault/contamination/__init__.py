@@ -3,7 +3,6 @@
 Importing this package needs no numpy; building an index does (``trainvault[contamination]``).
 """
 
-from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, MethodSpec, Policy, VerifierContract
 from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
 from trainvault.contamination.exclusions import (
@@ -29,19 +28,21 @@ from trainvault.contamination.release import (
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_records, scan_shard
 from trainvault.contamination.text_fields import TextFieldSurvey
+from trainvault.publication.bound import Bound, publish_document, read_document
 
 __all__ = [
     "DEFAULT_CONTRACT",
     "EXCLUSIONS_NAME",
     "EXCLUSIONS_SIDECAR",
+    "V1_CONTRACT",
     "BenchmarkItems",
     "Bound",
     "ContaminationReport",
     "EvalIndex",
+    "EvaluationRelease",
     "ExcludedRecord",
     "ExclusionReason",
     "Exclusions",
-    "EvaluationRelease",
     "LoadedRelease",
     "MethodSpec",
     "NormalizationSpec",
@@ -50,11 +51,10 @@ __all__ = [
     "ScanProgress",
     "ShardScanResult",
     "TextFieldSurvey",
-    "V1_CONTRACT",
     "VerifierContract",
+    "exclusions_from_report",
     "humaneval_benchmark",
     "jsonl_benchmark",
-    "exclusions_from_report",
     "load_index",
     "load_release",
     "publish_document",

@@ -22,7 +22,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import accumulate, compress
 
 #: `html.unescape`'s own pattern for a character reference, on UTF-8 bytes, except that a
@@ -37,13 +37,13 @@ _BACKSLASH = (
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "/": "/"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def format_characters() -> str:
     """Every code point in Unicode category Cf (for the running Unicode version)."""
     return "".join(chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _patterns() -> tuple[bytes, re.Pattern[bytes], re.Pattern[bytes]]:
     """(a `bytes.translate` table of where a replacement may start, a pattern of those places,
     the replacement at such a place), over UTF-8.

@@ -116,9 +116,14 @@ def exclusions_from_report(report: ContaminationReport, *, report_sha256: str) -
             reasons.add((it.benchmark, it.item_id))
     records = [
         ExcludedRecord(
-            split=split, shard=shard, shard_sha256=sha, record_index=index,
-            reasons=[ExclusionReason(benchmark=b, item_id=i)
-                     for b, i in sorted(reasons, key=lambda x: (x[0], item_sort_key(x[1])))],
+            split=split,
+            shard=shard,
+            shard_sha256=sha,
+            record_index=index,
+            reasons=[
+                ExclusionReason(benchmark=b, item_id=i)
+                for b, i in sorted(reasons, key=lambda x: (x[0], item_sort_key(x[1])))
+            ],
         )
         for (split, shard, index), (sha, reasons) in found.items()
     ]

@@ -197,9 +197,7 @@ class EvalIndex:
         #: Per gram length: (sorted distinct fingerprints, start offsets, gram ids by fingerprint).
         self.tables: dict[int, tuple[Any, Any, Any]] = {}
         for k, gids in sorted(by_len.items()):
-            h = np.array(
-                [gram_fingerprint([fps[self.vocab[t]] for t in self.grams[g]]) for g in gids], dtype=np.uint64
-            )
+            h = np.array([gram_fingerprint([fps[self.vocab[t]] for t in self.grams[g]]) for g in gids], dtype=np.uint64)
             order = np.argsort(h, kind="stable")
             h_sorted = h[order]
             keys, starts = np.unique(h_sorted, return_index=True)
@@ -234,7 +232,7 @@ class EvalIndex:
         hot = {g for g, c in df.items() if c > method.max_item_df}
         infos = []
         kept_all = []
-        for item, grams, length in zip(bench.items, per_item, lengths):
+        for item, grams, length in zip(bench.items, per_item, lengths, strict=False):
             kept = {g: p for g, p in grams.items() if g not in hot}
             reason = None
             if length < min_tokens:
@@ -277,7 +275,7 @@ class EvalIndex:
         ids = np.zeros(len(starts), dtype=np.int32)
         if len(cand):
             get = self.vocab.get
-            ids[cand] = [get(data[a:b], 0) for a, b in zip(starts[cand].tolist(), ends[cand].tolist())]
+            ids[cand] = [get(data[a:b], 0) for a, b in zip(starts[cand].tolist(), ends[cand].tolist(), strict=False)]
         return ids
 
     def find_stream(self, data: bytes, starts: Any, ends: Any) -> list[tuple[int, int]]:
@@ -370,7 +368,7 @@ class EvalIndex:
             pos[pos == len(keys)] = 0
             hit = np.flatnonzero(keys[pos] == h)
             as_list = isinstance(tokens, list)
-            for c, p in zip(cand[hit].tolist(), pos[hit].tolist()):
+            for c, p in zip(cand[hit].tolist(), pos[hit].tolist(), strict=False):
                 window = tuple(tokens[c : c + k]) if as_list else tuple(tokens[c + j] for j in range(k))
                 for g in gids[starts[p] : starts[p + 1]].tolist():
                     if self.grams[g] == window:

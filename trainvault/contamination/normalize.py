@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -56,7 +56,7 @@ class NormalizationSpec(StrictModel):
 SEPARATOR_LIMIT = 0x20000
 
 
-@lru_cache(maxsize=None)
+@cache
 def unicode_table(map_digits: bool) -> dict[int, str]:
     """`str.translate` table: non-ASCII whitespace and P*/S* to a space (digits to ``0``).
 
@@ -74,7 +74,7 @@ def unicode_table(map_digits: bool) -> dict[int, str]:
     return table
 
 
-@lru_cache(maxsize=None)
+@cache
 def simple_chars(map_digits: bool, strip_diacritics: bool, drop_format: bool = False) -> Any:
     """Bool array over code points below `SEPARATOR_LIMIT`: characters the normaliser leaves alone.
 
@@ -258,7 +258,7 @@ class Normalizer:
             return TokenBatch(mapped, starts, ends, len(texts))
         tok = np.searchsorted(starts, slow, side="right") - 1
         tok = tok[np.concatenate(([True], tok[1:] != tok[:-1]))]
-        norms = self._word_norms(raw, list(zip(starts[tok].tolist(), ends[tok].tolist())))
+        norms = self._word_norms(raw, list(zip(starts[tok].tolist(), ends[tok].tolist(), strict=False)))
         return splice(np, mapped, starts, ends, tok, norms, len(texts))
 
     def _word_norms(self, raw: bytes, pairs: list[tuple[int, int]]) -> list[tuple[bytes, ...]]:
@@ -403,5 +403,6 @@ def _non_ascii_chunks(text: str) -> list[tuple[int, int]]:
         out.append((a, b))
         m = _NON_ASCII.search(text, b)
     return out
+
 
 DEFAULT_NORMALIZATION = NormalizationSpec()

@@ -16,9 +16,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
-from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, IntegrityError, ManifestError, ObjectTooLargeError
+from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
 from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri

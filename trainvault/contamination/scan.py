@@ -161,7 +161,8 @@ class _Accumulator:
                     values, raws_f = [], []
                 if len(raws_f) != len(chunk):
                     bad = next(
-                        i for i, rec in enumerate(chunk)
+                        i
+                        for i, rec in enumerate(chunk)
                         if not isinstance(rec, Mapping) or type(rec.get(name)) is not str
                     )
                     value = chunk[bad].get(name) if isinstance(chunk[bad], Mapping) else None
@@ -247,9 +248,7 @@ class _Accumulator:
     def result(self, shard_sha256: str, size: int) -> ShardScanResult:
         index = self.index
         items = []
-        for (b, i), tally in sorted(
-            self.items.items(), key=lambda kv: (index.benchmarks[kv[0][0]].name, kv[0][1])
-        ):
+        for (b, i), tally in sorted(self.items.items(), key=lambda kv: (index.benchmarks[kv[0][0]].name, kv[0][1])):
             bench = index.benchmarks[b]
             items.append(
                 ShardItemHits(
@@ -319,14 +318,17 @@ def scan_shard(
     for k, data in _verified_blocks(storage, entry, reader, on_bytes):
         _add_block(acc, reader, text, k, data, entry.uri, survey, on_records)
     if acc.records != entry.record_count:
-        raise IntegrityError(
-            f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}"
-        )
+        raise IntegrityError(f"{entry.uri}: decoded {acc.records} records, the manifest says {entry.record_count}")
     return acc.result(entry.sha256, entry.size_bytes)
 
 
 def _add_block(
-    acc: _Accumulator, reader: ShardReader, text: BlockTextReader | None, k: int, data: bytes, uri: str,
+    acc: _Accumulator,
+    reader: ShardReader,
+    text: BlockTextReader | None,
+    k: int,
+    data: bytes,
+    uri: str,
     survey: TextFieldSurvey | None = None,
     on_records: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> None:
@@ -381,8 +383,15 @@ class ScanFeed:
     instead of raising, so the reader that owns the stream reports a changed shard first;
     `result` raises it."""
 
-    def __init__(self, storage: Storage, data_format: str, entry: ShardEntry, index: EvalIndex,
-                 survey: TextFieldSurvey | None = None, descriptor: ShardDescriptor | None = None):
+    def __init__(
+        self,
+        storage: Storage,
+        data_format: str,
+        entry: ShardEntry,
+        index: EvalIndex,
+        survey: TextFieldSurvey | None = None,
+        descriptor: ShardDescriptor | None = None,
+    ):
         self.entry, self.survey = entry, survey
         self.error: TrainVaultError | None = None
         self._acc = _Accumulator(index)
@@ -408,14 +417,17 @@ class ScanFeed:
 
     def close(self) -> None:
         if self.error is None and self._cutter is not None and not self._cutter.done:
-            self.error = IntegrityError(f"{self.entry.uri}: the object ended before block {self._cutter.next}; it is "
-                                       "truncated: rebuild the publication")
+            self.error = IntegrityError(
+                f"{self.entry.uri}: the object ended before block {self._cutter.next}; it is "
+                "truncated: rebuild the publication"
+            )
 
     def result(self) -> ShardScanResult:
         """The shard's scan once every byte was fed (the first error seen, raised, otherwise)."""
         if self.error is not None:
             raise self.error
         if self._acc.records != self.entry.record_count:
-            raise IntegrityError(f"{self.entry.uri}: decoded {self._acc.records} records, the manifest says "
-                                 f"{self.entry.record_count}")
+            raise IntegrityError(
+                f"{self.entry.uri}: decoded {self._acc.records} records, the manifest says {self.entry.record_count}"
+            )
         return self._acc.result(self.entry.sha256, self.entry.size_bytes)

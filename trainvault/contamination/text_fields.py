@@ -84,8 +84,9 @@ def _may_hold_text(kind: type) -> bool:
     msgpack's ExtType) and NumPy arrays (of strings); cached per type, the check runs per value."""
     known = _HOLDS_TEXT.get(kind)
     if known is None:
-        known = _HOLDS_TEXT[kind] = (kind in (dict, list, tuple) or issubclass(kind, Mapping)
-                                     or hasattr(kind, "dtype")) and kind not in _SCALARS
+        known = _HOLDS_TEXT[kind] = (
+            kind in (dict, list, tuple) or issubclass(kind, Mapping) or hasattr(kind, "dtype")
+        ) and kind not in _SCALARS
     return known
 
 

@@ -13,7 +13,7 @@ class TokenBatch:
     a space, so every token is followed by at least one byte.
     """
 
-    __slots__ = ("data", "starts", "ends", "n_texts")
+    __slots__ = ("data", "ends", "n_texts", "starts")
 
     def __init__(self, data: bytes, starts: Any, ends: Any, n_texts: int):
         self.data, self.starts, self.ends, self.n_texts = data, starts, ends, n_texts

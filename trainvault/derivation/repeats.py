@@ -123,7 +123,9 @@ def collate_sources(
         for entry in split.shards:
             shard_id = f"{source.name}.{entry.curriculum_stage or NO_STAGE}.{entry.shard_id}"
             if len(shard_id) > 128:
-                raise ManifestError(f"target shard id {shard_id[:40]}... is over 128 characters; use a shorter source name")
+                raise ManifestError(
+                    f"target shard id {shard_id[:40]}... is over 128 characters; use a shorter source name"
+                )
             reader = ShardReader(saver.storage, entry, manifest.data_format)
             # The descriptor records where the shard came from and how often each record repeats,
             # binding the source shard by sha256; a rerun with other settings is a ConflictError.

@@ -15,9 +15,7 @@ from trainvault.formats.jsonl_gz import JsonlGzFormat
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.formats.parquet import ParquetFormat
 
-FORMATS: dict[str, ShardFormat] = {
-    f.name: f for f in (MsgpackZstFormat(), JsonlGzFormat(), ParquetFormat())
-}
+FORMATS: dict[str, ShardFormat] = {f.name: f for f in (MsgpackZstFormat(), JsonlGzFormat(), ParquetFormat())}
 
 
 def get_format(name: str) -> ShardFormat:

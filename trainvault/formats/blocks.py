@@ -112,7 +112,9 @@ class _ShardBytes:
 
     def place(self, start: int, n: int, data: bytes, digest: str) -> None:
         out = self.out
-        self.blocks.append(BlockRef(offset=len(out), length=len(data), sha256=digest, first_record=start, record_count=n))
+        self.blocks.append(
+            BlockRef(offset=len(out), length=len(data), sha256=digest, first_record=start, record_count=n)
+        )
         out.extend(data)
         if self.max_bytes is not None and len(out) > self.max_bytes:
             raise ObjectTooLargeError(
@@ -182,7 +184,9 @@ class _PipelinedBlocks:
         self._inflight: deque[_Inflight] = deque()
 
     def cut(self, start: int, n: int) -> None:
-        self._inflight.append(_Inflight(start, n, self._pool.submit(_compress_job, self._cut_block(), self._shard.whole)))
+        self._inflight.append(
+            _Inflight(start, n, self._pool.submit(_compress_job, self._cut_block(), self._shard.whole))
+        )
         # One block compresses while the next fills; waiting here bounds memory to two blocks.
         while len(self._inflight) > 1:
             self._place_oldest()

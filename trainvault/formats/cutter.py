@@ -37,8 +37,10 @@ class BlockCutter:
             del self._buf[: skip + b.length]
             self._pos = b.offset + b.length
             if hashlib.sha256(data).hexdigest() != b.sha256:
-                raise IntegrityError(f"{self.uri}: block {self.next} sha256 does not match the descriptor; the shard "
-                                     "was changed after it was published: rebuild it")
+                raise IntegrityError(
+                    f"{self.uri}: block {self.next} sha256 does not match the descriptor; the shard "
+                    "was changed after it was published: rebuild it"
+                )
             out.append((self.next, data))
             self.next += 1
         return out

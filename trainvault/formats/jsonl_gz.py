@@ -27,9 +27,7 @@ def _json_default(value: Any) -> Any:
     raise EncodeError(f"a {type(value).__name__} has no JSON form")
 
 
-_dumps = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default
-).encode
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_json_default).encode
 
 
 def gzip_member(payload: bytes | bytearray) -> bytes:
@@ -38,7 +36,9 @@ def gzip_member(payload: bytes | bytearray) -> bytes:
     body = compressor.compress(payload) + compressor.flush()
     # Header: magic, deflate, no flags, mtime 0, xfl per level, OS unknown.
     header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-    trailer = (zlib.crc32(payload) & 0xFFFFFFFF).to_bytes(4, "little") + (len(payload) & 0xFFFFFFFF).to_bytes(4, "little")
+    trailer = (zlib.crc32(payload) & 0xFFFFFFFF).to_bytes(4, "little") + (len(payload) & 0xFFFFFFFF).to_bytes(
+        4, "little"
+    )
     return header + body + trailer
 
 

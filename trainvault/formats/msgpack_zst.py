@@ -52,7 +52,9 @@ def _pack_default(value: Any) -> Any:
     module = type(value).__module__
     if module == "numpy" and hasattr(value, "item"):
         return value.item()  # NumPy scalars become plain numbers
-    raise EncodeError(f"a {type(value).__name__} cannot be encoded; use str, bytes, numbers, lists, dicts or NumPy arrays")
+    raise EncodeError(
+        f"a {type(value).__name__} cannot be encoded; use str, bytes, numbers, lists, dicts or NumPy arrays"
+    )
 
 
 _np: Any = None

@@ -71,7 +71,11 @@ class _Encoder:
         try:
             table = pa.Table.from_pylist(records, schema=self._schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            where = "these records do not fit the schema of the shard's first block" if self._schema else "cannot build a table"
+            where = (
+                "these records do not fit the schema of the shard's first block"
+                if self._schema
+                else "cannot build a table"
+            )
             raise EncodeError(f"parquet: {where}: {exc}") from None
         if self._writer is None:
             self._schema = table.schema

@@ -37,14 +37,24 @@ class PrometheusExport:
     def __init__(self, registry: Any = None, prefix: str = "trainvault_loader"):
         prom = _prometheus()
         kw = {} if registry is None else {"registry": registry}
-        self.wait = prom.Gauge(f"{prefix}_data_wait_seconds", "Seconds the trainer waited for its last batch",
-                               ["rank"], **kw)
-        self.seconds = prom.Gauge(f"{prefix}_window_seconds", "Seconds per stage over the figures window",
-                                  ["rank", "worker", "stage"], **kw)
-        self.counts = prom.Gauge(f"{prefix}_window_count", "Bytes, records, blocks and steps over the figures window",
-                                 ["rank", "worker", "what"], **kw)
-        self.slowest = prom.Gauge(f"{prefix}_slowest_rank_data_wait_seconds",
-                                  "Window data wait of the slowest rank at the last gather", ["rank"], **kw)
+        self.wait = prom.Gauge(
+            f"{prefix}_data_wait_seconds", "Seconds the trainer waited for its last batch", ["rank"], **kw
+        )
+        self.seconds = prom.Gauge(
+            f"{prefix}_window_seconds", "Seconds per stage over the figures window", ["rank", "worker", "stage"], **kw
+        )
+        self.counts = prom.Gauge(
+            f"{prefix}_window_count",
+            "Bytes, records, blocks and steps over the figures window",
+            ["rank", "worker", "what"],
+            **kw,
+        )
+        self.slowest = prom.Gauge(
+            f"{prefix}_slowest_rank_data_wait_seconds",
+            "Window data wait of the slowest rank at the last gather",
+            ["rank"],
+            **kw,
+        )
 
     def __call__(self, figures: Mapping[str, Any]) -> None:
         rank = str(figures["rank"])

@@ -159,7 +159,7 @@ class BlockFetcher:
                 loaded = _result(future, watchdog)
                 in_flight -= len(run)
                 fill()
-                for block, inflated in zip(run, loaded):
+                for block, inflated in zip(run, loaded, strict=False):
                     yield self._finish(shard, block, inflated)
         finally:
             # A stopped iteration (break, error, worker shutdown) abandons queued reads.

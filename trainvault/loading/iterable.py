@@ -141,7 +141,12 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         return out
 
     def _epoch(
-        self, order: EpochOrder, schedule: RankSchedule, mine: list[int], offset: int, name: int | str,
+        self,
+        order: EpochOrder,
+        schedule: RankSchedule,
+        mine: list[int],
+        offset: int,
+        name: int | str,
         watch: Watchdog | None,
     ) -> Iterator[Item]:
         batches = [schedule.batch(t) for t in mine]
@@ -152,9 +157,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                 if not needed or needed[-1] != k:
                     needed.append(k)
         window_blocks = [order.window_plan_blocks(k) for k in needed]
-        wanted = (
-            (int(self.plan.shard[i]), int(self.plan.block[i])) for blocks in window_blocks for i in blocks
-        )
+        wanted = ((int(self.plan.shard[i]), int(self.plan.block[i])) for blocks in window_blocks for i in blocks)
         lookahead = self.window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
         stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
         times = self.fetcher.times
@@ -163,7 +166,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         if watch is not None:
             watch.busy()
         try:
-            for t, b in zip(mine, batches):
+            for t, b in zip(mine, batches, strict=False):
                 records: list[dict[str, Any]] = []
                 for k, lo, hi in order.pieces(b.start, b.count):
                     while k not in loaded:

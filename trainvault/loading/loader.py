@@ -36,8 +36,13 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
     `load_state_dict()`, `describe_state()`, `trace()` and `figures()`."""
 
     def __init__(
-        self, dataset: SplitIterableDataset, identity: OrderIdentity, *, manifest_uri: str | None = None,
-        observe: Observability | None = None, **dataloader_args: Any,
+        self,
+        dataset: SplitIterableDataset,
+        identity: OrderIdentity,
+        *,
+        manifest_uri: str | None = None,
+        observe: Observability | None = None,
+        **dataloader_args: Any,
     ):
         try:
             super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
@@ -78,9 +83,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
 
     def _next_start(self) -> tuple[int, int]:
         ds = self.split_dataset
-        if self._resume or self._started_epoch is None:
-            epoch, position = self._epoch, self._position
-        elif ds.infinite:
+        if self._resume or self._started_epoch is None or ds.infinite:
             epoch, position = self._epoch, self._position
         else:
             epoch, position = self._started_epoch + 1, 0
@@ -98,8 +101,11 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             natural = (natural[0] + 1, 0)
         point = Redeal(self._step, epoch, position, ds.batch_size, ds.world_size, ds.drop_last)
         last = self._history[-1] if self._history else None
-        if (last is not None and (epoch, position) == natural
-                and (last.batch_size, last.world_size, last.drop_last) == (ds.batch_size, ds.world_size, ds.drop_last)):
+        if (
+            last is not None
+            and (epoch, position) == natural
+            and (last.batch_size, last.world_size, last.drop_last) == (ds.batch_size, ds.world_size, ds.drop_last)
+        ):
             return self._history
         if last is not None and last.step == self._step:
             return [*self._history[:-1], point]  # no step was dealt from the last point
@@ -223,8 +229,9 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             step=self._step,
             # Only points already dealt from: a resume continues at (epoch, position), never
             # at the next epoch a finite loader cut short would start.
-            history=tuple(self._history or [Redeal(0, self._epoch, self._position, ds.batch_size, ds.world_size,
-                                                   ds.drop_last)]),
+            history=tuple(
+                self._history or [Redeal(0, self._epoch, self._position, ds.batch_size, ds.world_size, ds.drop_last)]
+            ),
             manifest_uri=self._manifest_uri,
         )
 

@@ -66,15 +66,23 @@ def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarra
     change[:1] = True
     change[1:] = (epochs[1:] != epochs[:-1]) | (windows[1:] != windows[:-1])
     firsts = np.flatnonzero(change)
-    keys.extend((c, e, w) for e, w in zip(epochs[firsts].tolist(), windows[firsts].tolist()))
+    keys.extend((c, e, w) for e, w in zip(epochs[firsts].tolist(), windows[firsts].tolist(), strict=False))
     return np.cumsum(change) - 1
 
 
 class MixtureIterableDataset(torch.utils.data.IterableDataset):
     """One rank's batches of a mixture run from its last re-dealing point."""
 
-    def __init__(self, *, sources: Sequence[ComponentSource], batch_size: int, drop_last: bool, rank: int,
-                 world_size: int, collate_fn: Callable[[list[Any]], Any]):
+    def __init__(
+        self,
+        *,
+        sources: Sequence[ComponentSource],
+        batch_size: int,
+        drop_last: bool,
+        rank: int,
+        world_size: int,
+        collate_fn: Callable[[list[Any]], Any],
+    ):
         super().__init__()
         self.sources = list(sources)
         self.batch_size, self.drop_last = batch_size, drop_last
@@ -98,7 +106,7 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         if len(ts) and counts.min() == counts.max():  # whole rounds: one outer sum instead of an arange per batch
             slots = np.add.outer(starts, np.arange(counts[0], dtype=np.int64)).reshape(-1)
         else:
-            slots = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts)])
+            slots = np.concatenate([np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=False)])
         comps, draws, _ = self.timeline.assign_slots(slots)
         kids, members = np.empty_like(draws), np.empty_like(draws)
         keys: list[WindowKey] = []
@@ -135,7 +143,7 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
             while (plan := planner.next_plan()) is not None:
                 at = 0
                 held: list[Any] = [None] * len(plan.windows)
-                for t, count, after in zip(plan.ts, plan.counts, plan.afters):
+                for t, count, after in zip(plan.ts, plan.counts, plan.afters, strict=False):
                     planner.consumed += 1
                     kids = plan.kids[at : at + count]
                     for kid in sorted(set(kids)):
@@ -144,15 +152,16 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
                             while key not in cache:
                                 self._load_next(key[0], planner, streams, cache)
                             held[kid] = cache[key]
-                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + count])]
+                    records = [held[k][m] for k, m in zip(kids, plan.members[at : at + count], strict=False)]
                     at += count
                     yield t, 0, after, self.collate_fn(records)
         finally:
             for stream in streams.values():
                 stream.close()  # type: ignore[attr-defined]
 
-    def _load_next(self, c: int, planner: _Planner, streams: dict[int, Iterator[list[Any]]],
-                   cache: dict[WindowKey, list[Any]]) -> None:
+    def _load_next(
+        self, c: int, planner: _Planner, streams: dict[int, Iterator[list[Any]]], cache: dict[WindowKey, list[Any]]
+    ) -> None:
         """Read component c's next planned window into `cache`, dropping its older one."""
         key = planner.next_load(c)
         source = self.sources[c]
@@ -216,7 +225,9 @@ class _Planner:
     def next_load(self, c: int) -> WindowKey:
         key = self._next(self.load, c, True)
         if key is None:
-            raise RuntimeError(f"trainvault mixture: component {c} has no planned window left; the plan and the batches disagree")
+            raise RuntimeError(
+                f"trainvault mixture: component {c} has no planned window left; the plan and the batches disagree"
+            )
         return key
 
     def fetch_blocks(self, c: int) -> Iterator[tuple[int, int]]:

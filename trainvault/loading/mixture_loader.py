@@ -63,8 +63,12 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         self._sdl = split_loader
         collate = split_loader.collate_fn or torch.utils.data.default_collate
         dataset = MixtureIterableDataset(
-            sources=[], batch_size=split_loader.batch_size, drop_last=split_loader.drop_last,
-            rank=split_loader.rank, world_size=split_loader.world_size, collate_fn=collate,
+            sources=[],
+            batch_size=split_loader.batch_size,
+            drop_last=split_loader.drop_last,
+            rank=split_loader.rank,
+            world_size=split_loader.world_size,
+            collate_fn=collate,
         )
         try:
             super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
@@ -117,9 +121,12 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
     def _retime(self) -> None:
         """Rebuild the schedule from the revisions; the dataset deals by it from now on."""
         index = {name: i for i, name in enumerate(self._names)}
-        revisions = [(r.at_slot, {index[c.name]: c.exact_weight for c in r.mixture.components}) for r in self._revisions]
-        self._timeline = Timeline([s.size for s in self._sources],
-                                  [self._specs[n].run_out == "drop" for n in self._names], revisions)
+        revisions = [
+            (r.at_slot, {index[c.name]: c.exact_weight for c in r.mixture.components}) for r in self._revisions
+        ]
+        self._timeline = Timeline(
+            [s.size for s in self._sources], [self._specs[n].run_out == "drop" for n in self._names], revisions
+        )
         ds = self._mixture_dataset
         ds.set_run(self._sources, self._timeline, ds.point)
 
@@ -216,7 +223,9 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
                         break
                 else:
                     if waiting:
-                        raise RuntimeError(f"trainvault mixture loader: batch {expected} never arrived; a worker stopped early")
+                        raise RuntimeError(
+                            f"trainvault mixture loader: batch {expected} never arrived; a worker stopped early"
+                        )
                     return
             finally:
                 self._live = False
@@ -231,12 +240,19 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
     def _state(self) -> MixtureState:
         sdl = self._sdl
         return MixtureState(
-            manifest_sha256=sdl.manifest_sha256, manifest_uri=sdl.manifest_uri, split=self._split,
-            shuffle=sdl.shuffle, seed=sdl.seed, shuffle_window_blocks=sdl.shuffle_window_blocks,
+            manifest_sha256=sdl.manifest_sha256,
+            manifest_uri=sdl.manifest_uri,
+            split=self._split,
+            shuffle=sdl.shuffle,
+            seed=sdl.seed,
+            shuffle_window_blocks=sdl.shuffle_window_blocks,
             components=dict(self._identities),
-            revisions=[RevisionEntry(at_step=r.at_step, at_slot=r.at_slot, mixture=r.mixture.to_dict())
-                       for r in self._revisions],
-            step=self._step, position=self._position,
+            revisions=[
+                RevisionEntry(at_step=r.at_step, at_slot=r.at_slot, mixture=r.mixture.to_dict())
+                for r in self._revisions
+            ],
+            step=self._step,
+            position=self._position,
             history=[RedealEntry.of(h) for h in self._history],
         )
 
@@ -280,8 +296,10 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
                     "resume over the same data and exclusions"
                 )
         history = [h.redeal() for h in parsed.history]
-        revisions, self._revisions = self._revisions, [Revision(r.at_step, r.at_slot, m)
-                                                        for r, m in zip(parsed.revisions, mixtures)]
+        revisions, self._revisions = (
+            self._revisions,
+            [Revision(r.at_step, r.at_slot, m) for r, m in zip(parsed.revisions, mixtures, strict=False)],
+        )
         try:
             self._retime()
             self._check_position(parsed, history)
@@ -302,8 +320,12 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
                 f"this mixture state belongs to manifest sha256 {state.manifest_sha256[:16]}..., not the loaded "
                 f"{sdl.manifest_sha256[:16]}...; resume against the manifest the run started with"
             )
-        for name, mine in (("split", self._split), ("shuffle", sdl.shuffle), ("seed", sdl.seed),
-                           ("shuffle_window_blocks", sdl.shuffle_window_blocks)):
+        for name, mine in (
+            ("split", self._split),
+            ("shuffle", sdl.shuffle),
+            ("seed", sdl.seed),
+            ("shuffle_window_blocks", sdl.shuffle_window_blocks),
+        ):
             if getattr(state, name) != mine:
                 raise ResumeStateError(
                     f"this mixture state was written with {name}={getattr(state, name)!r}, the loader has "
@@ -312,7 +334,9 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         theirs = [(r.at_step, r.mixture) for r in state.revisions]
         mine_revs = [(r.at_step, r.mixture.to_dict()) for r in self._revisions]
         if theirs[: len(mine_revs)] != mine_revs:
-            which = next(i for i, (a, b) in enumerate(zip(theirs + [None] * len(mine_revs), mine_revs)) if a != b)
+            which = next(
+                i for i, (a, b) in enumerate(zip(theirs + [None] * len(mine_revs), mine_revs, strict=False)) if a != b
+            )
             raise ResumeStateError(
                 f"this mixture state has another mixture history: its revision {which} differs from this loader's "
                 f"(the loader's revisions must be the state's first ones; build the loader with the run's first "
@@ -357,11 +381,18 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         out = []
         for i, name in enumerate(self._names):
             n, size = counts[i], self._sources[i].size
-            out.append(ComponentReport(
-                name=name, draws=n, share=n / self._position if self._position else 0.0,
-                target=float(live[name] / total) if name in live else 0.0, records=size,
-                passes=-(-n // size) if size else 0, repeated=max(0, n - size), dropped=self._dropped(name, counts),
-            ))
+            out.append(
+                ComponentReport(
+                    name=name,
+                    draws=n,
+                    share=n / self._position if self._position else 0.0,
+                    target=float(live[name] / total) if name in live else 0.0,
+                    records=size,
+                    passes=-(-n // size) if size else 0,
+                    repeated=max(0, n - size),
+                    dropped=self._dropped(name, counts),
+                )
+            )
         return out
 
     def _dropped(self, name: str, counts: Sequence[int]) -> bool:
@@ -370,11 +401,15 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
 
     def describe_state(self) -> str:
         shares = ", ".join(f"{r.name} {r.share:.3f} (target {r.target:.3f})" for r in self.mixture_report())
-        return (f"mixture over split {self._split!r}: step {self._step:,}, record slot {self._position:,}, "
-                f"{len(self._revisions)} revision(s); shares so far: {shares}")
+        return (
+            f"mixture over split {self._split!r}: step {self._step:,}, record slot {self._position:,}, "
+            f"{len(self._revisions)} revision(s); shares so far: {shares}"
+        )
 
 
-def resolve_component(sdl: SplitDataLoader, split: str, comp: MixtureComponent) -> tuple[ComponentSource, ComponentIdentity]:
+def resolve_component(
+    sdl: SplitDataLoader, split: str, comp: MixtureComponent
+) -> tuple[ComponentSource, ComponentIdentity]:
     """The source of `comp` within `split` of `sdl`'s manifest (`SelectionError` for an unknown stage)."""
     from trainvault.loading.fetch import BlockFetcher
     from trainvault.loading.order import derive_key
@@ -388,10 +423,15 @@ def resolve_component(sdl: SplitDataLoader, split: str, comp: MixtureComponent) 
     if plan.total_records == 0:
         raise SelectionError(f"mixture component {comp.name!r} ({selection.describe()}) holds no records to draw")
     source = ComponentSource(
-        name=comp.name, replacement=comp.replacement,
+        name=comp.name,
+        replacement=comp.replacement,
         fetcher=BlockFetcher(sdl.storage, sdl.manifest.data_format, selection.shards, descriptors),
-        plan=plan, key=derive_key(sdl.manifest_sha256, selection.sha256, sdl.seed, sdl.shuffle_window_blocks),
-        shuffle=sdl.shuffle, window_blocks=sdl.shuffle_window_blocks,
+        plan=plan,
+        key=derive_key(sdl.manifest_sha256, selection.sha256, sdl.seed, sdl.shuffle_window_blocks),
+        shuffle=sdl.shuffle,
+        window_blocks=sdl.shuffle_window_blocks,
     )
     exclude = None if sdl.exclusions is None else sdl.exclusions.sha256(selection.shards)
-    return source, ComponentIdentity(selection_sha256=selection.sha256, exclude_sha256=exclude, records=plan.total_records)
+    return source, ComponentIdentity(
+        selection_sha256=selection.sha256, exclude_sha256=exclude, records=plan.total_records
+    )

@@ -183,8 +183,9 @@ class Timeline:
             self._segments_of(r, slot, base, weights, until)
         self.starts = [s.start for s in self.segments]
 
-    def _segments_of(self, r: int, slot: int, base: tuple[int, ...], weights: Mapping[int, Fraction],
-                     until: int | None) -> None:
+    def _segments_of(
+        self, r: int, slot: int, base: tuple[int, ...], weights: Mapping[int, Fraction], until: int | None
+    ) -> None:
         while True:
             active = [(c, w) for c, w in weights.items() if not (self.drops[c] and base[c] >= self.sizes[c])]
             seg = Segment(slot, r, base, build_tree(active) if active else None)
@@ -222,7 +223,9 @@ class Timeline:
             seg = self.segments[k]
             if seg.tree is None:
                 if (which == k).any():
-                    raise IndexError(f"slot {int(slots[which == k].min())} is past the mixture stream's end at {seg.start}")
+                    raise IndexError(
+                        f"slot {int(slots[which == k].min())} is past the mixture stream's end at {seg.start}"
+                    )
                 continue
             sel = slice(None) if k == which[0] == which[-1] else which == k
             x = slots[sel] - seg.start

@@ -97,7 +97,9 @@ class ComponentSource:
             windows[sel] = k
             if self.replacement:
                 sizes = order.window_start[k + 1] - order.window_start[k]
-                members[sel] = (_mix(derive_key(self.key, "draw", e), draws[sel]) % sizes.astype(np.uint64)).astype(np.int64)
+                members[sel] = (_mix(derive_key(self.key, "draw", e), draws[sel]) % sizes.astype(np.uint64)).astype(
+                    np.int64
+                )
             else:
                 members[sel] = self._members(order, k, pos[sel])
         return epochs, windows, members

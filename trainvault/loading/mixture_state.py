@@ -18,7 +18,6 @@ from trainvault.loading.mixture import Mixture
 from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal
 
 
-
 class ComponentIdentity(StrictModel):
     """What a component's draws count over: its shards, its skipped records, its size."""
 
@@ -50,8 +49,13 @@ class RedealEntry(StrictModel):
     @classmethod
     def of(cls, point: Redeal) -> RedealEntry:
         remainder = REMAINDER_DROP if point.drop_last else REMAINDER_PAD
-        return cls(step=point.step, slot=point.position, batch_size=point.batch_size, world_size=point.world_size,
-                   remainder=remainder)
+        return cls(
+            step=point.step,
+            slot=point.position,
+            batch_size=point.batch_size,
+            world_size=point.world_size,
+            remainder=remainder,
+        )
 
 
 class MixtureState(Document):
@@ -94,7 +98,9 @@ class MixtureState(Document):
     def _check_order(self, mixtures: list[Mixture]) -> None:
         revs, hist = self.revisions, self.history
         if (revs[0].at_step, revs[0].at_slot) != (0, 0) or hist[0].step != 0 or hist[0].slot != 0:
-            raise ResumeStateError("mixture state: its first revision and re-dealing point must be at step 0, slot 0; it is damaged")
+            raise ResumeStateError(
+                "mixture state: its first revision and re-dealing point must be at step 0, slot 0; it is damaged"
+            )
         # A revision keeps the record slot it was set for; its step is the one asked for
         # under the batch geometry of that time, so only the slots must grow.
         slots = [r.at_slot for r in revs]

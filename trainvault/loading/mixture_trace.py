@@ -14,8 +14,13 @@ from trainvault.loading.trace import TracedRecord
 
 
 def trace_mixture_batch(
-    split: str, timeline: Timeline, sources: Sequence[ComponentSource], names: Sequence[str], batch: RankBatch,
-    *, read: bool = True,
+    split: str,
+    timeline: Timeline,
+    sources: Sequence[ComponentSource],
+    names: Sequence[str],
+    batch: RankBatch,
+    *,
+    read: bool = True,
 ) -> list[TracedRecord]:
     comps, draws, revs = timeline.assign(batch.start, batch.count)
     located: list[tuple[int, int, int]] = [(0, 0, 0)] * batch.count  # (plan block, local, shard key index)
@@ -24,10 +29,10 @@ def trace_mixture_batch(
         at = (comps == c).nonzero()[0]
         source = sources[c]
         epochs, windows, members = source.locate(draws[at])
-        for e, k in dict.fromkeys(zip(epochs.tolist(), windows.tolist())):
+        for e, k in dict.fromkeys(zip(epochs.tolist(), windows.tolist(), strict=False)):
             sel = (epochs == e) & (windows == k)
             blocks, local = source.members_blocks(e, k, members[sel])
-            for i, b, r in zip(at[sel].tolist(), blocks.tolist(), local.tolist()):
+            for i, b, r in zip(at[sel].tolist(), blocks.tolist(), local.tolist(), strict=False):
                 located[i] = (b, r, c)
                 where[i] = (source.shards[int(source.plan.shard[b])].key, source.plan.record_index(b, r))
     ids: list[Any] = [None] * batch.count
@@ -35,7 +40,7 @@ def trace_mixture_batch(
         ids = [_id(r) for r in _read(sources, located)]
     return [
         TracedRecord(split, key, index, rid, component=names[c], revision=int(rev))
-        for (key, index), rid, c, rev in zip(where, ids, comps.tolist(), revs.tolist())
+        for (key, index), rid, c, rev in zip(where, ids, comps.tolist(), revs.tolist(), strict=False)
     ]
 
 

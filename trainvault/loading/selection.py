@@ -26,7 +26,9 @@ class Selection:
     def sha256(self) -> str:
         """Binds the resume state to exactly these shards of this split."""
         return sha256_hex(
-            canonical_json({"split": self.split, "stages": list(self.stages) if self.stages else None, "shards": self.keys})
+            canonical_json(
+                {"split": self.split, "stages": list(self.stages) if self.stages else None, "shards": self.keys}
+            )
         )
 
     def describe(self) -> str:

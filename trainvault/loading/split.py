@@ -131,7 +131,8 @@ class SplitDataLoader:
         self.exclusions = check_exclude(exclude, self.manifest)
         self._descriptors: dict[str, ShardDescriptor] = {
             e.uri: self.publication.descriptors[e.descriptor_uri]
-            for _, e in self.publication.entries() if e.descriptor_uri in self.publication.descriptors
+            for _, e in self.publication.entries()
+            if e.descriptor_uri in self.publication.descriptors
         }
 
     def __repr__(self) -> str:
@@ -156,7 +157,7 @@ class SplitDataLoader:
         todo = [s for s in shards if s.uri not in self._descriptors]
         if todo:
             with ThreadPoolExecutor(max_workers=_DESCRIPTOR_THREADS) as pool:
-                for s, d in zip(todo, pool.map(lambda e: read_descriptor(self.storage, e), todo)):
+                for s, d in zip(todo, pool.map(lambda e: read_descriptor(self.storage, e), todo), strict=False):
                     self._descriptors[s.uri] = d
         return tuple(self._descriptors[s.uri] for s in shards)
 
@@ -168,8 +169,9 @@ class SplitDataLoader:
         for i, desc in enumerate(descriptors):
             # With a view, positions count its logical records (from its own counts, no data read).
             logical = None if self.view is None else self.view.block_counts(shards[i], desc)
-            blocks.append([(b.first_record, b.record_count if logical is None else logical[j])
-                           for j, b in enumerate(desc.blocks)])
+            blocks.append(
+                [(b.first_record, b.record_count if logical is None else logical[j]) for j, b in enumerate(desc.blocks)]
+            )
         excluded = None if self.exclusions is None else self.exclusions.for_shards(tuple(shards))
         return block_plan(blocks, excluded)
 
@@ -234,7 +236,9 @@ class SplitDataLoader:
         )
         args = dict(self._args)
         if args.get("num_workers", 0):
-            args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), [s.uri for s in selection.shards])
+            args["multiprocessing_context"] = _worker_context(
+                args.get("multiprocessing_context"), [s.uri for s in selection.shards]
+            )
         return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, observe=self.observe, **args)
 
     def load_mixture(self, mixture: Any) -> Any:

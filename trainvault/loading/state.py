@@ -91,7 +91,9 @@ class LoaderState:
         try:
             stages = state["curriculum_stages"]
             if stages is not None and not (isinstance(stages, list) and all(isinstance(s, str) for s in stages)):
-                raise ResumeStateError(f"loader state field 'curriculum_stages' must be a list of stage names, got {stages!r}")
+                raise ResumeStateError(
+                    f"loader state field 'curriculum_stages' must be a list of stage names, got {stages!r}"
+                )
             identity = OrderIdentity(
                 manifest_sha256=_typed(state, "manifest_sha256", str),
                 split=_typed(state, "split", str),
@@ -180,7 +182,11 @@ class LoaderState:
         ident = self.identity
         stages = ", ".join(ident.curriculum_stages) if ident.curriculum_stages else "all shards"
         pct = 100.0 * self.position / self.epoch_records if self.epoch_records else 100.0
-        order = f"shuffled (seed {ident.seed}, window {ident.shuffle_window_blocks} blocks)" if ident.shuffle else "manifest order"
+        order = (
+            f"shuffled (seed {ident.seed}, window {ident.shuffle_window_blocks} blocks)"
+            if ident.shuffle
+            else "manifest order"
+        )
         step = "" if self.step is None else f"step {self.step:,}, "
         return (
             f"epoch {self.epoch}, position {self.position:,}/{self.epoch_records:,} records ({pct:.1f}%), {step}"
@@ -192,8 +198,14 @@ class LoaderState:
 
 def _redeal_dict(h: Redeal) -> dict[str, Any]:
     remainder = REMAINDER_DROP if h.drop_last else REMAINDER_PAD
-    return {"step": h.step, "epoch": h.epoch, "position": h.position, "batch_size": h.batch_size,
-            "world_size": h.world_size, "remainder": remainder}
+    return {
+        "step": h.step,
+        "epoch": h.epoch,
+        "position": h.position,
+        "batch_size": h.batch_size,
+        "world_size": h.world_size,
+        "remainder": remainder,
+    }
 
 
 def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,8 +220,10 @@ def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
         remainder = _typed(h, "remainder", str)
         if remainder not in (REMAINDER_PAD, REMAINDER_DROP):
             raise ResumeStateError(f"loader state history remainder must be pad or drop, got {remainder!r}")
-        point = Redeal(*(_typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")),
-                       drop_last=remainder == REMAINDER_DROP)
+        point = Redeal(
+            *(_typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")),
+            drop_last=remainder == REMAINDER_DROP,
+        )
         if min(point.step, point.epoch, point.position) < 0 or min(point.batch_size, point.world_size) < 1:
             raise ResumeStateError(f"loader state history entry {h!r} is out of range")
         points.append(point)
@@ -226,8 +240,10 @@ def _check_history(state: LoaderState) -> None:
     if state.history is None:
         return
     points = [(h.epoch, h.position) for h in state.history]
-    if any(position > state.epoch_records for _, position in points) or points != sorted(points) or (
-        points[-1] > (state.epoch, state.position)
+    if (
+        any(position > state.epoch_records for _, position in points)
+        or points != sorted(points)
+        or (points[-1] > (state.epoch, state.position))
     ):
         raise ResumeStateError(
             f"loader state history points (epoch, position) {points} must be in order, within 0..{state.epoch_records} "

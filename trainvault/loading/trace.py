@@ -66,11 +66,13 @@ def trace_batch(
         plan_blocks += blocks.tolist()
         locals_ += local.tolist()
     plan, shards = dataset.plan, dataset.fetcher.shards
-    where = [(shards[int(plan.shard[i])].key, plan.record_index(i, r)) for i, r in zip(plan_blocks, locals_)]
+    where = [
+        (shards[int(plan.shard[i])].key, plan.record_index(i, r)) for i, r in zip(plan_blocks, locals_, strict=False)
+    ]
     if not read:
         return StepTrace(step, rank, epoch, tuple(TracedRecord(split, key, index) for key, index in where))
     data = _read(dataset, plan_blocks, locals_)
-    traced = tuple(TracedRecord(split, key, index, _id(r)) for (key, index), r in zip(where, data))
+    traced = tuple(TracedRecord(split, key, index, _id(r)) for (key, index), r in zip(where, data, strict=False))
     return StepTrace(step, rank, epoch, traced, tuple(data))
 
 
@@ -84,7 +86,7 @@ def _read(dataset: SplitIterableDataset, plan_blocks: list[int], locals_: list[i
         decoded = {i: plan.keep(i, next(stream)) for i in needed}
     finally:
         stream.close()
-    return [decoded[i][r] for i, r in zip(plan_blocks, locals_)]
+    return [decoded[i][r] for i, r in zip(plan_blocks, locals_, strict=False)]
 
 
 def _id(record: Any) -> Any:

@@ -94,9 +94,12 @@ class Watchdog:
         self._dumps += 1
         reads = self.reads() if self.reads else []
         log.warning(
-            "trainvault loader (%s, pid %d): no batch for %.1f s (watchdog_s=%g, on_stall=%s)\n"
-            "waiting on: %s\n%s",
-            self.where, os.getpid(), waited, self.after_s, self.on_stall,
+            "trainvault loader (%s, pid %d): no batch for %.1f s (watchdog_s=%g, on_stall=%s)\nwaiting on: %s\n%s",
+            self.where,
+            os.getpid(),
+            waited,
+            self.after_s,
+            self.on_stall,
             "\n  ".join(["", *reads]) if reads else "no read in flight",
             format_stacks(),
         )

@@ -1,8 +1,8 @@
 """Dataset profiles: mergeable metrics per split, task-data validation, metrics sidecars, repeats."""
 
+from trainvault.derivation.repeats import CollatedShard, SourceDataset, collate_sources, resolve_num_repeats
 from trainvault.profile.accumulators import MAX_CATEGORICAL_LABELS, AvgMinMax, CategoricalMetrics, StringMetrics
 from trainvault.profile.metrics import DatasetMetrics, ExtraMetricsHook, json_dumped_number_of_words, task_identity
-from trainvault.derivation.repeats import CollatedShard, SourceDataset, collate_sources, resolve_num_repeats
 from trainvault.profile.sidecar import (
     DatasetProfile,
     MetricsSidecar,

@@ -47,7 +47,7 @@ def _same_kind(a: object, b: object) -> None:
 class AvgMinMax:
     """count, mean, min, max and population stddev of numbers."""
 
-    __slots__ = ("count", "mean", "m2", "min", "max")
+    __slots__ = ("count", "m2", "max", "mean", "min")
 
     def __init__(self) -> None:
         self.count = 0
@@ -116,7 +116,7 @@ class AvgMinMax:
 class StringMetrics:
     """total and exact unique counts of strings."""
 
-    __slots__ = ("total_count", "_distinct")
+    __slots__ = ("_distinct", "total_count")
 
     def __init__(self) -> None:
         self.total_count = 0
@@ -149,7 +149,7 @@ class StringMetrics:
 class CategoricalMetrics:
     """A bounded distribution of string labels: counts of at most `max_labels` labels plus ``other_count``."""
 
-    __slots__ = ("counts", "other_count", "max_labels", "_unique")
+    __slots__ = ("_unique", "counts", "max_labels", "other_count")
 
     def __init__(self, max_labels: int = MAX_CATEGORICAL_LABELS) -> None:
         if isinstance(max_labels, bool) or not isinstance(max_labels, int) or max_labels < 1:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 from trainvault.errors import ProfileError
-from trainvault.publication.manifest import validate_name
 from trainvault.profile.accumulators import AvgMinMax, CategoricalMetrics, StringMetrics
+from trainvault.publication.manifest import validate_name
 
 ExtraValue = Union[int, float, str, bool, None]
 #: ``hook(row) -> {name: value}``. Numbers feed an `AvgMinMax`, strings and bools a
@@ -131,7 +131,9 @@ class DatasetMetrics:
             validate_name("extra metric name", name)
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not numeric and not isinstance(value, (str, bool)):
-                raise ProfileError(f"extra metric {name!r}: value must be a number, string, bool or None, got {type(value).__name__}")
+                raise ProfileError(
+                    f"extra metric {name!r}: value must be a number, string, bool or None, got {type(value).__name__}"
+                )
             acc = self.extra.get(name)
             if acc is None:
                 acc = self.extra[name] = AvgMinMax() if numeric else self._categorical()
@@ -162,7 +164,9 @@ class DatasetMetrics:
             if mine is None:
                 mine = self.extra[name] = AvgMinMax() if isinstance(acc, AvgMinMax) else self._categorical()
             if type(mine) is not type(acc):
-                raise ProfileError(f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind")
+                raise ProfileError(
+                    f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind"
+                )
             mine.merge(acc)  # type: ignore[arg-type]
         return self
 

@@ -131,7 +131,9 @@ class ShardProfiler:
 
     def __init__(self, split: str, entry: ShardEntry, settings: ProfileSettings | None = None):
         self.entry, self.settings = entry, settings or ProfileSettings()
-        self.profile = ShardProfile(split=split, shard_key=entry.key, metrics=DatasetMetrics(max_labels=self.settings.max_labels))
+        self.profile = ShardProfile(
+            split=split, shard_key=entry.key, metrics=DatasetMetrics(max_labels=self.settings.max_labels)
+        )
         self.records = 0
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -148,7 +150,9 @@ class ShardProfiler:
     def finish(self) -> ShardProfile:
         """The profile, once every record was observed (`IntegrityError` if the count is not the entry's)."""
         if self.records != self.entry.record_count:
-            raise IntegrityError(f"{self.entry.uri}: read {self.records} records, the manifest says {self.entry.record_count}")
+            raise IntegrityError(
+                f"{self.entry.uri}: read {self.records} records, the manifest says {self.entry.record_count}"
+            )
         return self.profile
 
 
@@ -177,7 +181,9 @@ class SplitProfile:
         """Fold the next shard in. Keeping the first offending rows of each shard in order
         keeps exactly the first rows of the whole split, whatever the sharding."""
         if shard.split != self.split:
-            raise ManifestError(f"shard {shard.shard_key} of split {shard.split!r} cannot merge into split {self.split!r}")
+            raise ManifestError(
+                f"shard {shard.shard_key} of split {shard.split!r} cannot merge into split {self.split!r}"
+            )
         if shard.shard_key in self.shards:
             raise ManifestError(f"shard {self.split}/{shard.shard_key} was merged twice")
         self.metrics.merge(shard.metrics)
@@ -275,7 +281,7 @@ def profile_publication(
             lambda job: profile_shard(storage, manifest.data_format, job[0], job[1], settings), jobs
         )
         out = {s: SplitProfile(s, max_labels=max_labels) for s in chosen}
-        for (split, entry), sp in zip(jobs, shard_profiles):
+        for (split, entry), sp in zip(jobs, shard_profiles, strict=False):
             out[split].merge(sp, entry.record_count)
     profile = DatasetProfile(normalize_uri(manifest_uri), digest, out, validator)
     if profile.offending_count:
@@ -305,7 +311,9 @@ def differing_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k, ...) != b.get(k, ...))
 
 
-def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *, overwrite: bool = False) -> SidecarRef:
+def write_metrics_sidecar(
+    storage: Storage, uri: str, sidecar: MetricsSidecar, *, overwrite: bool = False
+) -> SidecarRef:
     """Write `sidecar` at `uri`. Identical bytes there already: nothing is written. A sidecar
     with different values: `ConflictError` naming the differing keys, unless `overwrite`
     (which replaces it, so approvals bound to the old digest stop matching, as they should)."""
@@ -341,7 +349,9 @@ def write_metrics_sidecar(storage: Storage, uri: str, sidecar: MetricsSidecar, *
     raise ConflictError(f"{uri} keeps changing while being written; another writer is racing: retry later")
 
 
-def write_metrics_sidecars(storage: Storage, profile: DatasetProfile, *, overwrite: bool = False) -> dict[str, SidecarRef]:
+def write_metrics_sidecars(
+    storage: Storage, profile: DatasetProfile, *, overwrite: bool = False
+) -> dict[str, SidecarRef]:
     """Write every split's ``<split>_metrics.json``; all are checked for conflicts before any is written."""
     docs = profile.sidecars()
     if not overwrite:
@@ -365,7 +375,9 @@ def read_metrics_sidecar(storage: Storage, uri: str, sha256: str | None = None) 
     uri = normalize_uri(uri)
     raw = storage.get_document(uri)
     if sha256 is not None and sha256_hex(raw) != sha256:
-        raise IntegrityError(f"{uri}: sha256 does not match the one that binds it; the sidecar changed after it was bound")
+        raise IntegrityError(
+            f"{uri}: sha256 does not match the one that binds it; the sidecar changed after it was bound"
+        )
     return MetricsSidecar.from_json_bytes(raw, source=uri)
 
 

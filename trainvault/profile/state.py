@@ -25,8 +25,13 @@ def _avg(acc: AvgMinMax) -> dict[str, Any]:
 
 def _avg_from(state: Any) -> AvgMinMax:
     acc = AvgMinMax()
-    acc.count, acc.mean, acc.m2, acc.min, acc.max = (state["count"], float(state["mean"]), float(state["m2"]),
-                                                     state["min"], state["max"])
+    acc.count, acc.mean, acc.m2, acc.min, acc.max = (
+        state["count"],
+        float(state["mean"]),
+        float(state["m2"]),
+        state["min"],
+        state["max"],
+    )
     if not isinstance(acc.count, int) or acc.count < 0:
         raise ProfileError(f"a numeric metric's count must be a non-negative integer, got {acc.count!r}")
     return acc
@@ -44,13 +49,21 @@ def _strings_from(state: Any) -> StringMetrics:
 
 
 def _labels(acc: CategoricalMetrics) -> dict[str, Any]:
-    return {"max_labels": acc.max_labels, "counts": dict(sorted(acc.counts.items())), "other_count": acc.other_count,
-            "unique": _strings(acc._unique)}
+    return {
+        "max_labels": acc.max_labels,
+        "counts": dict(sorted(acc.counts.items())),
+        "other_count": acc.other_count,
+        "unique": _strings(acc._unique),
+    }
 
 
 def _labels_from(state: Any) -> CategoricalMetrics:
     acc = CategoricalMetrics(state["max_labels"])
-    acc.counts, acc.other_count, acc._unique = dict(state["counts"]), int(state["other_count"]), _strings_from(state["unique"])
+    acc.counts, acc.other_count, acc._unique = (
+        dict(state["counts"]),
+        int(state["other_count"]),
+        _strings_from(state["unique"]),
+    )
     return acc
 
 
@@ -62,8 +75,10 @@ def metrics_state(metrics: DatasetMetrics) -> dict[str, Any]:
         "max_labels": metrics._max_labels,
         "tasks": _strings(metrics._tasks),
         **{name: _avg(getattr(metrics, name)) for name in _NUMERIC},
-        "extra": {name: ({"numbers": _avg(acc)} if isinstance(acc, AvgMinMax) else {"labels": _labels(acc)})
-                  for name, acc in sorted(metrics.extra.items())},
+        "extra": {
+            name: ({"numbers": _avg(acc)} if isinstance(acc, AvgMinMax) else {"labels": _labels(acc)})
+            for name, acc in sorted(metrics.extra.items())
+        },
     }
 
 
@@ -76,8 +91,10 @@ def metrics_from_state(state: Any) -> DatasetMetrics:
         metrics._tasks = _strings_from(state["tasks"])
         for name in _NUMERIC:
             setattr(metrics, name, _avg_from(state[name]))
-        metrics.extra = {name: _avg_from(acc["numbers"]) if "numbers" in acc else _labels_from(acc["labels"])
-                         for name, acc in state["extra"].items()}
+        metrics.extra = {
+            name: _avg_from(acc["numbers"]) if "numbers" in acc else _labels_from(acc["labels"])
+            for name, acc in state["extra"].items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileError(f"not a shard profile's metrics state ({type(exc).__name__}: {exc})") from None
     return metrics
@@ -85,8 +102,11 @@ def metrics_from_state(state: Any) -> DatasetMetrics:
 
 def shard_profile_state(profile: ShardProfile) -> dict[str, Any]:
     """A shard's profile (metrics, offending rows and their count) as JSON-compatible data."""
-    return {"metrics": metrics_state(profile.metrics), "offending_count": profile.offending_count,
-            "offending": [[o.record_index, o.error] for o in profile.offending]}
+    return {
+        "metrics": metrics_state(profile.metrics),
+        "offending_count": profile.offending_count,
+        "offending": [[o.record_index, o.error] for o in profile.offending],
+    }
 
 
 def shard_profile_from_state(split: str, shard_key: str, state: Any) -> ShardProfile:

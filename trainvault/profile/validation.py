@@ -45,7 +45,12 @@ class OffendingRow:
     error: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"split": self.split, "shard_key": self.shard_key, "record_index": self.record_index, "error": self.error}
+        return {
+            "split": self.split,
+            "shard_key": self.shard_key,
+            "record_index": self.record_index,
+            "error": self.error,
+        }
 
 
 def load_schema(ref: str) -> type[BaseModel]:
@@ -80,7 +85,9 @@ def schema_sha256(schema: type[BaseModel]) -> str:
 class TaskDataValidator:
     """Checks rows against one dataset's schema in one mode."""
 
-    def __init__(self, schema: type[BaseModel] | str | None = None, mode: ValidationMode = "auto", *, dataset: str = "dataset"):
+    def __init__(
+        self, schema: type[BaseModel] | str | None = None, mode: ValidationMode = "auto", *, dataset: str = "dataset"
+    ):
         if mode not in MODES:
             raise ProfileError(f"task-data validation mode {mode!r} is not one of {', '.join(MODES)}")
         if isinstance(schema, str):

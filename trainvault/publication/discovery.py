@@ -97,8 +97,7 @@ def discover_shards(storage: Storage, root: str, data_format: str, held: Held | 
         desc, raw = found
         if desc.data_format != data_format:
             raise ConflictError(
-                f"{uri} is a {desc.data_format} shard; this manifest is {data_format}: "
-                "one publication holds one format"
+                f"{uri} is a {desc.data_format} shard; this manifest is {data_format}: one publication holds one format"
             )
         data_uri = shard_data_uri(root, split, stage, shard_id, data_format)
         if sizes.get(data_uri) != desc.size_bytes:

@@ -38,8 +38,9 @@ def parse_descriptor(entry: ShardEntry, raw: bytes) -> ShardDescriptor:
             f"{entry.descriptor_uri}: descriptor sha256 does not match the manifest; the descriptor was altered "
             "after publication: do not train on this shard"
         )
-    return check_descriptor(entry, ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri),
-                            entry.descriptor_uri)
+    return check_descriptor(
+        entry, ShardDescriptor.from_json_bytes(raw, source=entry.descriptor_uri), entry.descriptor_uri
+    )
 
 
 def check_descriptor(entry: ShardEntry, desc: ShardDescriptor, where: str) -> ShardDescriptor:
@@ -82,8 +83,10 @@ def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 1
             return DescriptorMismatch(split, entry.key, str(exc))
         if (desc.split, desc.data_format) != (split, manifest.data_format):
             return DescriptorMismatch(
-                split, entry.key, f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, "
-                f"but the manifest lists it in split {split!r} in {manifest.data_format}"
+                split,
+                entry.key,
+                f"{entry.descriptor_uri}: describes split {desc.split!r} in {desc.data_format}, "
+                f"but the manifest lists it in split {split!r} in {manifest.data_format}",
             )
         return None
 
@@ -94,7 +97,9 @@ def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 1
 class ShardReader:
     """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
 
-    def __init__(self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None):
+    def __init__(
+        self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
+    ):
         self.storage = storage
         self.entry = entry
         self.format = get_format(data_format)
@@ -183,15 +188,16 @@ class ShardReader:
         """
         blocks = self.blocks
         t0 = time.perf_counter()
-        parts = self.storage.get_ranges(self.entry.uri, [(blocks[i].offset, blocks[i].offset + blocks[i].length)
-                                                          for i in run])
+        parts = self.storage.get_ranges(
+            self.entry.uri, [(blocks[i].offset, blocks[i].offset + blocks[i].length) for i in run]
+        )
         t1 = time.perf_counter()
-        for i, data in zip(run, parts):
+        for i, data in zip(run, parts, strict=False):
             self._verify(data, blocks[i].sha256, f"block {i}")
         if clock is not None:
             clock("fetch", t1 - t0)
             clock("verify", time.perf_counter() - t1)
-        return list(zip(run, parts))
+        return list(zip(run, parts, strict=False))
 
     def inflate(self, index: int, data: bytes | memoryview) -> Any:
         """The codec step of decoding verified block bytes; releases the GIL, so it suits read threads."""

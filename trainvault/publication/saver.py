@@ -161,8 +161,9 @@ class DatasetSaver:
     def _put_data(self, shard: _Shard, records: Iterable[Mapping[str, Any]]) -> EncodedShard:
         """Encode `records` and write the data object create-only (equal bytes already there are fine)."""
         fmt = get_format(self.data_format)
-        encoded = encode_shard(fmt, records, block_bytes=self.block_bytes, max_bytes=self.max_shard_bytes,
-                               name=shard.name)
+        encoded = encode_shard(
+            fmt, records, block_bytes=self.block_bytes, max_bytes=self.max_shard_bytes, name=shard.name
+        )
         try:
             self.storage.put_create(shard.data_uri, encoded.data)
         except ConflictError:
@@ -308,14 +309,18 @@ class DatasetSaver:
             keys.append(key)
         curriculum = Curriculum(shards=keys, metadata=metadata)
         inferred = [k for k, e in known.items() if e.curriculum_stage == name]
-        if inferred and (sorted(inferred, key=natural_key) != keys or self._stage_metadata.get((split, name)) != metadata):
+        if inferred and (
+            sorted(inferred, key=natural_key) != keys or self._stage_metadata.get((split, name)) != metadata
+        ):
             raise ConflictError(
                 f"curriculum {name!r} in split {split!r} would replace the stage of that name inferred from save(); "
                 "choose another curriculum name"
             )
         registered = self._curricula.setdefault(split, {})
         if name in registered and registered[name] != curriculum:
-            raise ConflictError(f"curriculum {name!r} in split {split!r} is already registered with other shards or metadata")
+            raise ConflictError(
+                f"curriculum {name!r} in split {split!r} is already registered with other shards or metadata"
+            )
         registered[name] = curriculum
         return curriculum
 
@@ -335,8 +340,9 @@ class DatasetSaver:
             raise ManifestError(f"no complete shard under {self.root}; save shards before building a manifest")
         order = sorted(discovered, key=natural_key)
         splits = {split: self._split_manifest(split, discovered[split]) for split in order}
-        pack = build_pack(self.data_format,
-                          [(f.entry.descriptor_uri, f.descriptor, f.raw) for s in order for f in discovered[s]])
+        pack = build_pack(
+            self.data_format, [(f.entry.descriptor_uri, f.descriptor, f.raw) for s in order for f in discovered[s]]
+        )
         digest = sha256_hex(pack)
         ref = ObjectRef(uri=pack_uri(self.root, digest), sha256=digest, size=len(pack))
         return DataManifest(data_format=self.data_format, splits=splits, descriptor_pack=ref), ref, pack

@@ -43,8 +43,15 @@ def check_little_endian() -> None:
         raise RuntimeError("representation artifacts are little-endian; this host is big-endian")
 
 
-def encode(entry_metadata: dict[str, str], kind: str, dtype: str, shape: list[int],
-           block_ids: list[int], row_offsets: list[int], data: list[bytes]) -> bytes:
+def encode(
+    entry_metadata: dict[str, str],
+    kind: str,
+    dtype: str,
+    shape: list[int],
+    block_ids: list[int],
+    row_offsets: list[int],
+    data: list[bytes],
+) -> bytes:
     """The artifact's bytes: deterministic for the same arguments."""
     check_little_endian()
     itemsize = DTYPES[dtype][1]
@@ -94,16 +101,26 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
 
     block_ids, row_offsets = table("block_ids"), table("row_offsets")
     rows = entry.shape[0]
-    if any(b <= a for a, b in zip(block_ids, block_ids[1:])):
+    if any(b <= a for a, b in zip(block_ids, block_ids[1:], strict=False)):
         raise IntegrityError(f"{uri}: block_ids are not strictly ascending; the artifact is damaged")
-    if row_offsets[0] != 0 or row_offsets[-1] != rows or any(b <= a for a, b in zip(row_offsets, row_offsets[1:])):
-        raise IntegrityError(f"{uri}: row_offsets do not split its {rows} rows into non-empty blocks; the artifact is damaged")
+    if (
+        row_offsets[0] != 0
+        or row_offsets[-1] != rows
+        or any(b <= a for a, b in zip(row_offsets, row_offsets[1:], strict=False))
+    ):
+        raise IntegrityError(
+            f"{uri}: row_offsets do not split its {rows} rows into non-empty blocks; the artifact is damaged"
+        )
     begin, end = specs[data_name(entry.kind)]["data_offsets"]
     with warnings.catch_warnings():
         # The buffer is read-only and stays so: rows are copied out, never written in place.
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        view = torch.frombuffer(buf, dtype=getattr(torch, DTYPES[entry.dtype][2]),
-                                count=(end - begin) // DTYPES[entry.dtype][1], offset=base + begin)
+        view = torch.frombuffer(
+            buf,
+            dtype=getattr(torch, DTYPES[entry.dtype][2]),
+            count=(end - begin) // DTYPES[entry.dtype][1],
+            offset=base + begin,
+        )
     return ParsedArtifact(block_ids, row_offsets, view.view(entry.shape))
 
 
@@ -118,7 +135,9 @@ def _read_header(buf: memoryview, uri: str) -> tuple[dict[str, Any], int]:
             f"{uri}: safetensors header of {hlen} bytes exceeds the {HEADER_LIMIT >> 20} MiB limit; refusing to parse it"
         )
     if 8 + hlen > size:
-        raise IntegrityError(f"{uri}: header says {hlen} bytes but the object has {size - 8} after its length (truncated)")
+        raise IntegrityError(
+            f"{uri}: header says {hlen} bytes but the object has {size - 8} after its length (truncated)"
+        )
     try:
         header = loads_strict(bytes(buf[8 : 8 + hlen]), source=f"{uri} (safetensors header)")
     except ManifestError:
@@ -134,7 +153,9 @@ def _check_specs(header: dict[str, Any], entry: ArtifactEntry, uri: str) -> dict
     """The header's tensor specs, well formed and as `entry` declares them (`__metadata__` removed)."""
 
     def unlike(what: str) -> IntegrityError:
-        return IntegrityError(f"{uri}: header {what}, unlike its artifact manifest entry {entry.artifact_id!r}; the artifact is not the one published")
+        return IntegrityError(
+            f"{uri}: header {what}, unlike its artifact manifest entry {entry.artifact_id!r}; the artifact is not the one published"
+        )
 
     meta = header.pop("__metadata__", None)
     if meta != entry.metadata():
@@ -175,7 +196,11 @@ def _check_layout(specs: dict[str, dict[str, Any]], base: int, size: int, uri: s
             numel *= n
         itemsize = _ITEMSIZE[specs[key]["dtype"]]
         if begin != pos or end - begin != numel * itemsize:
-            raise IntegrityError(f"{uri}: safetensors data offsets of {key!r} are inconsistent; the artifact is damaged")
+            raise IntegrityError(
+                f"{uri}: safetensors data offsets of {key!r} are inconsistent; the artifact is damaged"
+            )
         pos = end
     if base + pos != size:
-        raise IntegrityError(f"{uri}: tensor data ends at byte {base + pos}, the object has {size} bytes; the artifact is damaged")
+        raise IntegrityError(
+            f"{uri}: tensor data ends at byte {base + pos}, the object has {size} bytes; the artifact is damaged"
+        )

@@ -169,7 +169,7 @@ class RepresentationIndex(Document):
     @field_validator("blocks")
     @classmethod
     def _ascending(cls, value: list[IndexBlock]) -> list[IndexBlock]:
-        for prev, cur in zip(value, value[1:]):
+        for prev, cur in zip(value, value[1:], strict=False):
             if cur.block_id <= prev.block_id:
                 raise ValueError(
                     f"block ids must be strictly ascending: {cur.block_id} follows {prev.block_id}"
@@ -254,4 +254,3 @@ class ArtifactManifest(Document):
 
     def lookup(self) -> dict[str, ArtifactEntry]:
         return {a.artifact_id: a for a in self.artifacts}
-

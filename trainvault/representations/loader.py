@@ -62,7 +62,9 @@ class _Run:
     artifact_manifest_uri: str
 
 
-def _read_pinned(storage: Storage, uri: str, sha256: str, size: int | None, bound_by: str, etag: str | None = None) -> Any:
+def _read_pinned(
+    storage: Storage, uri: str, sha256: str, size: int | None, bound_by: str, etag: str | None = None
+) -> Any:
     """The object's bytes, after checking them against what `bound_by` pins (a document
     without a pinned size is read under `StorageConfig.max_document_bytes`)."""
     try:
@@ -93,7 +95,8 @@ def _tables_match(index_blocks: list[IndexBlock], parsed: artifact.ParsedArtifac
     return (
         parsed.block_ids == [b.block_id for b in index_blocks]
         and parsed.row_offsets[:-1] == [b.row_start for b in index_blocks]
-        and [b - a for a, b in zip(parsed.row_offsets, parsed.row_offsets[1:])] == [b.token_count for b in index_blocks]
+        and [b - a for a, b in zip(parsed.row_offsets, parsed.row_offsets[1:], strict=False)]
+        == [b.token_count for b in index_blocks]
     )
 
 
@@ -126,7 +129,7 @@ def _load_run(storage: Storage, root: str, run: _Run, layer: int, kind: str) -> 
     states, _ = _copy_rows(storage, root, run.states, run, tables)
     return [
         RepresentationExample(run.source, b.block_id, t, s, layer, kind, run.states.sha256)
-        for b, t, s in zip(run.blocks, tokens, states)
+        for b, t, s in zip(run.blocks, tokens, states, strict=False)
     ]
 
 
@@ -198,7 +201,9 @@ def _check_selection(
     if teacher_layer not in manifest.layers or type(teacher_layer) is not int:
         raise SelectionError(f"teacher_layer {teacher_layer!r} is not published; published layers: {manifest.layers}")
     if state_kind not in manifest.state_kinds:
-        raise SelectionError(f"state_kind {state_kind!r} is not published; published state kinds: {manifest.state_kinds}")
+        raise SelectionError(
+            f"state_kind {state_kind!r} is not published; published state kinds: {manifest.state_kinds}"
+        )
     short = {s: published[s].block_count for s in sources if published[s].block_count < per_source_count}
     if short:
         raise SelectionError(
@@ -249,7 +254,12 @@ class _Planner:
     def _index(self, published: SourceEntry, index_uri: str) -> RepresentationIndex:
         ref = published.index
         raw = _read_pinned(
-            self.storage, index_uri, ref.sha256, ref.size_bytes, f"representation manifest {self.manifest_uri}", ref.etag
+            self.storage,
+            index_uri,
+            ref.sha256,
+            ref.size_bytes,
+            f"representation manifest {self.manifest_uri}",
+            ref.etag,
         )
         index = RepresentationIndex.from_json_bytes(bytes(raw), source=index_uri)
         if len(index.blocks) != published.block_count:

@@ -53,7 +53,7 @@ def _model(cls: type, value: Any, what: str) -> Any:
 
 
 class _Block:
-    __slots__ = ("token_count", "input_ids", "states")
+    __slots__ = ("input_ids", "states", "token_count")
 
     def __init__(self, token_count: int, input_ids: bytes, states: dict[tuple[int, str], bytes]):
         self.token_count, self.input_ids, self.states = token_count, input_ids, states
@@ -143,9 +143,16 @@ class RepresentationWriter:
         """`input_ids` as int32 bytes, and their count."""
         torch = self._torch
         tokens = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
-        if tokens.dim() != 1 or tokens.numel() < 1 or tokens.dtype.is_floating_point or tokens.dtype.is_complex \
-                or tokens.dtype == torch.bool:
-            raise EncodeError(f"{where}: input_ids must be a non-empty 1-D integer sequence, got {tokens.dtype}{list(tokens.shape)}")
+        if (
+            tokens.dim() != 1
+            or tokens.numel() < 1
+            or tokens.dtype.is_floating_point
+            or tokens.dtype.is_complex
+            or tokens.dtype == torch.bool
+        ):
+            raise EncodeError(
+                f"{where}: input_ids must be a non-empty 1-D integer sequence, got {tokens.dtype}{list(tokens.shape)}"
+            )
         if tokens.min().item() < _INT32[0] or tokens.max().item() > _INT32[1]:
             raise EncodeError(f"{where}: input_ids do not fit {TOKEN_DTYPE}")
         return tokens.detach().cpu().to(torch.int32).contiguous().numpy().tobytes(), tokens.numel()
@@ -233,7 +240,13 @@ class RepresentationWriter:
             return uri, sha
 
     def _write_part(
-        self, split: str, source: str, part: str, members: list[tuple[int, _Block]], row_dtype: str, out: list[IndexBlock]
+        self,
+        split: str,
+        source: str,
+        part: str,
+        members: list[tuple[int, _Block]],
+        row_dtype: str,
+        out: list[IndexBlock],
     ) -> list[ArtifactEntry]:
         """Write one part's artifacts (tokens, then each state); its index blocks are appended to `out`."""
         ids = [block_id for block_id, _ in members]
@@ -249,8 +262,12 @@ class RepresentationWriter:
         for layer, kind in kinds:
             entry = dict(
                 artifact_id=artifact_id(split, source, part, layer, kind),
-                kind="tokens" if layer is None else "states", split=split, source=source, part=part,
-                layer=layer, state_kind=kind,
+                kind="tokens" if layer is None else "states",
+                split=split,
+                source=source,
+                part=part,
+                layer=layer,
+                state_kind=kind,
                 dtype=TOKEN_DTYPE if layer is None else row_dtype,
                 shape=[rows] if layer is None else [rows, self.projection.dim],
             )
@@ -270,7 +287,9 @@ class RepresentationWriter:
         splits: dict[str, dict[str, SourceEntry]] = {}
         for (split, source), blocks_out in index_blocks.items():
             path = index_path(split, source)
-            uri, sha, size = self._put(path, RepresentationIndex(artifact_manifest=ref, blocks=blocks_out).to_json_bytes())
+            uri, sha, size = self._put(
+                path, RepresentationIndex(artifact_manifest=ref, blocks=blocks_out).to_json_bytes()
+            )
             # The etag of the object the store now holds (ours: put_create proved identical bytes).
             etag = self.storage.head(uri).etag
             if not etag:

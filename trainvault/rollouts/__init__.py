@@ -1,10 +1,10 @@
 """Rollout archives: immutable, indexed archives of RL rollout samples over a content-addressed pool."""
 
 from trainvault.rollouts.archive import RolloutArchive
-from trainvault.rollouts.samples import describe_sample
 from trainvault.rollouts.documents import ArchiveIndex, MetadataSidecar, OwnerRecord
 from trainvault.rollouts.feed import iter_archive_samples
 from trainvault.rollouts.pool import GcReport, gc
+from trainvault.rollouts.samples import describe_sample
 
 __all__ = [
     "ArchiveIndex",

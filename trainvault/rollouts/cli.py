@@ -35,7 +35,9 @@ def add_archive_parser(sub: Any, vault: Callable[[], Any]) -> None:
 
     p = asub.add_parser("gc", help="delete pool objects no archive owns that are older than --grace")
     p.add_argument("pool", help="pool URI or path (default pool: rollout-pool beside the archives)")
-    p.add_argument("--grace", type=parse_duration, required=True, help="minimum age, e.g. 24h (at least as long as a save)")
+    p.add_argument(
+        "--grace", type=parse_duration, required=True, help="minimum age, e.g. 24h (at least as long as a save)"
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted; change nothing")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=lambda args: cmd_gc(args, vault()))

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from numbers import Real
 
 from trainvault.canonical import is_sha256_hex, sha256_hex
@@ -230,7 +230,7 @@ def gc(
         # Age is measured from our start, so objects put while we run are kept whatever the
         # grace. That is not what makes gc safe (store clocks and timestamp granularity
         # differ from ours); the marker and the writer's repair are.
-        cutoff = datetime.fromtimestamp(started, tz=timezone.utc) - timedelta(seconds=grace_s)
+        cutoff = datetime.fromtimestamp(started, tz=UTC) - timedelta(seconds=grace_s)
         _sweep(storage, pool, referenced, cutoff, None if dry_run else deadline, on_delete, report)
     finally:
         if marker_uri is not None:

@@ -135,7 +135,10 @@ def encode_samples(
     """Encode `samples` in chunks of `chunk_size` for the archive at `uri` (`EncodeError` for bad samples)."""
     out = EncodedSamples([], [] if describe is not None else None, [], {})
     for start, batch in batches(samples, chunk_size):
-        clean = [_stored(uri, start + k, sample, len(out.chunks), k, describe, task_key, out) for k, sample in enumerate(batch)]
+        clean = [
+            _stored(uri, start + k, sample, len(out.chunks), k, describe, task_key, out)
+            for k, sample in enumerate(batch)
+        ]
         name = f"rollout archive {uri}: chunk {len(out.chunks)} (samples {start}-{start + len(batch) - 1})"
         encoded = encode_shard(get_format(FORMAT), clean, block_bytes=DEFAULT_BLOCK_BYTES, name=name)
         out.chunks.append(

@@ -24,6 +24,7 @@ from trainvault.storage.store import (
     StorageSource,
     storage_of,
 )
+
 # URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
 from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri
 

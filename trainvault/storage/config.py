@@ -73,11 +73,7 @@ class StorageConfig:
 def require_s3_settings(cfg: StorageConfig, uri: str) -> None:
     """Refuse before any network call: without an endpoint and keys, the client would try a
     public cloud endpoint and its credential service (which hang on a closed network)."""
-    missing = [
-        f"{var} ({name})"
-        for name, var in S3_ENV_VARS.items()
-        if name != "region" and not getattr(cfg, name)
-    ]
+    missing = [f"{var} ({name})" for name, var in S3_ENV_VARS.items() if name != "region" and not getattr(cfg, name)]
     if missing:
         region = "" if cfg.region else f" (and {S3_ENV_VARS['region']} if the service needs a region)"
         raise StorageError(
@@ -87,8 +83,15 @@ def require_s3_settings(cfg: StorageConfig, uri: str) -> None:
         )
 
 
-_S3_DURATIONS = ("connect_timeout_s", "read_timeout_s", "request_timeout_s", "client_retry_timeout_s",
-                 "recovery_window_s", "backoff_initial_s", "backoff_max_s")
+_S3_DURATIONS = (
+    "connect_timeout_s",
+    "read_timeout_s",
+    "request_timeout_s",
+    "client_retry_timeout_s",
+    "recovery_window_s",
+    "backoff_initial_s",
+    "backoff_max_s",
+)
 _S3_COUNTS = {"client_retries": 0, "first_contact_attempts": 1}
 #: Longest duration and largest count a setting may hold (the client's own types overflow beyond).
 _S3_MAX_SECONDS = 10**9
@@ -102,7 +105,9 @@ def check_s3_values(cfg: StorageConfig, loc: Location) -> None:
     """Refuse what the S3 client would reject obscurely, or panic on at the first request (an
     endpoint, header or bucket it cannot form), before anything is sent. Keys are never shown."""
     if not _BUCKET.fullmatch(loc.bucket):
-        raise StorageError(f"{loc.uri}: bucket {loc.bucket!r} is not an S3 bucket name (letters, digits, '.', '_', '-')")
+        raise StorageError(
+            f"{loc.uri}: bucket {loc.bucket!r} is not an S3 bucket name (letters, digits, '.', '_', '-')"
+        )
     problems = [p for p in [_endpoint_problem(cfg.s3_base_url)] if p]
     problems += _header_problems(cfg) + _number_problems(cfg)
     if problems:
@@ -117,8 +122,10 @@ def _endpoint_problem(url: str | None) -> str | None:
         parts, port_ok = None, False
     if parts and port_ok and parts.scheme in ("http", "https") and parts.hostname and _HEADER_SAFE.fullmatch(url or ""):
         return None
-    return (f"s3_base_url ({S3_ENV_VARS['s3_base_url']}) must be an http:// or https:// URL with a host (and a port "
-            f"in 1..65535), got {url!r}")
+    return (
+        f"s3_base_url ({S3_ENV_VARS['s3_base_url']}) must be an http:// or https:// URL with a host (and a port "
+        f"in 1..65535), got {url!r}"
+    )
 
 
 def _header_problems(cfg: StorageConfig) -> list[str]:

@@ -12,7 +12,7 @@ import os
 import stat
 import threading
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from trainvault.storage.backend import NotRegular, ObjectChanged, OpenedStream, StoredObject, TooLarge, check_limit
@@ -84,8 +84,9 @@ class FileBackend:
         OSError: a listing never hides an entry it cannot vouch for.
         """
         for full, st in _walk("/" + prefix):
-            yield StoredObject(full.lstrip("/"), st.st_size, _file_etag(st),
-                               datetime.fromtimestamp(st.st_mtime, tz=timezone.utc))
+            yield StoredObject(
+                full.lstrip("/"), st.st_size, _file_etag(st), datetime.fromtimestamp(st.st_mtime, tz=UTC)
+            )
 
     def put(self, path: str, data: Any) -> str | None:
         tmp = _write_tmp(path, data)
@@ -112,8 +113,12 @@ def _file_etag(st: os.stat_result) -> str:
 
 
 def _kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return kind
     return "a special file"

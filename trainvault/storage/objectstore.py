@@ -91,7 +91,7 @@ def claim_obstore(uri: str) -> None:
     pid = os.getpid()
     if _OBSTORE_PID is None:
         _OBSTORE_PID = pid
-    elif _OBSTORE_PID != pid:
+    elif pid != _OBSTORE_PID:
         raise StorageError(
             f"cannot read {uri} in a process forked after its parent used object storage: the storage "
             "client does not survive fork(). Start workers with the 'spawn' or 'forkserver' multiprocessing "

@@ -118,10 +118,14 @@ class Attempts:
         self._give_up_on_first_contact(exc, reason)
         self._give_up_after_window(exc, reason, idle, offset)
         cfg = self.clients.config
-        delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(self.count - 1, 16), cfg.recovery_window_s - idle)
+        delay = min(
+            cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(self.count - 1, 16), cfg.recovery_window_s - idle
+        )
         if offset is not None:
             STATS.add("resumes")
-            log.info("resuming %s at byte %d in %.1f s (attempt %d): %s", self.loc.uri, offset, delay, self.count, reason)
+            log.info(
+                "resuming %s at byte %d in %.1f s (attempt %d): %s", self.loc.uri, offset, delay, self.count, reason
+            )
         else:
             STATS.add("retries")
             log.info("retrying %s %s in %.1f s (attempt %d): %s", self.op, self.loc.uri, delay, self.count, reason)

@@ -46,8 +46,10 @@ class translate:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if exc is None or isinstance(exc, (StorageError, IntegrityError, GeneratorExit, StopIteration)):
             return False
-        typed = _missing_bucket(exc, self.uri, self.op) or _os_error(exc, self.uri, self.op) or _obstore_error(
-            exc, self.uri, self.op
+        typed = (
+            _missing_bucket(exc, self.uri, self.op)
+            or _os_error(exc, self.uri, self.op)
+            or _obstore_error(exc, self.uri, self.op)
         )
         if typed is None:
             return False

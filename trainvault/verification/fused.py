@@ -44,16 +44,20 @@ class VerifiedShard:
 
 
 def scan_key(entry: ShardEntry, data_format: str, index: EvalIndex) -> ScanKey:
-    return ScanKey(shard=ShardKey.of(entry, data_format), contract_sha256=index.contract_sha256,
-                   release_sha256=index.release_sha256)
+    return ScanKey(
+        shard=ShardKey.of(entry, data_format),
+        contract_sha256=index.contract_sha256,
+        release_sha256=index.release_sha256,
+    )
 
 
 def survey_key(entry: ShardEntry, data_format: str) -> SurveyKey:
     return SurveyKey(shard=ShardKey.of(entry, data_format), profile=DEFAULT_PROFILE)
 
 
-def verify_shard(storage: Storage, folder: str, data_format: str, split: str, entry: ShardEntry,
-                 index: EvalIndex) -> VerifiedShard:
+def verify_shard(
+    storage: Storage, folder: str, data_format: str, split: str, entry: ShardEntry, index: EvalIndex
+) -> VerifiedShard:
     """Shard `entry`'s scan under `index` and its survey: reused from `folder` where stored under
     their keys, else computed in one verified read of the shard and stored there."""
     skey, vkey = scan_key(entry, data_format, index), survey_key(entry, data_format)
@@ -74,8 +78,10 @@ def verify_shard(storage: Storage, folder: str, data_format: str, split: str, en
     if scan is None:
         store_result(storage, suri, StoredScan(key=skey, result=result))
     elif scan.result != result:
-        raise IntegrityError(f"{suri}: the stored scan of shard {split}/{entry.key} is not what scanning it gives now; "
-                             "delete it and run the verification pass again")
+        raise IntegrityError(
+            f"{suri}: the stored scan of shard {split}/{entry.key} is not what scanning it gives now; "
+            "delete it and run the verification pass again"
+        )
     if survey is None:
         store_result(storage, vuri, made)
     return VerifiedShard(result, survey or made, read=True)
@@ -87,8 +93,10 @@ def stored_survey(storage: Storage, folder: str, data_format: str, entry: ShardE
     uri = key_uri(folder, "survey", key)
     found = read_result(storage, ShardSurvey, uri, key)
     if found is None:
-        raise IntegrityError(f"shard {entry.key} ({entry.sha256}) has no stored survey at {uri}: run the verification "
-                             "pass (verify_shard) over it first")
+        raise IntegrityError(
+            f"shard {entry.key} ({entry.sha256}) has no stored survey at {uri}: run the verification "
+            "pass (verify_shard) over it first"
+        )
     return found
 
 
@@ -97,7 +105,9 @@ def survey_profile(split: str, entry: ShardEntry, survey: ShardSurvey) -> ShardP
     try:
         return shard_profile_from_state(split, entry.key, survey.profile)
     except ProfileError as exc:
-        raise IntegrityError(f"the stored survey of shard {split}/{entry.key}: {exc}; delete it and verify again") from None
+        raise IntegrityError(
+            f"the stored survey of shard {split}/{entry.key}: {exc}; delete it and verify again"
+        ) from None
 
 
 def survey_fields_of(survey: ShardSurvey) -> list[FieldSurvey]:
@@ -105,18 +115,25 @@ def survey_fields_of(survey: ShardSurvey) -> list[FieldSurvey]:
     try:
         return [FieldSurvey.from_state(state) for state in survey.fields]
     except (KeyError, TypeError, ValueError) as exc:
-        raise IntegrityError(f"the stored field survey of shard {survey.key.shard.shard_sha256}: "
-                             f"{type(exc).__name__} {exc}; delete it and verify again") from None
+        raise IntegrityError(
+            f"the stored field survey of shard {survey.key.shard.shard_sha256}: "
+            f"{type(exc).__name__} {exc}; delete it and verify again"
+        ) from None
 
 
-def split_surveys(entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]]) -> dict[str, tuple[list[FieldSurvey], int]]:
+def split_surveys(
+    entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]],
+) -> dict[str, tuple[list[FieldSurvey], int]]:
     """Per split, the field survey of its records in manifest order (what the Croissant card declares)."""
-    return {split: merge_surveys((survey_fields_of(s), e.record_count) for e, s in pairs)
-            for split, pairs in entries.items()}
+    return {
+        split: merge_surveys((survey_fields_of(s), e.record_count) for e, s in pairs)
+        for split, pairs in entries.items()
+    }
 
 
-def profile_from_surveys(manifest_uri: str, manifest_sha256: str,
-                         entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]]) -> DatasetProfile:
+def profile_from_surveys(
+    manifest_uri: str, manifest_sha256: str, entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]]
+) -> DatasetProfile:
     """The `DatasetProfile` `profile_publication` makes under the default settings, merged from
     each shard's stored survey (per split, in manifest order) instead of reading the shards."""
     uri = normalize_uri(manifest_uri)

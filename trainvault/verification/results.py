@@ -40,8 +40,12 @@ class ShardKey(StrictModel):
 
     @classmethod
     def of(cls, entry: ShardEntry, data_format: str) -> ShardKey:
-        return cls(shard_sha256=entry.sha256, size_bytes=entry.size_bytes, record_count=entry.record_count,
-                   data_format=data_format)
+        return cls(
+            shard_sha256=entry.sha256,
+            size_bytes=entry.size_bytes,
+            record_count=entry.record_count,
+            data_format=data_format,
+        )
 
 
 class ScanKey(StrictModel):
@@ -94,11 +98,14 @@ def read_result(storage: Storage, cls: type[R], uri: str, key: StrictModel) -> R
     try:
         doc = cls.from_json_bytes(data, source=uri)
     except ManifestError as exc:
-        raise IntegrityError(f"{uri}: a stored per-shard result does not parse ({exc}); delete it and run the "
-                             "verification pass again") from None
+        raise IntegrityError(
+            f"{uri}: a stored per-shard result does not parse ({exc}); delete it and run the verification pass again"
+        ) from None
     if doc.key != key:  # type: ignore[attr-defined]
-        raise IntegrityError(f"{uri}: the stored per-shard result is for another key than its name says; delete it "
-                             "and run the verification pass again")
+        raise IntegrityError(
+            f"{uri}: the stored per-shard result is for another key than its name says; delete it "
+            "and run the verification pass again"
+        )
     return doc
 
 
