@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,10 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        refused(partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         refused(
-            lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
             ApprovalError,
         )
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -129,7 +130,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = outcome(lambda: budget[0].consume(n))
+        got = outcome(partial(budget[0].consume, n))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 from trainvault.errors import ProfileError
 from trainvault.profile.accumulators import AvgMinMax, CategoricalMetrics, StringMetrics
 from trainvault.publication.manifest import validate_name
 
-ExtraValue = Union[int, float, str, bool, None]
+ExtraValue = int | float | str | bool | None
 #: ``hook(row) -> {name: value}``. Numbers feed an `AvgMinMax`, strings and bools a
 #: `CategoricalMetrics` (bools as "true"/"false"); None observes nothing. A name keeps the
 #: kind of its first value. The hook must be deterministic: its results are published.

@@ -16,6 +16,7 @@ binds each artifact by uri, sha256 and size.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Literal
 
@@ -169,7 +170,7 @@ class RepresentationIndex(Document):
     @field_validator("blocks")
     @classmethod
     def _ascending(cls, value: list[IndexBlock]) -> list[IndexBlock]:
-        for prev, cur in zip(value, value[1:], strict=False):
+        for prev, cur in itertools.pairwise(value):
             if cur.block_id <= prev.block_id:
                 raise ValueError(
                     f"block ids must be strictly ascending: {cur.block_id} follows {prev.block_id}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -255,10 +256,8 @@ def _check_range(uri: str, start: int, end: int, data: Any) -> None:
 
 
 def _delete_if_present(backend: Backend, path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         backend.delete(path)
-    except FileNotFoundError:
-        pass
 
 
 class HoldsStorage(Protocol):
