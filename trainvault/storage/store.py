@@ -51,7 +51,7 @@ class Storage:
         return {"config": self.config, "answered": bool(endpoint and CONTACTS.answered(endpoint))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["config"])
+        type(self).__init__(self, state["config"])
         if state.get("answered") and self.config.s3_base_url:
             CONTACTS.heard_from(self.config.s3_base_url)
 
