@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -30,8 +30,9 @@ MANIFEST_NAME = "representation-manifest-v1.json"
 ARTIFACT_MANIFEST_NAME = "representation-artifacts-v1.json"
 #: A safetensors header above this is refused before it is parsed (safetensors' own cap is ~100 MB).
 HEADER_LIMIT = 100 * 1024 * 1024
-ROW_DTYPES = ("bfloat16", "float16", "float32")
-TOKEN_DTYPE = "int32"
+RowDtype = Literal["bfloat16", "float16", "float32"]
+ROW_DTYPES: tuple[RowDtype, ...] = ("bfloat16", "float16", "float32")
+TOKEN_DTYPE: Final = "int32"
 #: Block ids are stored as int64.
 MAX_BLOCK_ID = 2**63 - 1
 
@@ -118,7 +119,7 @@ class RepresentationManifest(Document):
     projection: Projection
     layers: list[int] = Field(min_length=1)
     state_kinds: list[str] = Field(min_length=1)
-    row_dtype: Literal["bfloat16", "float16", "float32"]
+    row_dtype: RowDtype
     token_dtype: Literal["int32"] = TOKEN_DTYPE
     splits: dict[str, SplitEntry] = Field(min_length=1)
 
