@@ -46,6 +46,20 @@ class ComponentRangeMaterializer:
     ``ApprovedDataset.component_range_materializer``). Pass it to
     ``approved.split_data_loader(..., materializer=m)`` to batch its logical records."""
 
+    split: str
+    mode: str
+    max_rows: int | None
+    manifest_sha256: str
+    ledger_uri: str
+    ledger_sha256: str
+    #: What the loader's resume state binds: another ledger or mode counts other records.
+    view_sha256: str
+    _shards: dict[str, CompiledShard]
+    _storage: Storage
+    _data_format: str
+    _entries: tuple[ShardEntry, ...]
+    _descriptors: tuple[ShardDescriptor, ...]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("get a ComponentRangeMaterializer from ApprovedDataset.component_range_materializer(split)")
 
@@ -77,7 +91,6 @@ class ComponentRangeMaterializer:
         self._data_format = data_format
         self._entries = tuple(shards)
         self._descriptors = tuple(descriptors)
-        # What the loader's resume state binds: another ledger or mode counts other records.
         self.view_sha256 = sha256_hex(canonical_json({"ledger_sha256": self.ledger_sha256, "mode": mode}))
         return self
 
