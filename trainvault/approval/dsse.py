@@ -60,9 +60,13 @@ class Envelope(BaseModel):
             raise ApprovalError(f"{source}: not a DSSE envelope (not valid JSON: {exc})") from None
 
 
+def _standard_b64decode(value: str) -> bytes:
+    return base64.b64decode(value, validate=True)
+
+
 def _b64decode(value: str, what: str) -> bytes:
     # DSSE allows standard or URL-safe base64.
-    for decode in (lambda s: base64.b64decode(s, validate=True), lambda s: base64.urlsafe_b64decode(s)):
+    for decode in (_standard_b64decode, base64.urlsafe_b64decode):
         try:
             return decode(value)
         except (binascii.Error, ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -112,7 +113,7 @@ class SigningKey:
     def __repr__(self) -> str:
         return f"SigningKey(keyid={self.keyid[:16]}..., private)"
 
-    def __reduce_ex__(self, protocol: object) -> object:
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
         raise TypeError("a SigningKey does not pickle: load it where it is used")
 
 

@@ -35,7 +35,7 @@ from trainvault.components.custody import (
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 MODES = ("unpack", "group")
 _ISSUE = object()
@@ -55,7 +55,7 @@ class ComponentRangeMaterializer:
     #: What the loader's resume state binds: another ledger or mode counts other records.
     view_sha256: str
     _shards: dict[str, CompiledShard]
-    _storage: Storage
+    _storage: ReadableStorage
     _data_format: str
     _entries: tuple[ShardEntry, ...]
     _descriptors: tuple[ShardDescriptor, ...]
@@ -72,7 +72,7 @@ class ComponentRangeMaterializer:
         mode: str,
         max_rows: int | None,
         manifest_sha256: str,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: Sequence[ShardEntry],
         descriptors: Sequence[ShardDescriptor],
@@ -287,7 +287,7 @@ def group_sequences(sequences: list[dict[str, Any]]) -> dict[str, Any]:
 def open_materializer(
     *,
     checked: CheckedLedger | None,
-    custody: Storage,
+    custody: ReadableStorage,
     manifest: DataManifest,
     manifest_sha256: str,
     split: str,

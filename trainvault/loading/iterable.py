@@ -21,7 +21,7 @@ from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_
 from trainvault.loading.view import RecordView
 from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
@@ -35,7 +35,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
     def __init__(
         self,
         *,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
         descriptors: tuple[ShardDescriptor, ...],
