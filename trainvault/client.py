@@ -121,7 +121,7 @@ class TrainVault:
 
     def approve_dataset(
         self,
-        request: ApprovalRequest | Mapping[str, Any] | bytes,
+        request: ApprovalRequest | Mapping[str, Any] | str | bytes,
         *,
         policy: ApprovalPolicy | None = None,
         progress: Callable[[HashProgress], None] | None = None,

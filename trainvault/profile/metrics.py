@@ -140,10 +140,10 @@ class DatasetMetrics:
             if isinstance(acc, AvgMinMax) != numeric:
                 kind = "numbers" if isinstance(acc, AvgMinMax) else "labels"
                 raise ProfileError(f"extra metric {name!r} held {kind} and now got {value!r}; a metric keeps one kind")
-            if numeric:
-                acc.observe(value)  # type: ignore[arg-type]
-            else:
-                acc.observe(("true" if value else "false") if isinstance(value, bool) else value)  # type: ignore[arg-type]
+            if isinstance(acc, AvgMinMax) and isinstance(value, (int, float)):
+                acc.observe(value)
+            elif isinstance(acc, CategoricalMetrics) and isinstance(value, (str, bool)):
+                acc.observe(("true" if value else "false") if isinstance(value, bool) else value)
 
     def _categorical(self) -> CategoricalMetrics:
         return CategoricalMetrics() if self._max_labels is None else CategoricalMetrics(self._max_labels)
@@ -163,11 +163,15 @@ class DatasetMetrics:
             mine = self.extra.get(name)
             if mine is None:
                 mine = self.extra[name] = AvgMinMax() if isinstance(acc, AvgMinMax) else self._categorical()
-            if type(mine) is not type(acc):
-                raise ProfileError(
-                    f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind"
-                )
-            mine.merge(acc)  # type: ignore[arg-type]
+            if isinstance(mine, AvgMinMax) and isinstance(acc, AvgMinMax):
+                mine.merge(acc)
+                continue
+            if isinstance(mine, CategoricalMetrics) and isinstance(acc, CategoricalMetrics):
+                mine.merge(acc)
+                continue
+            raise ProfileError(
+                f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind"
+            )
         return self
 
     def to_json(self) -> dict[str, Any]:
