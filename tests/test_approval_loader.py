@@ -151,7 +151,7 @@ def worker_view(manifest_uri: str, records: list[dict[str, Any]]) -> dict[str, A
     info = torch.utils.data.get_worker_info()
     storage = info.dataset.fetcher.storage if info is not None else None
     try:
-        storage.get(manifest_uri)  # type: ignore[union-attr]
+        storage.get(manifest_uri)
         manifest = "read"
     except CustodyError:
         manifest = "refused"

@@ -263,7 +263,7 @@ def test_an_approval_without_a_signed_record_gets_no_card(tmp_path: Path) -> Non
     with pytest.raises(ApprovalError, match="open_approved"):
         croissant_card(vault, vault.approve_dataset(chain.request()))
     with pytest.raises(TypeError, match="ApprovedDataset"):
-        croissant_card(vault, chain.request())  # type: ignore[arg-type]
+        croissant_card(vault, chain.request())
 
 
 def test_node_ids_that_would_collide_are_refused() -> None:

@@ -104,7 +104,7 @@ def test_approval_policy_with_a_string_of_versions() -> None:
 def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)  # type: ignore[arg-type]
+    refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)
     refused(lambda: vault.approve_dataset(chain[0].request(), policy=5), TypeError)
 
 
@@ -140,8 +140,8 @@ def test_position_budget_settings_and_consumption(
 def test_position_budget_of_wrong_types() -> None:
     from trainvault.approval import PositionBudget
 
-    refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
-    refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
+    refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)
+    refused(lambda: PositionBudget(10, checkpoints=5), TypeError)
 
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------

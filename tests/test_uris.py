@@ -21,7 +21,7 @@ ROOT = "memory://bucket/root"
     ],
 )
 def test_references_that_stay_resolve(ref: str, absolute: str, expected: str) -> None:
-    assert resolve_uri(ref, ROOT, absolute=absolute, where="doc.json") == expected  # type: ignore[arg-type]
+    assert resolve_uri(ref, ROOT, absolute=absolute, where="doc.json") == expected
 
 
 @pytest.mark.parametrize(
@@ -42,4 +42,4 @@ def test_references_that_stay_resolve(ref: str, absolute: str, expected: str) ->
 )
 def test_references_that_would_leave_are_refused_naming_the_document(ref: str, absolute: str) -> None:
     with pytest.raises(ManifestError, match=r"^doc\.json: "):
-        resolve_uri(ref, ROOT, absolute=absolute, where="doc.json")  # type: ignore[arg-type]
+        resolve_uri(ref, ROOT, absolute=absolute, where="doc.json")
