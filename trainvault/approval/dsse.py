@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -98,7 +98,7 @@ def unverified_payload(
 
 
 def _trusted_key(source: object) -> VerifyingKey:
-    if not isinstance(source, (VerifyingKey, SigningKey, str, bytes, Path)):
+    if not isinstance(source, (VerifyingKey, SigningKey, str, bytes, os.PathLike)):
         raise TypeError(f"a trusted key is a VerifyingKey, SigningKey, PEM data or a path, not {type(source).__name__}")
     return load_verifying_key(source)
 

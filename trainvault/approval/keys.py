@@ -169,7 +169,7 @@ def load_signing_keys(
     return [k if isinstance(k, SigningKey) else load_signing_key(k) for k in items]
 
 
-def load_verifying_key(source: VerifyingKey | SigningKey | str | Path | bytes) -> VerifyingKey:
+def load_verifying_key(source: VerifyingKey | SigningKey | str | os.PathLike[str] | bytes) -> VerifyingKey:
     """A trusted public key from itself, a signing key's public half, PEM bytes/text, or a file path."""
     if isinstance(source, VerifyingKey):
         return source
