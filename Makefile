@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test docs demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv lint test docs demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -26,10 +26,17 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) apt-get install -y chromium
 
-# The import contracts first (.importlinter: the layers, no Dagster in the library): an upward import fails CI.
-# The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
-test: $(STAMP) $(CHROMIUM)
+# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/
+# (pyproject [tool.mypy]) and the import contracts (.importlinter: the layers, no Dagster in the library).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The static checks first (a finding fails in seconds), then every test.
+# The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
+test: lint $(CHROMIUM)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) into site/; strict: a broken link, a page left out of the nav

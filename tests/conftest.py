@@ -90,7 +90,7 @@ def s3_config(endpoint: str, **overrides: object) -> StorageConfig:
         recovery_window_s=30.0,
     )
     base.update(overrides)
-    return StorageConfig(**base)  # type: ignore[arg-type]
+    return StorageConfig(**base)
 
 
 def closed_loopback_port() -> int:

@@ -89,14 +89,14 @@ def test_signed_chain_is_approved_with_signers_and_rescan_recorded(signed: Any, 
     # 5 distinct shards: max(2, ceil(5 * 2 / 100)) = 2 re-scanned, drawn by the seed.
     assert att.rescan.seed == 7 and att.rescan.shards_total == 5 and len(att.rescan.shards) == 2
     again = approve_dataset(signed.vault, signed.request(), policy=trusting(rescan_seed=7))
-    assert again.summary.attestation.rescan.shards == att.rescan.shards  # type: ignore[union-attr]
+    assert again.summary.attestation.rescan.shards == att.rescan.shards
     # The approval records who signed and what was re-scanned; a trainer re-opens it under the same policy.
     key = SigningKey.generate()
     written = write_approval(signed.vault, str(tmp_path / "approval.json"), approved, signing_keys=key)
     opened = open_approved(
         signed.vault, written.uri, written.sha256, trusted_keys=[key.public_key], policy=trusting(rescan_seed=7)
     )
-    assert opened.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
+    assert opened.summary.attestation.report_signers == [SCANNER.keyid]
     with pytest.raises(UntrustedSignerError):
         open_approved(
             signed.vault,
@@ -109,7 +109,7 @@ def test_signed_chain_is_approved_with_signers_and_rescan_recorded(signed: Any, 
 
 def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "plain"), shards=2)
-    with pytest.raises(UntrustedSignerError, match="training_scan_manifest .* is not signed"):
+    with pytest.raises(UntrustedSignerError, match=r"training_scan_manifest .* is not signed"):
         approve_dataset(chain.vault, chain.request(), policy=trusting())
     scan = chain.attest(
         "scan.dsse.json",
@@ -117,7 +117,7 @@ def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(tmp_path: 
         SCANNER,
     )
     report, report_ref = chain.rescan("report.json", scan_sha256=scan.sha256)
-    with pytest.raises(UntrustedSignerError, match="contamination_report .* is not signed"):
+    with pytest.raises(UntrustedSignerError, match=r"contamination_report .* is not signed"):
         approve_dataset(
             chain.vault, chain.request(training_scan_manifest=scan, contamination_report=report_ref), policy=trusting()
         )
@@ -125,7 +125,7 @@ def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(tmp_path: 
     approved = approve_dataset(
         chain.vault, chain.request(training_scan_manifest=scan, contamination_report=signed_report), policy=trusting()
     )
-    assert approved.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
+    assert approved.summary.attestation.report_signers == [SCANNER.keyid]
 
 
 def test_forged_report_signed_by_an_untrusted_key_is_refused_naming_it(dirty: Any) -> None:
@@ -168,7 +168,7 @@ def test_rescan_disabled_trusts_the_signature(dirty: Any) -> None:
     forged = dirty.attest("forged.dsse.json", forge_clean(dirty.extra["report"]), SCANNER)
     off = trusting(rescan_min_shards=0, rescan_fraction=(0, 1))
     approved = approve_dataset(dirty.vault, dirty.request(contamination_report=forged), policy=off)
-    assert approved.summary.attestation.rescan.shards == []  # type: ignore[union-attr]
+    assert approved.summary.attestation.rescan.shards == []
 
 
 def test_a_report_that_moves_a_hit_is_refused_by_the_rescan(dirty: Any) -> None:
@@ -308,7 +308,7 @@ def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_pa
         obj["contaminated_items"][0][field] = value
         ref = chain.publish(f"{field}.json", ContaminationReport.from_obj(obj))
         with pytest.raises(
-            ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"
+            ApprovalError, match=r"lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"
         ):
             approve_dataset(chain.vault, chain.request(contamination_report=ref))
 
@@ -344,7 +344,7 @@ def test_duplicate_keys_in_a_signed_report_or_in_exclusions_are_refused(dirty: A
     report = dirty.refs["contamination_report"]
     excl = exclusions_from_report(dirty.extra["report"], report_sha256=report.sha256).to_json_bytes()
     hidden = dirty.put_raw("dup-exclusions.json", excl[:-1] + b',"records":[]}')
-    with pytest.raises(ApprovalError, match="exclusions is not a readable .*key 'records' appears more than once"):
+    with pytest.raises(ApprovalError, match=r"exclusions is not a readable .*key 'records' appears more than once"):
         approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": hidden}), policy=policy)
     # Signed by the trusted scanner key: the signature holds, the statement still means two things.
     payload = base64.b64decode(json.loads(dirty.vault.storage.get(report.uri))["payload"])

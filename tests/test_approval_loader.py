@@ -135,7 +135,7 @@ def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_approved_loader_and_custody_do_not_copy_or_pickle(approved_chain: Any, how: str) -> None:
-    chain, approved = approved_chain
+    _chain, approved = approved_chain
     clone = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}[how]
     loader = approved.split_data_loader(collate_fn=list)
     objects = [loader, approved.custody_storage(), loader.storage]
@@ -151,7 +151,7 @@ def worker_view(manifest_uri: str, records: list[dict[str, Any]]) -> dict[str, A
     info = torch.utils.data.get_worker_info()
     storage = info.dataset.fetcher.storage if info is not None else None
     try:
-        storage.get(manifest_uri)  # type: ignore[union-attr]
+        storage.get(manifest_uri)
         manifest = "read"
     except CustodyError:
         manifest = "refused"

@@ -187,16 +187,16 @@ def test_approved_dataset_cannot_be_constructed_or_changed(chain: Any) -> None:
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         ApprovedDataset()
     with pytest.raises(TypeError):
-        ApprovedDataset._issue(object(), None, None)  # type: ignore[arg-type]
+        ApprovedDataset._issue(object(), None, None)
     approved = chain.vault.approve_dataset(chain.request())
     with pytest.raises(AttributeError):
-        approved._result = None  # type: ignore[misc]
+        approved._result = None
     with pytest.raises(AttributeError):
-        approved.bindings = {}  # type: ignore[misc]
+        approved.bindings = {}
     with pytest.raises(TypeError):
-        approved.bindings["data_manifest"] = approved.bindings["producer_pins"]  # type: ignore[index]
+        approved.bindings["data_manifest"] = approved.bindings["producer_pins"]
     with pytest.raises(ValidationError):
-        approved.bindings["data_manifest"].sha256 = "0" * 64  # type: ignore[misc]
+        approved.bindings["data_manifest"].sha256 = "0" * 64
     with pytest.raises(TypeError):
         pickle.dumps(approved)
     assert set(approved.bindings) == {
@@ -255,7 +255,7 @@ def test_with_record_opens_the_gates_result_from_its_record_without_a_second_has
     assert opened.manifest_sha256 == approved.manifest_sha256
     assert opened.approval is not None and opened.approval.sha256 == written.sha256
     assert opened.approval.provenance == {"dagster_run_id": "run-1"} and opened.approval.signers == (keys[0].keyid,)
-    with pytest.raises(ApprovalError, match="not signed by|signed by none|trusted"):
+    with pytest.raises(ApprovalError, match=r"not signed by|signed by none|trusted"):
         with_record(vault, approved, written.uri, written.sha256, trusted_keys=[keys[1].public_key])
     with pytest.raises(ApprovalError, match="pinned"):
         with_record(vault, approved, written.uri, "0" * 64, trusted_keys=[keys[0].public_key])

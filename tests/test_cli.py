@@ -156,7 +156,7 @@ def test_cli_says_which_endpoint_it_is_still_connecting_to() -> None:
             text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
         try:
             first = lines.get(timeout=60)
         finally:
@@ -264,8 +264,8 @@ def test_output_into_a_closed_pipe_ends_quietly(chain: Any) -> None:
         stderr=subprocess.PIPE,
         text=True,
     ) as head:
-        first = head.stdout.readline()  # type: ignore[union-attr]
-        head.stdout.close()  # type: ignore[union-attr]
+        first = head.stdout.readline()
+        head.stdout.close()
         _, err = head.communicate(timeout=60)
     assert first.startswith("manifest ") and err == "" and head.returncode in (0, EXIT_BROKEN_PIPE)
 

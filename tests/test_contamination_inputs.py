@@ -136,8 +136,8 @@ def contract_with(**changes: Any) -> bytes:
 
 @pytest.mark.parametrize(
     "data, message",
-    CONTRACT_CASES
-    + [
+    [
+        *CONTRACT_CASES,
         (contract_with(method__id="ngram-fuzzy-v9"), "field method.id"),
         (contract_with(method__min_item_tokens=20), "min_item_tokens"),
         (contract_with(method__n="13"), "field method.n"),

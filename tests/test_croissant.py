@@ -263,7 +263,7 @@ def test_an_approval_without_a_signed_record_gets_no_card(tmp_path: Path) -> Non
     with pytest.raises(ApprovalError, match="open_approved"):
         croissant_card(vault, vault.approve_dataset(chain.request()))
     with pytest.raises(TypeError, match="ApprovedDataset"):
-        croissant_card(vault, chain.request())  # type: ignore[arg-type]
+        croissant_card(vault, chain.request())
 
 
 def test_node_ids_that_would_collide_are_refused() -> None:
@@ -332,7 +332,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
 def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
     tmp_path: Path, s3_vault: TrainVault, s3_bucket: str
 ) -> None:
-    chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
+    _chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
     beside = write_croissant(s3_vault, approved, **ABOUT)
     assert beside.uri == f"s3://{s3_bucket}/data/ds/croissant.json"
     local = write_croissant(s3_vault, approved, str(tmp_path / "croissant.json"), **ABOUT)

@@ -149,8 +149,8 @@ def test_save_records_are_encoded_or_refused(
 
 def test_save_records_of_a_wrong_type(vault: TrainVault) -> None:
     saver = vault.dataset_saver(f"{memory_root()}/m.json")
-    refused(lambda: saver.save("train", None, None, shard_id="x"), TypeError)  # type: ignore[arg-type]
-    refused(lambda: saver.save("train", None, "abc", shard_id="y"), EncodeError)  # type: ignore[arg-type]
+    refused(lambda: saver.save("train", None, None, shard_id="x"), TypeError)
+    refused(lambda: saver.save("train", None, "abc", shard_id="y"), EncodeError)
 
 
 # -- documents ------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_iter_shard_with_a_wrong_format_or_pin(vault: TrainVault, published: str
 
 
 def test_iter_shard_with_a_wrong_type_of_shard(vault: TrainVault) -> None:
-    refused(lambda: list(iter_shard("msgpack.zst", "train/_/a", storage=vault.storage)), TypeError)  # type: ignore[arg-type]
+    refused(lambda: list(iter_shard("msgpack.zst", "train/_/a", storage=vault.storage)), TypeError)
 
 
 # -- loading --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,10 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        refused(partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         refused(
-            lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
             ApprovalError,
         )
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -103,7 +104,7 @@ def test_approval_policy_with_a_string_of_versions() -> None:
 def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)  # type: ignore[arg-type]
+    refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)
     refused(lambda: vault.approve_dataset(chain[0].request(), policy=5), TypeError)
 
 
@@ -129,7 +130,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = outcome(lambda: budget[0].consume(n))
+        got = outcome(partial(budget[0].consume, n))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
@@ -139,8 +140,8 @@ def test_position_budget_settings_and_consumption(
 def test_position_budget_of_wrong_types() -> None:
     from trainvault.approval import PositionBudget
 
-    refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
-    refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
+    refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)
+    refused(lambda: PositionBudget(10, checkpoints=5), TypeError)
 
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------

@@ -15,9 +15,8 @@ from trainvault.approval.attestation import (
     write_attestation,
 )
 from trainvault.approval.budget import Boundary, PositionBudget
-from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import (
-    ApprovalPolicy,
     AttestationSummary,
     ExclusionSummary,
     VerificationSummary,
@@ -41,18 +40,18 @@ from trainvault.approval.pins import (
     git_revision,
     write_producer_pins,
 )
+from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.progress import HashProgress, terminal_hash_progress
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,
-    STATEMENT_TYPE,
     WrittenApproval,
     approval_statement,
     open_approved,
     with_record,
     write_approval,
 )
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import RescanSummary
 from trainvault.approval.scan_manifest import (
     SCAN_MANIFEST_NAME,
@@ -62,6 +61,7 @@ from trainvault.approval.scan_manifest import (
     build_training_scan_manifest,
     write_training_scan_manifest,
 )
+from trainvault.refs import ArtifactRef
 
 __all__ = [
     "APPROVAL_NAME",

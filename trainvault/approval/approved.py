@@ -18,10 +18,11 @@ from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
     from trainvault.approval.gate import GateResult, VerificationSummary
-    from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.approval.request import ApprovalRequest
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.manifest import DataManifest
+    from trainvault.refs import ArtifactRef
 
 _ISSUE = object()
 
@@ -38,6 +39,10 @@ class ApprovedDataset:
     """A dataset that passed the approval gate; build its loader with `split_data_loader`."""
 
     __slots__ = ("_bindings", "_config", "_record", "_result")
+    _bindings: Mapping[str, ArtifactRef]
+    _config: StorageConfig
+    _record: ApprovalRecordRef | None
+    _result: GateResult
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(

@@ -38,6 +38,10 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
     `materializer`, it batches the materializer's logical records (ranges or packed records)."""
 
+    materializer: ComponentRangeMaterializer | None
+    _approved_exclusions: Exclusions | None
+    _given_args: dict[str, Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
             "ApprovedSplitDataLoader cannot be constructed directly; get one from ApprovedDataset.split_data_loader()"
@@ -80,7 +84,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             self,
             storage,
             publication,
-            collate_fn=collate_fn,  # type: ignore[arg-type]
+            collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=False,
             seed=0,
@@ -108,7 +112,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     def __repr__(self) -> str:
         return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
 
-    def load(  # type: ignore[override]
+    def load(
         self,
         split: str,
         curriculum_stage: str | None = None,
@@ -141,7 +145,9 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
         split = getattr(mixture, "split", None)
         ex = self._approved_exclusions
-        exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
+        if ex is None or not isinstance(split, str):
+            return super().load_mixture(mixture)
+        exclude = ex.by_shard(split)
         if not exclude:
             return super().load_mixture(mixture)
         return self._excluding(split, exclude).load_mixture(mixture)

@@ -36,7 +36,7 @@ from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedOb
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.progress import HashProgressCallback, continued
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.scan_manifest import (
     DeclaredFile,
@@ -56,7 +56,7 @@ from trainvault.documents import Document, StrictModel
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
-from trainvault.refs import Sha256
+from trainvault.refs import ArtifactRef, Sha256
 from trainvault.storage import (
     Storage,
     StorageSource,

@@ -96,7 +96,7 @@ class ApprovedObjects:
             f"cannot list {prefix_uri}: an approved dataset reads only the objects its manifest declares"
         )
 
-    def _refuse_write(self, uri: str) -> Any:
+    def _refuse_write(self, uri: str) -> NoReturn:
         raise CustodyError(f"cannot write {uri}: an approved dataset is read-only")
 
     def put(self, uri: str, data: bytes) -> ObjectInfo:
@@ -112,6 +112,8 @@ class ApprovedObjects:
 class CustodyStorage(ApprovedObjects):
     """The guard over the approved objects that also serves the approved manifest and descriptors
     from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
+
+    _pinned: Mapping[str, bytes]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(

@@ -62,7 +62,12 @@ def fed_by_hashing(*factories: Mapping[str, Callable[[], ChunkConsumer]]) -> dic
     for factory in factories:
         for uri, make in factory.items():
             by_uri.setdefault(uri, []).append(make)
-    return {uri: (lambda makes=makes: _Tee([make() for make in makes])) for uri, makes in by_uri.items()}
+    return {uri: _teeing(makes) for uri, makes in by_uri.items()}
+
+
+def _teeing(makes: list[Callable[[], ChunkConsumer]]) -> Callable[[], ChunkConsumer]:
+    """A consumer factory feeding one consumer from each of `makes`."""
+    return lambda: _Tee([make() for make in makes])
 
 
 class _Tally:

@@ -35,7 +35,7 @@ from trainvault.components.custody import (
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 MODES = ("unpack", "group")
 _ISSUE = object()
@@ -45,6 +45,20 @@ class ComponentRangeMaterializer:
     """Materialises one split's approved component ledger (get one from
     ``ApprovedDataset.component_range_materializer``). Pass it to
     ``approved.split_data_loader(..., materializer=m)`` to batch its logical records."""
+
+    split: str
+    mode: str
+    max_rows: int | None
+    manifest_sha256: str
+    ledger_uri: str
+    ledger_sha256: str
+    #: What the loader's resume state binds: another ledger or mode counts other records.
+    view_sha256: str
+    _shards: dict[str, CompiledShard]
+    _storage: ReadableStorage
+    _data_format: str
+    _entries: tuple[ShardEntry, ...]
+    _descriptors: tuple[ShardDescriptor, ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("get a ComponentRangeMaterializer from ApprovedDataset.component_range_materializer(split)")
@@ -58,7 +72,7 @@ class ComponentRangeMaterializer:
         mode: str,
         max_rows: int | None,
         manifest_sha256: str,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: Sequence[ShardEntry],
         descriptors: Sequence[ShardDescriptor],
@@ -77,7 +91,6 @@ class ComponentRangeMaterializer:
         self._data_format = data_format
         self._entries = tuple(shards)
         self._descriptors = tuple(descriptors)
-        # What the loader's resume state binds: another ledger or mode counts other records.
         self.view_sha256 = sha256_hex(canonical_json({"ledger_sha256": self.ledger_sha256, "mode": mode}))
         return self
 
@@ -274,7 +287,7 @@ def group_sequences(sequences: list[dict[str, Any]]) -> dict[str, Any]:
 def open_materializer(
     *,
     checked: CheckedLedger | None,
-    custody: Storage,
+    custody: ReadableStorage,
     manifest: DataManifest,
     manifest_sha256: str,
     split: str,

@@ -129,7 +129,7 @@ class LedgerChecks:
         """The checked ledgers by split, once every covered shard was fed whole; else the first refusal in
         manifest order."""
         fed = {normalize_uri(c.entry.uri): c for c in self._checks}
-        for split, checked in self.ledgers.items():
+        for split in self.ledgers:
             for entry in self.manifest.splits[split].shards:
                 check = fed.get(normalize_uri(entry.uri))
                 if check is None:

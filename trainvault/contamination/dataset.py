@@ -6,6 +6,8 @@ this helper does the same in a loop, for the CLI, tests and small datasets.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.progress import (
@@ -17,6 +19,7 @@ from trainvault.contamination.release import load_release
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_shard
 from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.storage import StorageSource, storage_of
 
@@ -43,7 +46,7 @@ def scan_dataset(
     scan_manifest_sha256: str,
     producer_pins_sha256: str,
     manifest_sha256: str | None = None,
-    progress: ProgressCallback | bool | None = None,
+    progress: ProgressCallback | Literal[False] | None = None,
 ) -> ContaminationReport:
     """Scan every shard of the publication at `manifest_uri` and reduce the report.
 
@@ -54,7 +57,7 @@ def scan_dataset(
     publication = Publication.load(storage, manifest_uri, sha256=manifest_sha256)
     manifest, digest = publication.manifest, publication.sha256
     callback = terminal_progress() if progress is None else (progress or None)
-    entries = {}
+    entries: dict[str, ShardEntry] = {}
     for split in manifest.splits.values():
         for e in split.shards:
             entries.setdefault(e.sha256, e)

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import MethodSpec, Policy
-from trainvault.contamination.index import EvalIndex, IndexedBenchmark
+from trainvault.contamination.index import EvalIndex, IndexedBenchmark, UncheckableReason
 from trainvault.contamination.scan import ShardHit, ShardScanResult
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError
@@ -96,7 +96,7 @@ class UncheckableItem(StrictModel):
     item_id: str
     item_sha256: Sha256
     tokens: int = Field(ge=0)
-    reason: Literal["too-short", "template-only"]
+    reason: UncheckableReason
 
 
 class ToolInfo(StrictModel):
@@ -346,7 +346,7 @@ def _judge_benchmark(
                     item_id=item.item_id,
                     item_sha256=item.item_sha256,
                     tokens=item.n_tokens,
-                    reason=item.uncheckable,  # type: ignore[arg-type]
+                    reason=item.uncheckable,
                 )
             )
             continue

@@ -75,7 +75,7 @@ class ShardFormat(Protocol):
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         """Per-shard decoding context built from the trailer (None for most formats)."""
 
-    def inflate_block(self, data: bytes, block_index: int, context: Any) -> Any:
+    def inflate_block(self, data: bytes | memoryview, block_index: int, context: Any) -> Any:
         """The codec work on one verified block; raises `DecodeError` for bytes that do not decode."""
 
     def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:

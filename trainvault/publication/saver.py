@@ -54,7 +54,8 @@ def _check_metadata(metadata: Mapping[str, Any] | None, what: str) -> dict[str, 
         raise ManifestError(f"{what} must be JSON-compatible: {exc}") from None
     import json
 
-    return json.loads(canonical_json(dict(metadata)))
+    checked: dict[str, Any] = json.loads(canonical_json(dict(metadata)))
+    return checked
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from numbers import Real
@@ -118,7 +118,7 @@ def write_owner(storage: Storage, pool: str, name: str, archive_uri: str, digest
 def settle_after_owner(
     storage: Storage,
     pool: str,
-    objects: dict[str, bytes | bytearray],
+    objects: Mapping[str, bytes | bytearray],
     *,
     max_wait_s: float = GC_MAX_SECONDS + 2 * CLOCK_MARGIN_S,
 ) -> list[str]:

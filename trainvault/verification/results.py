@@ -101,7 +101,7 @@ def read_result(storage: Storage, cls: type[R], uri: str, key: StrictModel) -> R
         raise IntegrityError(
             f"{uri}: a stored per-shard result does not parse ({exc}); delete it and run the verification pass again"
         ) from None
-    if doc.key != key:  # type: ignore[attr-defined]
+    if getattr(doc, "key", None) != key:
         raise IntegrityError(
             f"{uri}: the stored per-shard result is for another key than its name says; delete it "
             "and run the verification pass again"
