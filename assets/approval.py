@@ -273,7 +273,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
 
 def excluded_records(vault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
-    from trainvault.contamination import Exclusions, read_document
+    from trainvault.contamination import Exclusions
+    from trainvault.publication.bound import read_document
 
     return len(
         read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records

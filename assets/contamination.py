@@ -37,12 +37,11 @@ from trainvault.contamination import (
     VerifierContract,
     exclusions_from_report,
     load_index,
-    publish_document,
-    read_document,
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
 from trainvault.errors import IntegrityError
+from trainvault.publication.bound import publish_document, read_document
 from trainvault.publication.pinned import Publication as PinnedManifest
 from trainvault.verification import VerifiedShard, verify_shard
 

@@ -24,7 +24,7 @@ from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import EXCLUSIONS_NAME
 from trainvault.errors import ConfigurationError
-from trainvault.storage import join_uri, normalize_uri
+from trainvault.uris import join_uri, normalize_uri
 
 NO_STAGE = "_"
 #: Packages whose versions decide the bytes of a shard (encoding and codecs).

@@ -259,7 +259,7 @@ def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any
     """A copy of the good ledger with edits, written under <root>/forged/<name>/; returns its ref."""
     storage, chain, binding = world["vault"].storage, world["chain"], world["binding"]
     from trainvault.canonical import canonical_json, sha256_hex
-    from trainvault.storage import join_uri, parent_uri
+    from trainvault.uris import join_uri, parent_uri
 
     top = json.loads(storage.get(binding.uri))
     base = f"{chain.root}/forged/{name}"

@@ -148,7 +148,8 @@ def test_position_budget_of_wrong_types() -> None:
 
 def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain: Any, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trainvault.profile import SourceDataset, collate_sources, profile_publication
+    from trainvault.derivation import SourceDataset, collate_sources
+    from trainvault.profile import profile_publication
 
     ch, approval_uri, approval_sha, public = chain
     approved = vault.open_approved(approval_uri, approval_sha, trusted_keys=[public])

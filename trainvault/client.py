@@ -6,10 +6,11 @@ from collections.abc import Mapping
 
 from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
-from trainvault.publication.manifest import MANIFEST_NAME, DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import Storage, StorageConfig, normalize_uri
+from trainvault.storage import Storage, StorageConfig
+from trainvault.uris import normalize_uri
 
 
 class TrainVault:
@@ -192,4 +193,4 @@ class TrainVault:
         return copy
 
 
-__all__ = ["MANIFEST_NAME", "ShardEntry", "TrainVault"]
+__all__ = ["TrainVault"]

@@ -57,12 +57,8 @@ from trainvault.errors import ApprovalError, IntegrityError, ManifestError, Trai
 from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
-from trainvault.storage import (
-    Storage,
-    StorageSource,
-    normalize_uri,
-    storage_of,
-)
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import normalize_uri
 from trainvault.version import __version__
 
 

@@ -26,7 +26,8 @@ from trainvault.errors import (
     TrainVaultError,
 )
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, normalize_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
 APPROVAL_NAME = "approval-v1.dsse.json"

@@ -20,7 +20,8 @@ from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, join_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri
 
 VIEW_FOLDER = "approved-view"
 

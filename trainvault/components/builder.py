@@ -37,7 +37,8 @@ from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ArtifactRef, ObjectRef, Referenced
-from trainvault.storage import Storage, join_uri, parent_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, parent_uri
 
 
 @dataclass(frozen=True)

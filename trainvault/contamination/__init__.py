@@ -28,7 +28,6 @@ from trainvault.contamination.release import (
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_records, scan_shard
 from trainvault.contamination.text_fields import TextFieldSurvey
-from trainvault.publication.bound import Bound, publish_document, read_document
 
 __all__ = [
     "DEFAULT_CONTRACT",
@@ -36,7 +35,6 @@ __all__ = [
     "EXCLUSIONS_SIDECAR",
     "V1_CONTRACT",
     "BenchmarkItems",
-    "Bound",
     "ContaminationReport",
     "EvalIndex",
     "EvaluationRelease",
@@ -57,9 +55,7 @@ __all__ = [
     "jsonl_benchmark",
     "load_index",
     "load_release",
-    "publish_document",
     "publish_release",
-    "read_document",
     "read_report",
     "reduce_report",
     "scan_dataset",

@@ -34,12 +34,8 @@ from trainvault.publication.manifest import (
 )
 from trainvault.publication.pack import build_pack, pack_uri
 from trainvault.refs import ObjectRef
-from trainvault.storage import (
-    SINGLE_PUT_LIMIT,
-    Storage,
-    normalize_uri,
-    parent_uri,
-)
+from trainvault.storage import SINGLE_PUT_LIMIT, Storage
+from trainvault.uris import normalize_uri, parent_uri
 from trainvault.version import __version__
 
 

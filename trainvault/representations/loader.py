@@ -26,7 +26,8 @@ from trainvault.representations.documents import (
     SourceEntry,
     artifact_id,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 if TYPE_CHECKING:
     import torch

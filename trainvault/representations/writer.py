@@ -36,7 +36,8 @@ from trainvault.representations.documents import (
     index_path,
     part_name,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, normalize_uri
 
 _INT32 = (-(2**31), 2**31 - 1)
 

@@ -38,7 +38,8 @@ from trainvault.rollouts.samples import (
     encode_samples,
     strip_transport,
 )
-from trainvault.storage import Storage, StorageSource, join_uri, normalize_uri, parent_uri, storage_of
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 from trainvault.version import __version__
 
 DEFAULT_POOL_NAME = "rollout-pool"

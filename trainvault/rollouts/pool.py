@@ -44,7 +44,8 @@ from trainvault.errors import (
     StorageError,
 )
 from trainvault.rollouts.documents import GcMarker, OwnerRecord
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, normalize_uri
 
 #: How long a collector may run before it stops deleting (writers wait at most this long).
 GC_MAX_SECONDS = 600.0

@@ -25,9 +25,6 @@ from trainvault.storage.store import (
     storage_of,
 )
 
-# URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
-from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri
-
 __all__ = [
     "CONTACTS",
     "READS",
@@ -35,17 +32,11 @@ __all__ = [
     "SINGLE_PUT_LIMIT",
     "STATS",
     "HoldsStorage",
-    "Location",
     "ObjectInfo",
     "ReadCounts",
     "Storage",
     "StorageConfig",
     "StorageSource",
     "StorageStats",
-    "is_within",
-    "join_uri",
-    "normalize_uri",
-    "parent_uri",
-    "parse_uri",
     "storage_of",
 ]
