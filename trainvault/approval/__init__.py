@@ -24,7 +24,7 @@ from trainvault.approval.gate import (
     approve_dataset,
 )
 from trainvault.approval.guard import CustodyStorage
-from trainvault.approval.hashing import HashedObject, hash_objects
+from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
 from trainvault.approval.keys import (
     SIGNING_KEY_ENV,
     SigningKey,
@@ -41,7 +41,6 @@ from trainvault.approval.pins import (
     git_revision,
     write_producer_pins,
 )
-from trainvault.approval.progress import HashProgress, terminal_hash_progress
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,

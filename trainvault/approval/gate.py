@@ -32,10 +32,17 @@ from trainvault.approval.checks import (
     check_text_fields,
     deny,
 )
-from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedObject, fed_by_hashing, hash_objects
+from trainvault.approval.hashing import (
+    DEFAULT_THREADS,
+    ChunkConsumer,
+    HashedObject,
+    HashProgressCallback,
+    continued,
+    fed_by_hashing,
+    hash_objects,
+)
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgressCallback, continued
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.scan_manifest import (

@@ -15,8 +15,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainvault.approval.hashing import DEFAULT_THREADS, hash_objects
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.hashing import DEFAULT_THREADS, HashProgressCallback, hash_objects
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import IntegrityError, ManifestError
 from trainvault.publication.bound import Bound, publish_document

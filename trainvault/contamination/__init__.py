@@ -4,7 +4,14 @@ Importing this package needs no numpy; building an index does (``trainvault[cont
 """
 
 from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, MethodSpec, Policy, VerifierContract
-from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
+from trainvault.contamination.dataset import (
+    ScanProgress,
+    load_index,
+    read_report,
+    scan_dataset,
+    terminal_progress,
+    write_report,
+)
 from trainvault.contamination.exclusions import (
     EXCLUSIONS_NAME,
     EXCLUSIONS_SIDECAR,
@@ -15,7 +22,6 @@ from trainvault.contamination.exclusions import (
 )
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
-from trainvault.contamination.progress import ScanProgress, terminal_progress
 from trainvault.contamination.release import (
     BenchmarkItems,
     EvaluationRelease,

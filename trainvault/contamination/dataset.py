@@ -6,19 +6,38 @@ this helper does the same in a loop, for the CLI, tests and small datasets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TextIO
+
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.progress import (
-    ProgressCallback,
-    ScanProgress,
-    terminal_progress,
-)
 from trainvault.contamination.release import load_release
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_shard
+from trainvault.progress import Progress, terminal_bar
 from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.pinned import Publication
 from trainvault.storage import StorageSource, storage_of
+
+
+class ScanProgress(Progress):
+    """Shards finished and shard bytes read, of the totals expected."""
+
+    @property
+    def shards_done(self) -> int:
+        return self.done
+
+    @property
+    def shards_total(self) -> int:
+        return self.total
+
+
+ScanProgressCallback = Callable[[ScanProgress], None]
+
+
+def terminal_progress(label: str = "contamination scan", stream: TextIO | None = None) -> ScanProgressCallback | None:
+    """A callback drawing a one-line bar on `stream` (stderr), or None when it is not a terminal."""
+    return terminal_bar(label, "shards", stream)
 
 
 def load_index(
@@ -43,7 +62,7 @@ def scan_dataset(
     scan_manifest_sha256: str,
     producer_pins_sha256: str,
     manifest_sha256: str | None = None,
-    progress: ProgressCallback | bool | None = None,
+    progress: ScanProgressCallback | bool | None = None,
 ) -> ContaminationReport:
     """Scan every shard of the publication at `manifest_uri` and reduce the report.
 
