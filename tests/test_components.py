@@ -19,8 +19,9 @@ from trainvault import TrainVault
 from trainvault.approval import ArtifactRef, PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
-from trainvault.components.custody import CompiledRecord, CompiledShard, check_record
-from trainvault.components.materializer import LazyRanges, group_sequences, materialize_record, read_record
+from trainvault.components.custody import CompiledRecord, CompiledShard, check_record, read_record
+from trainvault.components.materializer import materialize_record
+from trainvault.components.sequences import LazyRanges, group_sequences
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
 
 SENTINEL = 999_999

@@ -16,13 +16,7 @@ from trainvault.approval.attestation import (
 )
 from trainvault.approval.budget import Boundary, PositionBudget
 from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
-from trainvault.approval.gate import (
-    ApprovalPolicy,
-    AttestationSummary,
-    ExclusionSummary,
-    VerificationSummary,
-    approve_dataset,
-)
+from trainvault.approval.gate import approve_dataset
 from trainvault.approval.guard import CustodyStorage
 from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
 from trainvault.approval.keys import (
@@ -41,6 +35,7 @@ from trainvault.approval.pins import (
     git_revision,
     write_producer_pins,
 )
+from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,
@@ -53,6 +48,7 @@ from trainvault.approval.record import (
 )
 from trainvault.approval.request import ApprovalRequest, ArtifactRef
 from trainvault.approval.rescan import RescanSummary
+from trainvault.approval.result import AttestationSummary, ExclusionSummary, VerificationSummary
 from trainvault.approval.scan_manifest import (
     SCAN_MANIFEST_NAME,
     ScannedFile,

@@ -17,8 +17,8 @@ from trainvault.refs import Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
-    from trainvault.approval.gate import GateResult, VerificationSummary
     from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.manifest import DataManifest

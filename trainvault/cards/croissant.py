@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
-from trainvault.approval.gate import VerificationSummary
+from trainvault.approval.result import VerificationSummary
 from trainvault.canonical import sha256_hex
 from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.cards.fields import FieldSurvey, survey_fields
