@@ -17,7 +17,7 @@ from trainvault.approval.attestation import (
 from trainvault.approval.budget import Boundary, PositionBudget
 from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import approve_dataset
-from trainvault.approval.guard import CustodyStorage
+from trainvault.approval.guard import CustodyStore
 from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
 from trainvault.approval.keys import (
     SIGNING_KEY_ENV,
@@ -75,7 +75,7 @@ __all__ = [
     "AttestationSummary",
     "Attested",
     "Boundary",
-    "CustodyStorage",
+    "CustodyStore",
     "Envelope",
     "ExclusionSummary",
     "HashProgress",

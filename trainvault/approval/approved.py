@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStorage, issue_custody
+from trainvault.approval.guard import CustodyStore, issue_custody
 from trainvault.refs import Referenced
 from trainvault.storage import StorageConfig
 
@@ -126,7 +126,7 @@ class ApprovedDataset:
 
     # -- reading --------------------------------------------------------------------
 
-    def custody_storage(self) -> CustodyStorage:
+    def custody_store(self) -> CustodyStore:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
         pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
@@ -146,7 +146,7 @@ class ApprovedDataset:
         from trainvault.approval.approved_loader import issue_loader
 
         return issue_loader(
-            self.custody_storage(),
+            self.custody_store(),
             self._result.publication,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
@@ -163,7 +163,7 @@ class ApprovedDataset:
 
         return open_materializer(
             checked=self._result.ledgers.get(split),
-            custody=self.custody_storage(),
+            custody=self.custody_store(),
             manifest=self._result.publication.manifest,
             manifest_sha256=self.manifest_sha256,
             split=split,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset
-from trainvault.approval.guard import CustodyStorage
+from trainvault.approval.guard import CustodyStore
 from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -39,7 +39,7 @@ class ViewShard:
 
 
 def approved_rows(
-    custody: CustodyStorage, data_format: str, entry: ShardEntry, excluded: frozenset[int]
+    custody: CustodyStore, data_format: str, entry: ShardEntry, excluded: frozenset[int]
 ) -> Iterator[dict[str, Any]]:
     """The records of `entry` the approval keeps, in shard order, read through its `custody`."""
     if not entry.record_count:
@@ -62,7 +62,7 @@ def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, fol
     manifest = approved.manifest
     fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
-    custody = approved.custody_storage()
+    custody = approved.custody_store()
     out = []
     for entry in manifest.splits[split].shards:
         dropped = excluded.get(entry.key, frozenset())

@@ -210,7 +210,7 @@ def _split_nodes(
     dropped = sum(v.excluded for v in shards)
     if survey is None or excluded:
         # Exclusions leave records out of the view: survey the approved rows as they are read.
-        custody = approved.custody_storage()
+        custody = approved.custody_store()
         survey = survey_fields(
             row
             for v in shards
