@@ -69,7 +69,7 @@ def attestation_statement(document: ContaminationReport | TrainingScanManifest) 
 
 
 def write_attestation(
-    vault: StorageSource,
+    storage: StorageSource,
     uri: str,
     document: D,
     *,
@@ -81,7 +81,7 @@ def write_attestation(
     keys = load_signing_keys(signing_keys)
     data = sign_envelope(canonical_json(attestation_statement(document)), keys).to_json_bytes()  # type: ignore[arg-type]
     uri = normalize_uri(uri)
-    storage_of(vault).put_create(uri, data)
+    storage_of(storage).put_create(uri, data)
     return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 

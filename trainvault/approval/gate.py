@@ -344,7 +344,7 @@ def _summary(
 
 
 def approve_dataset(
-    vault: StorageSource,
+    storage: StorageSource,
     request: Any,
     *,
     policy: ApprovalPolicy | None = None,
@@ -358,5 +358,5 @@ def approve_dataset(
     (on `threads` threads, reporting to `progress`) before anything is returned. A bound
     component ledger is checked in that pass; its refusals keep their class (module doc).
     """
-    result = run_gate(storage_of(vault), request, policy=policy, progress=progress, threads=threads)
-    return issue(result, storage_of(vault).config)
+    result = run_gate(storage_of(storage), request, policy=policy, progress=progress, threads=threads)
+    return issue(result, storage_of(storage).config)

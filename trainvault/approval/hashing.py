@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, TextIO
 
 from trainvault.progress import Progress, terminal_bar
-from trainvault.storage import Storage
+from trainvault.storage import Storage, StorageSource, storage_of
 
 #: Bytes asked for per streamed read: large enough that per-call overhead vanishes.
 CHUNK_BYTES = 8 << 20
@@ -144,7 +144,7 @@ def _hash_streamed(
 
 
 def hash_objects(
-    storage: Storage,
+    storage: StorageSource,
     uris: Sequence[str],
     *,
     keep: Collection[str] = (),
@@ -163,6 +163,7 @@ def hash_objects(
     kept) makes a consumer that is fed the chunks as they are hashed, on the same thread.
     Errors (missing object, store failure) propagate from the first URI that failed.
     """
+    storage = storage_of(storage)
     todo = list(dict.fromkeys(uris))
     if not todo:
         return {}

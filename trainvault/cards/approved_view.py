@@ -56,7 +56,7 @@ def excluded_by_shard(approved: ApprovedDataset, split: str) -> Mapping[str, fro
     return exclusions.by_shard(split) if exclusions is not None else {}
 
 
-def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
+def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
     """Every shard of `split` in manifest order as the approved view holds it, writing the clean
     copy of each shard with excluded records under `folder` (create-only; the same copy again is a no-op)."""
     manifest = approved.manifest
@@ -74,7 +74,7 @@ def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, fol
         copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
-        storage_of(vault).put_create(uri, data)
+        storage_of(storage).put_create(uri, data)
         out.append(
             ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count, len(dropped))
         )

@@ -41,7 +41,7 @@ def terminal_progress(label: str = "contamination scan", stream: TextIO | None =
 
 
 def load_index(
-    vault: StorageSource,
+    storage: StorageSource,
     *,
     release_uri: str,
     contract_uri: str,
@@ -49,13 +49,13 @@ def load_index(
     contract_sha256: str | None = None,
 ) -> EvalIndex:
     """Read (and with digests, check) a release and a contract, and build their index."""
-    contract = read_document(storage_of(vault), VerifierContract, contract_uri, sha256=contract_sha256)
-    release = load_release(storage_of(vault), release_uri, sha256=release_sha256)
+    contract = read_document(storage_of(storage), VerifierContract, contract_uri, sha256=contract_sha256)
+    release = load_release(storage_of(storage), release_uri, sha256=release_sha256)
     return EvalIndex(contract.document, release, contract_sha256=contract.sha256)
 
 
 def scan_dataset(
-    vault: StorageSource,
+    storage: StorageSource,
     manifest_uri: str,
     index: EvalIndex,
     *,
@@ -69,7 +69,7 @@ def scan_dataset(
     An identical shard listed twice is read once. `progress`: a callback, False for
     none, or None for a bar on stderr when it is a terminal.
     """
-    storage = storage_of(vault)
+    storage = storage_of(storage)
     publication = Publication.load(storage, manifest_uri, sha256=manifest_sha256)
     manifest, digest = publication.manifest, publication.sha256
     callback = terminal_progress() if progress is None else (progress or None)
@@ -101,11 +101,11 @@ def scan_dataset(
     )
 
 
-def write_report(vault: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
+def write_report(storage: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
     """Publish the report create-only; its digest is of the bytes written."""
-    return publish_document(storage_of(vault), uri, report)
+    return publish_document(storage_of(storage), uri, report)
 
 
-def read_report(vault: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
+def read_report(storage: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
     """Read a report, refusing bytes that do not match `sha256` when given."""
-    return read_document(storage_of(vault), ContaminationReport, uri, sha256=sha256)
+    return read_document(storage_of(storage), ContaminationReport, uri, sha256=sha256)

@@ -18,7 +18,7 @@ from trainvault.errors import (
 )
 from trainvault.formats import BlockRef, get_format
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage, StorageConfig
+from trainvault.storage import Storage, StorageSource, storage_of, storage_or_default
 
 STREAM_CHUNK = 4 << 20
 
@@ -98,8 +98,9 @@ class ShardReader:
     """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
 
     def __init__(
-        self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
+        self, storage: StorageSource, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
     ):
+        storage = storage_of(storage)
         self.storage = storage
         self.entry = entry
         self.format = get_format(data_format)
@@ -231,15 +232,15 @@ def iter_shard(
     data_format: str,
     shard: ShardEntry,
     *,
-    storage_config: StorageConfig | None = None,
-    storage: Storage | None = None,
+    storage: StorageSource | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield a published shard's records in order, each block verified before decoding.
 
     For deriving new datasets from old ones: pass ``manifest.data_format`` and one entry
-    of ``manifest.splits[split].shards``.
+    of ``manifest.splits[split].shards``. `storage`: a `TrainVault` or a `Storage` (default:
+    local paths and memory:// only).
     """
     if not isinstance(shard, ShardEntry):
         raise TypeError(f"iter_shard reads a manifest's ShardEntry, not {type(shard).__name__}")
-    reader = ShardReader(storage or Storage(storage_config), shard, data_format)
+    reader = ShardReader(storage_or_default(storage), shard, data_format)
     yield from reader.iter_records()

@@ -36,7 +36,7 @@ from trainvault.representations.documents import (
     index_path,
     part_name,
 )
-from trainvault.storage import Storage
+from trainvault.storage import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -72,7 +72,7 @@ class RepresentationWriter:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: StorageSource,
         root_uri: str,
         *,
         teacher: Teacher | Mapping[str, Any],
@@ -81,6 +81,7 @@ class RepresentationWriter:
         state_kinds: Iterable[str],
         part_rows: int = 262_144,
     ):
+        storage = storage_of(storage)
         self._torch = require("torch", "representation")
         require("numpy", "representation")
         artifact.check_little_endian()

@@ -23,6 +23,7 @@ from trainvault.storage.store import (
     Storage,
     StorageSource,
     storage_of,
+    storage_or_default,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "StorageSource",
     "StorageStats",
     "storage_of",
+    "storage_or_default",
 ]
