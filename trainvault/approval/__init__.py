@@ -15,7 +15,7 @@ from trainvault.approval.attestation import (
     write_attestation,
 )
 from trainvault.approval.budget import Boundary, PositionBudget
-from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import approve_dataset
 from trainvault.approval.guard import CustodyStore
 from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
@@ -39,14 +39,13 @@ from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,
-    STATEMENT_TYPE,
     WrittenApproval,
     approval_statement,
     open_approved,
     with_record,
     write_approval,
 )
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import RescanSummary
 from trainvault.approval.result import AttestationSummary, ExclusionSummary, VerificationSummary
 from trainvault.approval.scan_manifest import (
@@ -57,6 +56,7 @@ from trainvault.approval.scan_manifest import (
     build_training_scan_manifest,
     write_training_scan_manifest,
 )
+from trainvault.refs import ArtifactRef
 
 __all__ = [
     "APPROVAL_NAME",

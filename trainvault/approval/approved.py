@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStore, issue_custody
-from trainvault.refs import Referenced
+from trainvault.refs import ArtifactRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
-    from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.approval.request import ApprovalRequest
     from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport

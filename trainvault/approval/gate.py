@@ -43,7 +43,7 @@ from trainvault.approval.hashing import (
 )
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.result import AttestationSummary, ExclusionSummary, GateResult, VerificationSummary
 from trainvault.approval.scan_manifest import (
@@ -64,6 +64,7 @@ from trainvault.documents import Document
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
+from trainvault.refs import ArtifactRef
 from trainvault.storage import Storage, StorageSource, storage_of
 from trainvault.uris import normalize_uri
 from trainvault.version import __version__

@@ -14,9 +14,10 @@ from typing import Any
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
-from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
+from trainvault.approval.gate import coerce_request, run_gate
 from trainvault.approval.hashing import HashProgressCallback
 from trainvault.approval.keys import SigningKey, load_signing_keys
+from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
