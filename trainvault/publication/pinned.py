@@ -23,7 +23,7 @@ from trainvault.publication.manifest import (
 )
 from trainvault.publication.pack import read_pack, unpack
 from trainvault.publication.reader import check_descriptor, parse_descriptor
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage import Storage, StorageSource, storage_of
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
 
 
@@ -145,11 +145,11 @@ class Publication:
             parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
             return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
 
-    def read_pack(self, storage: StorageSource) -> Publication:
+    def read_pack(self, storage: Storage) -> Publication:
         """This publication with every descriptor attached from its descriptor pack, read in one
         request and checked against the manifest (see `trainvault.publication.pack`). Unchanged
-        when descriptors are attached already or the manifest (written before packs) has none."""
-        storage = storage_of(storage)
+        when descriptors are attached already or the manifest (written before packs) has none.
+        `storage` is a `Storage` or the custody store of an approved dataset (which reads like one)."""
         ref = self.manifest.descriptor_pack
         if ref is None or self.descriptors:
             return self

@@ -18,7 +18,7 @@ from trainvault.errors import (
 )
 from trainvault.formats import BlockRef, get_format
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage, StorageSource, storage_of, storage_or_default
+from trainvault.storage import Storage, StorageSource, storage_or_default
 
 STREAM_CHUNK = 4 << 20
 
@@ -95,12 +95,12 @@ def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 1
 
 
 class ShardReader:
-    """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
+    """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded. `storage`
+    is a `Storage` or the custody store of an approved dataset (which reads like one)."""
 
     def __init__(
-        self, storage: StorageSource, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
+        self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
     ):
-        storage = storage_of(storage)
         self.storage = storage
         self.entry = entry
         self.format = get_format(data_format)
