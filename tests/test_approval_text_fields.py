@@ -98,7 +98,14 @@ def test_the_command_line_takes_unscanned_fields(tmp_path: Path, capsys: pytest.
     assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
-    approve = ["approve", str(request), "--signing-key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json")]
+    approve = [
+        "approve",
+        str(request),
+        "--signing-key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(tmp_path / "approval.json"),
+    ]
     capsys.readouterr()
     assert main(approve) == 1
     out, err = capsys.readouterr()
