@@ -50,13 +50,13 @@ from trainvault.contamination import (
     V1_CONTRACT,
     humaneval_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_records,
     scan_shard,
 )
 from trainvault.contamination.escapes import decode
 from trainvault.contamination.normalize import unicode_table
+from trainvault.publication.bound import publish_document
 
 DATA = Path(__file__).resolve().parent / ".data" / "scanner"
 PLANTED = 12

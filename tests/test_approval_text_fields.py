@@ -98,7 +98,14 @@ def test_the_command_line_takes_unscanned_fields(tmp_path: Path, capsys: pytest.
     assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
-    approve = ["approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json")]
+    approve = [
+        "approve",
+        str(request),
+        "--signing-key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(tmp_path / "approval.json"),
+    ]
     capsys.readouterr()
     assert main(approve) == 1
     out, err = capsys.readouterr()
@@ -106,6 +113,6 @@ def test_the_command_line_takes_unscanned_fields(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "approval.json").exists()
     assert main([*approve, "--unscanned-field", "text"]) == 0, capsys.readouterr().err
     sha = capsys.readouterr().out.split("sha256")[1].split()[0]
-    verify = ["verify", str(tmp_path / "approval.json"), "--sha256", sha, "--key", str(tmp_path / "k.pub")]
+    verify = ["verify", str(tmp_path / "approval.json"), "--sha256", sha, "--trusted-key", str(tmp_path / "k.pub")]
     assert main(verify) == 1 and "'text' carry text" in capsys.readouterr().err
     assert main([*verify, "--unscanned-field", "text"]) == 0, capsys.readouterr().err

@@ -27,7 +27,6 @@ from trainvault.contamination import (
     humaneval_benchmark,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
     read_report,
     reduce_report,
@@ -36,6 +35,7 @@ from trainvault.contamination import (
     write_report,
 )
 from trainvault.contamination.index import gram_fingerprint, token_fingerprint
+from trainvault.publication.bound import publish_document
 
 SCAN_SHA = sha256_hex(b"training-scan-manifest")
 PINS_SHA = sha256_hex(b"producer-pins")

@@ -288,7 +288,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
     chain, approved = opened_chain(tmp_path, "parquet", profile=False)
     record, pub = chain.extra["record"], chain.extra["pub"]
     out_path = tmp_path / "cards" / "croissant.json"
-    base = ["croissant", record.uri, "--sha256", record.sha256, "--keys", pub, "--quiet"]
+    base = ["croissant", record.uri, "--sha256", record.sha256, "--trusted-key", pub, "--quiet"]
     args = [*base, "--out", str(out_path)]
 
     write_keypair(str(tmp_path / "other"))
@@ -299,7 +299,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
     )
     for bad, says in [
         (["--sha256", "0" * 64], "not the pinned"),
-        (["--keys", str(tmp_path / "other.pub")], "trusted keys"),
+        (["--trusted-key", str(tmp_path / "other.pub")], "trusted keys"),
     ]:
         argv = list(args)
         argv[argv.index(bad[0]) + 1] = bad[1]

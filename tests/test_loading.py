@@ -220,6 +220,8 @@ def test_curriculum_stages(dataset: Any) -> None:
         _loader(dataset, stage="medium")
     with pytest.raises(SelectionError, match="'medium'"):
         _loader(dataset, stages=["easy", "medium"])
+    with pytest.raises(SelectionError, match="lists a stage twice"):
+        _loader(dataset, stages=["easy", "hard", "easy"])
     with pytest.raises(SelectionError, match="published splits: train, valid"):
         dataset[0].split_data_loader(dataset[1]).load("test")
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError, Storage
+from trainvault.derivation import SourceDataset, collate_sources, resolve_num_repeats
 from trainvault.errors import ProfileError, TaskDataValidationError
 from trainvault.profile import (
     MAX_CATEGORICAL_LABELS,
@@ -21,14 +22,11 @@ from trainvault.profile import (
     CategoricalMetrics,
     DatasetMetrics,
     MetricsSidecar,
-    SourceDataset,
     StringMetrics,
     TaskDataValidator,
     approval_sidecars,
-    collate_sources,
     profile_publication,
     read_metrics_sidecar,
-    resolve_num_repeats,
     sidecar_uri,
     write_metrics_sidecars,
 )

@@ -149,7 +149,8 @@ def test_position_budget_of_wrong_types() -> None:
 
 def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain: Any, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from trainvault.profile import SourceDataset, collate_sources, profile_publication
+    from trainvault.derivation import SourceDataset, collate_sources
+    from trainvault.profile import profile_publication
 
     ch, approval_uri, approval_sha, public = chain
     approved = vault.open_approved(approval_uri, approval_sha, trusted_keys=[public])
@@ -192,10 +193,10 @@ def test_cli_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
         ["inspect", str(tmp_path / "folder")],
         ["inspect", "s3://bucket/m.json"],
         ["keygen", "--out", str(tmp_path / "missing" / "k")],
-        ["approve", g, "--out", str(tmp_path / "a.json"), "--key", str(tmp_path / "not-a-key.key")],
-        ["approve", g, "--out", str(tmp_path / "a.json"), "--key", str(tmp_path / "missing.key")],
-        ["verify", g, "--sha256", "zz", "--key", str(tmp_path / "missing.pub")],
-        ["verify", g, "--sha256", "0" * 64, "--key", str(tmp_path / "missing.pub"), "--threshold", "0"],
+        ["approve", g, "--out", str(tmp_path / "a.json"), "--signing-key", str(tmp_path / "not-a-key.key")],
+        ["approve", g, "--out", str(tmp_path / "a.json"), "--signing-key", str(tmp_path / "missing.key")],
+        ["verify", g, "--sha256", "zz", "--trusted-key", str(tmp_path / "missing.pub")],
+        ["verify", g, "--sha256", "0" * 64, "--trusted-key", str(tmp_path / "missing.pub"), "--threshold", "0"],
         ["archive", "inspect", g],
         ["archive", "gc", "ftp://host/pool", "--grace", "1h"],
     ]

@@ -25,7 +25,8 @@ from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.representations import MANIFEST_NAME, RepresentationExample
 from trainvault.representations import artifact as artifact_format
 from trainvault.representations.documents import ArtifactEntry
-from trainvault.storage import Storage, join_uri, parse_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, parse_uri
 
 DIM = 8
 TEACHER = {"name": "olmo-3-7b", "revision": "r1", "num_layers": 32, "hidden_size": 4096}

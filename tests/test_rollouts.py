@@ -24,7 +24,8 @@ from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
 from trainvault.rollouts.cli import parse_duration
 from trainvault.rollouts.documents import GcMarker
 from trainvault.rollouts.pool import object_uri
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, normalize_uri
 
 
 class CountingStorage(Storage):

@@ -27,7 +27,7 @@ from trainvault import (
 )
 from trainvault.canonical import sha256_hex
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import join_uri, normalize_uri
+from trainvault.uris import join_uri, normalize_uri
 
 
 def records_for(split: str, stage: str | None, shard_id: str, n: int = 20) -> list[dict]:

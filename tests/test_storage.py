@@ -21,7 +21,8 @@ from trainvault import (
     StorageTimeoutError,
     TrainVault,
 )
-from trainvault.storage import Storage, is_within, join_uri, normalize_uri, parent_uri, parse_uri
+from trainvault.storage import Storage
+from trainvault.uris import is_within, join_uri, normalize_uri, parent_uri, parse_uri
 
 
 def test_uri_parsing(tmp_path) -> None:

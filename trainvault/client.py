@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
-from trainvault.publication.manifest import MANIFEST_NAME, DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import Storage, StorageConfig, normalize_uri
+from trainvault.storage import Storage, StorageConfig
+from trainvault.uris import normalize_uri
 
 if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
@@ -234,4 +235,4 @@ class TrainVault:
         return copy
 
 
-__all__ = ["MANIFEST_NAME", "ShardEntry", "TrainVault"]
+__all__ = ["TrainVault"]

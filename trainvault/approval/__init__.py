@@ -16,14 +16,9 @@ from trainvault.approval.attestation import (
 )
 from trainvault.approval.budget import Boundary, PositionBudget
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
-from trainvault.approval.gate import (
-    AttestationSummary,
-    ExclusionSummary,
-    VerificationSummary,
-    approve_dataset,
-)
-from trainvault.approval.guard import CustodyStorage
-from trainvault.approval.hashing import HashedObject, hash_objects
+from trainvault.approval.gate import approve_dataset
+from trainvault.approval.guard import CustodyStore
+from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
 from trainvault.approval.keys import (
     SIGNING_KEY_ENV,
     SigningKey,
@@ -41,7 +36,6 @@ from trainvault.approval.pins import (
     write_producer_pins,
 )
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgress, terminal_hash_progress
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,
@@ -53,6 +47,7 @@ from trainvault.approval.record import (
 )
 from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import RescanSummary
+from trainvault.approval.result import AttestationSummary, ExclusionSummary, VerificationSummary
 from trainvault.approval.scan_manifest import (
     SCAN_MANIFEST_NAME,
     ScannedFile,
@@ -80,7 +75,7 @@ __all__ = [
     "AttestationSummary",
     "Attested",
     "Boundary",
-    "CustodyStorage",
+    "CustodyStore",
     "Envelope",
     "ExclusionSummary",
     "HashProgress",

@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStorage, issue_custody
-from trainvault.refs import Referenced
+from trainvault.approval.guard import CustodyStore, issue_custody
+from trainvault.refs import ArtifactRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
-    from trainvault.approval.gate import GateResult, VerificationSummary
     from trainvault.approval.request import ApprovalRequest
+    from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.manifest import DataManifest
@@ -131,7 +131,7 @@ class ApprovedDataset:
 
     # -- reading --------------------------------------------------------------------
 
-    def custody_storage(self) -> CustodyStorage:
+    def custody_store(self) -> CustodyStore:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
         pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
@@ -151,7 +151,7 @@ class ApprovedDataset:
         from trainvault.approval.approved_loader import issue_loader
 
         return issue_loader(
-            self.custody_storage(),
+            self.custody_store(),
             self._result.publication,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
@@ -168,7 +168,7 @@ class ApprovedDataset:
 
         return open_materializer(
             checked=self._result.ledgers.get(split),
-            custody=self.custody_storage(),
+            custody=self.custody_store(),
             manifest=self._result.publication.manifest,
             manifest_sha256=self.manifest_sha256,
             split=split,

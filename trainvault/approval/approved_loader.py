@@ -1,6 +1,6 @@
 """The approved loader: the trainvault loader, finite and in manifest order, reading through custody.
 
-It is `SplitDataLoader` over a `CustodyStorage` and the gate's parsed, pinned `Publication`
+It is `SplitDataLoader` over a `CustodyStore` and the gate's parsed, pinned `Publication`
 (no second parse of the manifest or descriptors), so it keeps the loader's guarantees (an
 order that does not depend on `num_workers`: workers form batches and the loader merges
 them back in sequence) and adds the approval's: the manifest and descriptors are the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStorage
+from trainvault.approval.guard import CustodyStore
 from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import SplitDataLoader
 from trainvault.publication.pinned import Publication
@@ -57,7 +57,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     @classmethod
     def _build(
         cls,
-        storage: CustodyStorage,
+        storage: CustodyStore,
         publication: Publication,
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
@@ -65,7 +65,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
     ) -> ApprovedSplitDataLoader:
-        if not isinstance(storage, CustodyStorage):
+        if not isinstance(storage, CustodyStore):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
         if not isinstance(publication, Publication):
             raise TypeError(f"an approved loader reads the gate's Publication, not {type(publication).__name__}")
@@ -166,7 +166,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         )
 
 
-def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
+def issue_loader(storage: CustodyStore, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
     """The approved loader over `storage` and the gate's `publication` (internal:
     `ApprovedDataset.split_data_loader` calls it)."""
     return ApprovedSplitDataLoader._issue(_ISSUE, storage, publication, **options)

@@ -22,7 +22,8 @@ from trainvault.documents import Document
 from trainvault.errors import ApprovalError, ManifestError, UntrustedSignerError
 from trainvault.publication.bound import Bound
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, normalize_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 
 D = TypeVar("D", bound=Document)
 #: The documents a scanner attests.
@@ -71,7 +72,7 @@ def attestation_statement(document: ContaminationReport | TrainingScanManifest) 
 
 
 def write_attestation(
-    vault: StorageSource,
+    storage: StorageSource,
     uri: str,
     document: A,
     *,
@@ -83,7 +84,7 @@ def write_attestation(
     keys = load_signing_keys(signing_keys)
     data = sign_envelope(canonical_json(attestation_statement(document)), keys).to_json_bytes()
     uri = normalize_uri(uri)
-    storage_of(vault).put_create(uri, data)
+    storage_of(storage).put_create(uri, data)
     return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 

@@ -22,8 +22,7 @@ from trainvault.contamination.text_fields import TextFieldSurvey, exempt
 from trainvault.errors import ApprovalError, ManifestError, UnscannedFieldError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
 from trainvault.refs import ArtifactRef
-from trainvault.storage import parent_uri
-from trainvault.uris import resolve_uri
+from trainvault.uris import parent_uri, resolve_uri
 
 
 def deny(message: str) -> NoReturn:

@@ -23,7 +23,8 @@ from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import StrictModel
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri
 
 _PLACEMENT = {"split", "shard", "shard_sha256"}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trainvault.components.materializer import LazyRanges, _constants
+from trainvault.components.sequences import LazyRanges, row_constants
 
 #: Output tensors in buffer order; each starts on an 8-byte boundary, so every view is aligned.
 _LAYOUT = (
@@ -127,7 +127,7 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
         for (_, mask, _, _), (lo, hi) in zip(seqs, spans, strict=False)
     ]
     out, v = allocate_varlen(int(starts[-1]), sum(counts), len(seqs))
-    positions, shifted, true = _constants(int(lengths.max()) if seqs else 0)
+    positions, shifted, true = row_constants(int(lengths.max()) if seqs else 0)
     np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans, strict=False)], out=v["input_ids"])
     np.concatenate([positions[: hi - lo] for lo, hi in spans], out=v["position_ids"])
     loss = v["loss_mask"]

@@ -28,8 +28,8 @@ from trainvault.components.ledger import (
 )
 from trainvault.errors import ApprovalError, CustodyError, IntegrityError, ManifestError
 from trainvault.publication.manifest import ShardEntry
-from trainvault.storage import Storage, normalize_uri, parent_uri
-from trainvault.uris import resolve_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri, parent_uri, resolve_uri
 
 
 @dataclass(frozen=True, slots=True)

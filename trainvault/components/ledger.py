@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 from trainvault.documents import Document, StrictModel
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
-from trainvault.storage import join_uri, normalize_uri, parent_uri
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 LEDGER_NAME = "component-ledger-v1.json"
 LEDGER_FOLDER = "component-ledger"

@@ -23,7 +23,8 @@ from trainvault.errors import CustodyError, IntegrityError, ManifestError, Train
 from trainvault.formats.cutter import BlockCutter
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader, read_descriptor
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri
 
 
 def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:

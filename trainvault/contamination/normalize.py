@@ -139,10 +139,8 @@ class Normalizer:
         # The same, with every non-ASCII byte as 0x80: `find` (memchr) then locates the
         # words that need Unicode treatment; their bytes are taken from the original.
         self._mark_table = bytes(table[:128]) + b"\x80" * 128
-        # For batches: 0xFF (never in UTF-8) joins texts and becomes the marker token "A",
-        # which no normalised token equals (tokens are casefolded).
-        self._batch_table = bytes(table[:128]) + b"\x80" * 127 + b"A"
-        # The same, keeping non-ASCII bytes (0xFF, never in UTF-8, still becomes "A").
+        # For batches, keeping non-ASCII bytes: 0xFF (never in UTF-8) joins texts and becomes
+        # the marker token "A", which no normalised token equals (tokens are casefolded).
         self._keep_table = bytes(table[:128]) + bytes(range(128, 255)) + b"A"
         # Original bytes of a word holding non-ASCII -> its tokens.
         self._word_cache: dict[bytes, tuple[bytes, ...]] = {}
@@ -407,6 +405,3 @@ def _non_ascii_chunks(text: str) -> list[tuple[int, int]]:
         out.append((a, b))
         m = _NON_ASCII.search(text, b)
     return out
-
-
-DEFAULT_NORMALIZATION = NormalizationSpec()

@@ -27,8 +27,6 @@ from trainvault.publication.manifest import DataManifest, natural_key
 from trainvault.refs import Sha256
 from trainvault.version import __version__
 
-REPORT_NAME = "contamination-report-v1.json"
-
 
 class ReleaseRef(StrictModel):
     id: str

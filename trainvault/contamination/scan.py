@@ -25,7 +25,7 @@ from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import Sha256
-from trainvault.storage import Storage
+from trainvault.storage import Storage, StorageSource, storage_of
 
 #: Bytes requested per streamed chunk while reading a shard.
 STREAM_CHUNK = 8 << 20
@@ -301,7 +301,7 @@ def scan_records(
 
 
 def scan_shard(
-    storage: Storage,
+    storage: StorageSource,
     data_format: str,
     entry: ShardEntry,
     index: EvalIndex,
@@ -321,6 +321,7 @@ def scan_shard(
     over the same single read). `descriptor`: the shard's descriptor, already read and checked
     against `entry` (else it is read from storage).
     """
+    storage = storage_of(storage)
     reader = ShardReader(storage, entry, data_format, descriptor)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None

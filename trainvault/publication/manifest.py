@@ -22,7 +22,7 @@ from trainvault.documents import Document, StrictModel
 from trainvault.errors import InvalidNameError, SelectionError
 from trainvault.formats import FORMATS, BlockRef, ByteRange
 from trainvault.refs import ObjectRef, Sha256
-from trainvault.storage import join_uri, parse_uri
+from trainvault.uris import join_uri, parse_uri
 
 MANIFEST_NAME = "data-manifest-v1.json"
 DESCRIPTOR_SUFFIX = ".complete.json"

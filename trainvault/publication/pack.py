@@ -19,7 +19,8 @@ from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.refs import ObjectRef
-from trainvault.storage import ReadableStorage, join_uri
+from trainvault.storage import ReadableStorage
+from trainvault.uris import join_uri
 
 PACK_FOLDER = "descriptor-packs"
 

@@ -37,7 +37,8 @@ from trainvault.representations.documents import (
     index_path,
     part_name,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri
 
 _INT32 = (-(2**31), 2**31 - 1)
 M = TypeVar("M", bound=BaseModel)
@@ -73,7 +74,7 @@ class RepresentationWriter:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: StorageSource,
         root_uri: str,
         *,
         teacher: Teacher | Mapping[str, Any],
@@ -82,6 +83,7 @@ class RepresentationWriter:
         state_kinds: Iterable[str],
         part_rows: int = 262_144,
     ):
+        storage = storage_of(storage)
         self._torch = require("torch", "representation")
         require("numpy", "representation")
         artifact.check_little_endian()

@@ -25,10 +25,8 @@ from trainvault.storage.store import (
     Storage,
     StorageSource,
     storage_of,
+    storage_or_default,
 )
-
-# URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
-from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri
 
 __all__ = [
     "CONTACTS",
@@ -37,7 +35,6 @@ __all__ = [
     "SINGLE_PUT_LIMIT",
     "STATS",
     "HoldsStorage",
-    "Location",
     "ObjectInfo",
     "ReadCounts",
     "ReadableStorage",
@@ -45,10 +42,6 @@ __all__ = [
     "StorageConfig",
     "StorageSource",
     "StorageStats",
-    "is_within",
-    "join_uri",
-    "normalize_uri",
-    "parent_uri",
-    "parse_uri",
     "storage_of",
+    "storage_or_default",
 ]

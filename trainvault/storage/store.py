@@ -280,3 +280,9 @@ def storage_of(source: StorageSource) -> Storage:
     if isinstance(storage, Storage):
         return storage
     raise TypeError(f"expected a TrainVault or a Storage, got {type(source).__name__}")
+
+
+def storage_or_default(source: StorageSource | None) -> Storage:
+    """`storage_of(source)`, or for None a default `Storage` (local paths and memory:// only):
+    what a function whose `storage` argument is optional reads through."""
+    return Storage() if source is None else storage_of(source)
