@@ -35,6 +35,19 @@ def test_read_reports_every_record(uri: str, capsys: pytest.CaptureFixture[str])
     assert out.err == ""  # not a terminal: no live line
 
 
+def _drain(leader: int) -> bytes:
+    """Everything written to the pty: one read may return only part of it; EIO once the writer is closed."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:
+            return b"".join(chunks)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def test_read_draws_a_live_line_on_a_terminal(
     uri: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -44,8 +57,8 @@ def test_read_draws_a_live_line_on_a_terminal(
     monkeypatch.setattr("trainvault.cli.read.REDRAWS_PER_S", 1e9)  # draw at every step
     assert main(["read", uri, "--batch-size", "16", "--steps", "5", "--window", "3"]) == 0
     terminal.flush()
-    shown = os.read(leader, 1 << 16).decode()
     terminal.close()
+    shown = _drain(leader).decode()
     os.close(leader)
     lines = [part for part in shown.split("\r\x1b[K") if part]
     assert len(lines) == 5
