@@ -218,8 +218,8 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
 
     def _state(self) -> LoaderState:
         ds = self.split_dataset
-        return LoaderState(
-            identity=self._identity,
+        return LoaderState.at(
+            self._identity,
             epoch=self._epoch,
             position=self._position,
             epoch_records=ds.total,
