@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from trainvault.errors import ConfigurationError, ManifestError
+from trainvault.errors import ConfigurationError, ManifestError, UngatedDataWarning
 from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.publication.manifest import MANIFEST_NAME, DataManifest, ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import Storage, StorageConfig, normalize_uri
+
+if TYPE_CHECKING:  # torch stays optional: the loader is imported when one is made
+    from trainvault.loading import Observability, SplitLoaderFactory
 
 
 class TrainVault:
@@ -77,37 +82,45 @@ class TrainVault:
 
     # -- loading ----------------------------------------------------------------
 
-    def split_data_loader(
+    def ungated_loader_factory(
         self,
         manifest_uri: str,
         *,
-        collate_fn: object = None,
-        dataloader_args: dict[str, object] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        dataloader_args: Mapping[str, Any] | None = None,
         shuffle: bool = False,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        observe: object = None,
-    ):  # -> trainvault.loading.SplitDataLoader, imported on use so torch stays optional
-        """A `SplitDataLoader` over the manifest at `manifest_uri` (needs the ``torch`` extra).
+        observe: Observability | None = None,
+    ) -> SplitLoaderFactory:
+        """A `SplitLoaderFactory` over the manifest at `manifest_uri`, **without the approval gate**
+        (needs the ``torch`` extra). It reads whatever the manifest names: nothing checks that the
+        data was scanned or approved, so it warns with `UngatedDataWarning`. Train released models
+        through `open_approved` (a signed approval record) instead.
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
         returns a DataLoader with ``state_dict()``/``load_state_dict()`` and ``figures()``;
         `observe` (a `trainvault.loading.Observability`) sets its figures window and watchdog.
         """
-        from trainvault.loading import SplitDataLoader
+        from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
-        return SplitDataLoader(
-            self.storage,
-            manifest_uri,
-            collate_fn=collate_fn,  # type: ignore[arg-type]
+        warnings.warn(
+            f"reading {manifest_uri} without the approval gate: nothing checked that it was scanned for "
+            "contamination or approved; use TrainVault.open_approved to read approved data only",
+            UngatedDataWarning,
+            stacklevel=2,
+        )
+        plan = LoaderPlan.create(
+            collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=shuffle,
             seed=seed,
             rank=rank,
             world_size=world_size,
-            observe=observe,  # type: ignore[arg-type]
+            observe=observe,
         )
+        return SplitLoaderFactory(self.storage, manifest_uri, plan)
 
     # -- approval ---------------------------------------------------------------
 
@@ -121,7 +134,8 @@ class TrainVault:
 
     def open_approved(self, approval_uri, sha256, *, trusted_keys, threshold=1, policy=None, progress=None):
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
-        least `threshold` of `trusted_keys`), then run the gate on its request."""
+        least `threshold` of `trusted_keys`), then run the gate on its request: the gated path
+        to training data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(

@@ -28,7 +28,7 @@ from trainvault.loading.metrics import StageTimes
 from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 DEFAULT_THREADS = 4
 #: An object-store run never spans more blocks than this (nor half the lookahead), so reads overlap.
@@ -53,7 +53,7 @@ class BlockFetcher:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
         descriptors: tuple[ShardDescriptor, ...],

@@ -18,7 +18,7 @@ from trainvault.errors import (
 )
 from trainvault.formats import BlockRef, get_format
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage, StorageConfig
+from trainvault.storage import ReadableStorage, Storage, StorageConfig
 
 STREAM_CHUNK = 4 << 20
 
@@ -26,7 +26,7 @@ STREAM_CHUNK = 4 << 20
 Clock = Callable[[str, float], None]
 
 
-def read_descriptor(storage: Storage, entry: ShardEntry) -> ShardDescriptor:
+def read_descriptor(storage: ReadableStorage, entry: ShardEntry) -> ShardDescriptor:
     """Read a shard's descriptor and check it against the manifest entry that binds it."""
     return parse_descriptor(entry, storage.get_document(entry.descriptor_uri))
 
@@ -98,7 +98,7 @@ class ShardReader:
     """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
 
     def __init__(
-        self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
+        self, storage: ReadableStorage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
     ):
         self.storage = storage
         self.entry = entry

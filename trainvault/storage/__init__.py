@@ -10,10 +10,12 @@ changes. Writing the same bytes again is a no-op; different bytes are a `Conflic
 The modules: `config` (settings), `local` and `objectstore` (the backends, behind the
 `backend` contract), `clients` (one backend per store), `recovery` (retries, resumes, the
 first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`),
-`reads` (`READS`: bytes and requests every read returned, per process).
+`reads` (`READS`: bytes and requests every read returned, per process), `readable`
+(`ReadableStorage`: the read-only protocol `Storage` and the approval's custody guard satisfy).
 """
 
 from trainvault.storage.config import S3_ENV_VARS, StorageConfig
+from trainvault.storage.readable import ReadableStorage
 from trainvault.storage.reads import READS, ReadCounts
 from trainvault.storage.recovery import CONTACTS, STATS, StorageStats
 from trainvault.storage.store import (
@@ -38,6 +40,7 @@ __all__ = [
     "Location",
     "ObjectInfo",
     "ReadCounts",
+    "ReadableStorage",
     "Storage",
     "StorageConfig",
     "StorageSource",
