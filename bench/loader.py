@@ -127,7 +127,7 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
         from trainvault import TrainVault
 
         manifest = path if path.startswith("s3:") else str(Path(path) / "data-manifest-v1.json")
-        sdl = TrainVault.from_env().split_data_loader(
+        sdl = TrainVault.from_env().ungated_loader_factory(
             manifest,
             collate_fn=records_batch if kind.endswith("identity") else collate,
             dataloader_args={"batch_size": batch, "num_workers": workers},
@@ -210,7 +210,7 @@ def resume_child(path: str, fraction: float, batch: int) -> None:
 
     loader = (
         TrainVault()
-        .split_data_loader(
+        .ungated_loader_factory(
             str(Path(path) / "data-manifest-v1.json"), collate_fn=collate, dataloader_args={"batch_size": batch}
         )
         .load("train")

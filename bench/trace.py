@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     for shuffle in (True, False):
         loader = (
             TrainVault()
-            .split_data_loader(
+            .ungated_loader_factory(
                 uri, collate_fn=ids, shuffle=shuffle, seed=args.seed, dataloader_args={"batch_size": args.batch_size}
             )
             .load("train")

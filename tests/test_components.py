@@ -413,7 +413,7 @@ def test_a_shard_altered_after_approval_fails_at_its_first_block(tmp_path: Path)
         for r in m.iter_records():
             got.append(r)
     assert got == []
-    loader = approved.split_data_loader(collate_fn=list, materializer=m).load("train")
+    loader = approved.loader_factory(collate_fn=list, materializer=m).load("train")
     with pytest.raises(IntegrityError, match="block 0"):
         next(iter(loader))
 
@@ -430,9 +430,9 @@ def test_resume_mid_record_continues_identically(world: dict[str, Any], workers:
     approved = world["approved"]
     m = approved.component_range_materializer("train")
     args = {"batch_size": 3, "num_workers": workers}
-    full = ids_of(list(approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")))
+    full = ids_of(list(approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")))
     assert [rid for b in full for rid in b] == [r["range_id"] for r in m.iter_records()]
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")
+    loader = approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")
     it = iter(loader)
     # Stop at a batch boundary that falls inside a packed record (its next range is the same record's).
     flat = [rid for b in full for rid in b]
@@ -441,7 +441,7 @@ def test_resume_mid_record_continues_identically(world: dict[str, Any], workers:
     state = loader.state_dict()
     del it
     assert state["position"] == 3 * stop and "view_sha256" in state
-    resumed = approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")
+    resumed = approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")
     resumed.load_state_dict(state)
     assert seen + ids_of(list(resumed)) == full
 
@@ -451,12 +451,10 @@ def test_group_batches_and_resume_state_binds_the_view(world: dict[str, Any]) ->
 
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load(
-        "train"
-    )
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load("train")
     batches = list(loader)
     assert [r["packed_record_id"] for b in batches for r in b] == [r["packed_record_id"] for r in g.iter_records()]
-    unpack = approved.split_data_loader(collate_fn=list, materializer=approved.component_range_materializer("train"))
+    unpack = approved.loader_factory(collate_fn=list, materializer=approved.component_range_materializer("train"))
     other = unpack.load("train")
     with pytest.raises(ResumeStateError, match="record view"):
         other.load_state_dict(loader.state_dict())
@@ -471,7 +469,7 @@ def collated(approved: Any, mode: str, batch_size: int, workers: int) -> list[di
     m = approved.component_range_materializer("train", mode=mode)
     args = {"batch_size": batch_size, "num_workers": workers}
     return list(
-        approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
+        approved.loader_factory(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
     )
 
 
@@ -512,7 +510,7 @@ def test_collate_sequences_flattens_group_records_like_unpack(world: dict[str, A
 
 
 def test_collate_sequences_refuses_records_that_are_not_materialised(world: dict[str, Any]) -> None:
-    plain = world["approved"].split_data_loader(collate_fn=collate_sequences).load("train")
+    plain = world["approved"].loader_factory(collate_fn=collate_sequences).load("train")
     with pytest.raises(TypeError, match="component range materializer"):
         next(iter(plain))
     empty = collate_sequences([])
@@ -523,7 +521,7 @@ def test_a_user_collate_gets_owned_records(world: dict[str, Any]) -> None:
     approved = world["approved"]
     m = approved.component_range_materializer("train", mode="group")
     args = {"batch_size": 4, "num_workers": 2}
-    batches = list(approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train"))
+    batches = list(approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train"))
     records = [r for b in batches for r in b]
     assert records and all(type(r) is dict for r in records)
     for s in (s for r in records for s in r["component_sequences"]):
@@ -540,9 +538,7 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
     args = {"batch_size": 3, "num_workers": 2}
 
     def load() -> Any:
-        return approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load(
-            "train"
-        )
+        return approved.loader_factory(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
 
     flat = [rid for b in load() for rid in b["range_ids"]]
     assert len(flat) == m.logical_records
@@ -572,7 +568,7 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
 def test_group_batches_count_packed_records_as_positions(world: dict[str, Any]) -> None:
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(
+    loader = approved.loader_factory(
         collate_fn=collate_sequences, dataloader_args={"batch_size": 4, "num_workers": 2}, materializer=g
     ).load("train")
     budget = PositionBudget(g.logical_records)

@@ -102,7 +102,7 @@ def issues(dataset: Any) -> tuple[set[str], set[str]]:
 
 
 def trainvault_records(approved: Any, split: str) -> list[dict[str, Any]]:
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 4}).load(split)
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 4}).load(split)
     return [r for batch in loader for r in batch]
 
 

@@ -81,7 +81,7 @@ def _loader(
     **args: Any,
 ) -> Any:
     vault, uri, _ = ds
-    sdl = vault.split_data_loader(
+    sdl = vault.ungated_loader_factory(
         uri,
         collate_fn=collate,
         dataloader_args={"batch_size": B, "num_workers": workers, **args},
@@ -220,7 +220,7 @@ def test_curriculum_stages(dataset: Any) -> None:
     with pytest.raises(SelectionError, match="'medium'"):
         _loader(dataset, stages=["easy", "medium"])
     with pytest.raises(SelectionError, match="published splits: train, valid"):
-        dataset[0].split_data_loader(dataset[1]).load("test")
+        dataset[0].ungated_loader_factory(dataset[1]).load("test")
 
 
 def test_foreign_state_is_refused(dataset: Any, tmp_path: Path) -> None:
@@ -231,12 +231,12 @@ def test_foreign_state_is_refused(dataset: Any, tmp_path: Path) -> None:
         _loader(dataset, stage="easy").load_state_dict(state)
     with pytest.raises(ResumeStateError, match="seed=7"):
         vault, uri, _ = dataset
-        vault.split_data_loader(uri, shuffle=True, seed=8).load("train").load_state_dict(state)
+        vault.ungated_loader_factory(uri, shuffle=True, seed=8).load("train").load_state_dict(state)
     with pytest.raises(ResumeStateError, match="shuffle"):
         _loader(dataset, shuffle=False).load_state_dict(state)
     other_uri = str(tmp_path / "other" / "data-manifest-v1.json")
     _save(dataset[0], other_uri, first_id=5000)
-    other = dataset[0].split_data_loader(other_uri, shuffle=True, seed=7).load("train")
+    other = dataset[0].ungated_loader_factory(other_uri, shuffle=True, seed=7).load("train")
     with pytest.raises(ResumeStateError, match="manifest"):
         other.load_state_dict(state)
     with pytest.raises(ResumeStateError):
@@ -310,13 +310,13 @@ def test_altered_block_fails_closed(tmp_path: Path) -> None:
 def test_refused_arguments(dataset: Any) -> None:
     vault, uri, _ = dataset
     with pytest.raises(ValueError, match="in_order"):
-        vault.split_data_loader(uri, dataloader_args={"in_order": False})
+        vault.ungated_loader_factory(uri, dataloader_args={"in_order": False})
     with pytest.raises(ValueError, match="shuffle="):
-        vault.split_data_loader(uri, dataloader_args={"shuffle": True})
+        vault.ungated_loader_factory(uri, dataloader_args={"shuffle": True})
     with pytest.raises(ValueError, match="batch_size"):
-        vault.split_data_loader(uri, dataloader_args={"batch_size": 0})
+        vault.ungated_loader_factory(uri, dataloader_args={"batch_size": 0})
     with pytest.raises(ValueError, match="rank"):
-        vault.split_data_loader(uri, rank=2, world_size=2)
+        vault.ungated_loader_factory(uri, rank=2, world_size=2)
 
 
 def test_torch_is_optional() -> None:
@@ -326,7 +326,7 @@ def test_torch_is_optional() -> None:
         "assert 'torch' not in sys.modules, 'import trainvault imported torch'\n"
         "sys.modules['torch'] = None\n"
         "try:\n"
-        "    trainvault.TrainVault().split_data_loader('memory://x/data-manifest-v1.json')\n"
+        "    trainvault.TrainVault().ungated_loader_factory('memory://x/data-manifest-v1.json')\n"
         "except ImportError as exc:\n"
         "    assert \"pip install 'trainvault[torch]'\" in str(exc), exc\n"
         "else:\n"
@@ -341,10 +341,10 @@ def test_memory_store_with_workers_is_refused_up_front() -> None:
     saver = vault.dataset_saver(uri)
     saver.save("train", None, [{"i": i} for i in range(20)], shard_id="0")
     saver.commit_manifest()
-    collect = vault.split_data_loader(
+    collect = vault.ungated_loader_factory(
         uri, collate_fn=lambda rs: [r["i"] for r in rs], dataloader_args={"batch_size": 5}
     )
     assert [i for b in collect.load("train") for i in b] == list(range(20))  # num_workers=0 works
-    workers = vault.split_data_loader(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
+    workers = vault.ungated_loader_factory(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
     with pytest.raises(StorageError, match="memory:// stores live inside one process"):
         workers.load("train")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 
 from trainvault import SelectionError, TrainVault
-from trainvault.loading import SplitDataLoader
+from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -50,9 +50,7 @@ def _save(root: Path, records: int, shards: int) -> str:
 
 
 def _loader(uri: str, case: dict[str, Any], rank: int, workers: int, infinite: bool = True) -> Any:
-    return SplitDataLoader(
-        TrainVault().storage,
-        uri,
+    plan = LoaderPlan.create(
         collate_fn=_ids,
         dataloader_args={"batch_size": case["batch"], "num_workers": workers, "drop_last": case["drop_last"]},
         shuffle=case["shuffle"],
@@ -60,7 +58,8 @@ def _loader(uri: str, case: dict[str, Any], rank: int, workers: int, infinite: b
         rank=rank,
         world_size=case["world"],
         shuffle_window_blocks=case["window"],
-    ).load("train", infinite_iter=infinite)
+    )
+    return SplitLoaderFactory(TrainVault().storage, uri, plan).load("train", infinite_iter=infinite)
 
 
 def _take(loader: Any, n: int) -> list[list[int]]:

@@ -156,8 +156,8 @@ def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain:
     paths_that_select = {
         "DataManifest.split": lambda: manifest.split("nope"),
         "SplitManifest.shard": lambda: manifest.split("train").shard("nope/s0"),
-        "SplitDataLoader.load": lambda: vault.split_data_loader(ch.manifest_uri).load("nope"),
-        "ApprovedDataset.split_data_loader": lambda: approved.split_data_loader().load("nope"),
+        "SplitLoaderFactory.load": lambda: vault.ungated_loader_factory(ch.manifest_uri).load("nope"),
+        "ApprovedDataset.loader_factory": lambda: approved.loader_factory().load("nope"),
         "ApprovedDataset.component_range_materializer": lambda: approved.component_range_materializer("nope"),
         "build_component_ledger": lambda: vault.build_component_ledger(
             ch.manifest_uri, split="nope", declare=lambda record: []

@@ -30,7 +30,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 
     loader = (
         vault_from_env()
-        .split_data_loader(
+        .ungated_loader_factory(
             args.manifest,
             collate_fn=list,
             dataloader_args={"batch_size": args.batch_size, "num_workers": args.workers},
