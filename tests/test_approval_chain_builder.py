@@ -48,7 +48,7 @@ def test_the_built_chain_passes_the_gate_and_builds_again_to_the_same_bytes(tmp_
     vault = TrainVault()
     uri = publish(vault, tmp_path)
     chain = build(vault, tmp_path, uri)
-    folder = parent_uri(uri)  # beside the data manifest, as a normalized URI
+    folder = parent_uri(uri)  # beside the data manifest (written URIs are normalized)
     assert chain.training_scan_manifest.uri == f"{folder}/training-scan-manifest-v1.json"
     assert chain.contamination_report.uri == f"{folder}/contamination-report-v1.json"
     assert chain.producer_pins.uri == f"{folder}/producer-pins-v1.json"
