@@ -396,12 +396,12 @@ def table(
     for fmt, value in limit.items():
         ok = "yes" if limits[fmt][0]["records"] == args.records else "NO"
         print(
-            f"| {names[fmt]} | – | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | – | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |"
+            f"| {names[fmt]} | - | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | - | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |"
         )
     for (name, w), rs in results.items():
         base = limit.get("parquet" if "parquet" in name else "msgpack.zst")
-        pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "–"
-        worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "–"
+        pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "-"
+        worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "-"
         ok = "yes" if all(r["ok"] for r in rs) else "NO"
         print(
             f"| {name} | {w} | {rate[name, w]:,.0f} | {rate[name, w] * raw_total / args.records / 1e6:.1f} | {_med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |"

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         base = {}
         for read in (False, True):
             for label, step in cases.items():
-                took, traced = timed(lambda: loader.trace(step, read=read), args.repeats)
+                took, traced = timed(lambda ld=loader, s=step, r=read: ld.trace(s, read=r), args.repeats)
                 assert traced and all((t.id is not None) == read for t in traced)
                 base.setdefault(read, took)
                 rows.append((shuffle, label, "read" if read else "positions", took, took / base[read]))

@@ -7,6 +7,7 @@ hanging the suite.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -90,10 +91,8 @@ def _within_deadline(fn: Callable[..., Any], *args: Any) -> Any:
         except EOFError:
             pytest.fail(f"{fn.__name__}{args[1:]} died without an answer")
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.join()
     if not ok:
         pytest.fail(value)

@@ -79,10 +79,10 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        refused(lambda k=keys: vault.open_approved(approval_uri, approval_sha, trusted_keys=k), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         refused(
-            lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            lambda t=threshold: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=t),
             ApprovalError,
         )
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -129,7 +129,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = outcome(lambda: budget[0].consume(n))
+        got = outcome(lambda k=n: budget[0].consume(k))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
