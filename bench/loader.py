@@ -4,7 +4,7 @@ One run, one corpus (bench/corpus.py), every reader handed the same records in b
 `--batch-size`, collated the way a trainer does (tokens packed into one int32 tensor with
 offsets, texts as a list):
 
-- trainvault `split_data_loader(...).load("train")` with num_workers 0 and 2, per format;
+- trainvault `ungated_loader_factory(...).load("train")` with num_workers 0 and 2, per format;
 - the raw decode limit: read each msgpack.zst shard file, then zstd + msgpack decode every
   block (tokens via np.frombuffer) in one loop: no verification, batching or DataLoader;
 - LitData, MosaicML Streaming and WebDataset reading the same records in their native

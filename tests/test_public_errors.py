@@ -1,6 +1,6 @@
 """Bad settings, names, records, documents, selections and loader states raise typed errors
 (the property is in `bad_input`): TrainVault and S3 settings, the saver, load_manifest,
-iter_shard, split_data_loader and its state, and profiling."""
+iter_shard, ungated_loader_factory and its state, and profiling."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def torch() -> Any:
         ({"seed": "1"}, TypeError),
     ],
 )
-def test_split_data_loader_arguments(
+def test_ungated_loader_factory_arguments(
     torch: Any, vault: TrainVault, published: str, kwargs: dict[str, Any], kind: type[BaseException]
 ) -> None:
     refused(lambda: vault.ungated_loader_factory(published, **kwargs), kind)

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
+from trainvault.extras import require
 from trainvault.loading.exclusions import check_exclude
 from trainvault.loading.order import BlockPlan
 from trainvault.loading.plan import LoaderPlan
@@ -69,6 +70,7 @@ class SplitLoaderFactory:
         *,
         exclude: Mapping[str, Collection[int]] | None = None,
     ):
+        require("torch", "torch")  # a plan built directly has not asked yet
         plan = LoaderPlan.create() if plan is None else plan
         if not isinstance(plan, LoaderPlan):
             raise ConfigurationError(f"plan must be a LoaderPlan, got {type(plan).__name__}")

@@ -138,10 +138,6 @@ class LoaderPlan:
             collate = require("torch", "torch").utils.data.default_collate
         return collate if self.view is None else self.view.collate(collate)
 
-    @property
-    def num_workers(self) -> int:
-        return int(dict(self.dataloader_args).get("num_workers", 0) or 0)
-
 
 def _is_int(value: object) -> bool:
     # bool is an int subclass; a flag and a count must not stand in for each other.
