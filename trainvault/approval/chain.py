@@ -85,7 +85,7 @@ class ApprovalChain:
 
 
 def build_approval_chain(
-    source: StorageSource,
+    storage: StorageSource,
     manifest_uri: str,
     *,
     release_root: str,
@@ -101,26 +101,26 @@ def build_approval_chain(
     of `benchmarks`, the verifier `contract` (default: `VerifierContract()`), and the
     contamination report of scanning the data against them. With `scanner_key`, the scan
     manifest and report are written as attestations signed by it."""
-    storage = storage_of(source)
+    store = storage_of(storage)
     folder = parent_uri(manifest_uri)
-    manifest_sha256 = sha256_hex(storage.get(manifest_uri))
-    scan = build_training_scan_manifest(storage, manifest_uri, manifest_sha256=manifest_sha256)
+    manifest_sha256 = sha256_hex(store.get(manifest_uri))
+    scan = build_training_scan_manifest(store, manifest_uri, manifest_sha256=manifest_sha256)
     if scanner_key is None:
-        scan_b = write_training_scan_manifest(storage, f"{folder}/{SCAN_MANIFEST_NAME}", scan)
+        scan_b = write_training_scan_manifest(store, f"{folder}/{SCAN_MANIFEST_NAME}", scan)
     else:
-        scan_b = write_attestation(storage, f"{folder}/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
-    pins_b = write_producer_pins(storage, f"{folder}/{PINS_NAME}", pins or collect_producer_pins())
-    release = publish_release(storage, release_root, release_id, benchmarks)
-    contract_b = publish_document(storage, contract_uri, contract or VerifierContract())
+        scan_b = write_attestation(store, f"{folder}/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
+    pins_b = write_producer_pins(store, f"{folder}/{PINS_NAME}", pins or collect_producer_pins())
+    release = publish_release(store, release_root, release_id, benchmarks)
+    contract_b = publish_document(store, contract_uri, contract or VerifierContract())
     index = load_index(
-        storage,
+        store,
         release_uri=release.uri,
         contract_uri=contract_b.uri,
         release_sha256=release.sha256,
         contract_sha256=contract_b.sha256,
     )
     report = scan_dataset(
-        storage,
+        store,
         manifest_uri,
         index,
         scan_manifest_sha256=scan_b.sha256,
@@ -129,9 +129,9 @@ def build_approval_chain(
         progress=False,
     )
     if scanner_key is None:
-        report_b = write_report(storage, f"{folder}/{REPORT_NAME}", report)
+        report_b = write_report(store, f"{folder}/{REPORT_NAME}", report)
     else:
-        report_b = write_attestation(storage, f"{folder}/{REPORT_ATTESTATION_NAME}", report, signing_keys=scanner_key)
+        report_b = write_attestation(store, f"{folder}/{REPORT_ATTESTATION_NAME}", report, signing_keys=scanner_key)
     return ApprovalChain(
         data_manifest=ArtifactRef(uri=manifest_uri, sha256=manifest_sha256),
         training_scan_manifest=ArtifactRef(uri=scan_b.uri, sha256=scan_b.sha256),
