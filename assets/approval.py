@@ -59,9 +59,9 @@ def approval_request(
     dataset_profile: Handoff,
     contamination_exclusions: Handoff | None = None,
 ):
-    """The approval request: the six artifacts, the profile's sidecars and the exclusions (if any), as
-    this run's stages handed them off."""
-    from trainvault.approval import ApprovalRequest, ArtifactRef
+    """The approval request: the six artifacts of the chain (`trainvault.approval.ApprovalChain`), the
+    profile's sidecars and the exclusions (if any), as this run's stages handed them off."""
+    from trainvault.approval import ApprovalChain, ArtifactRef
     from trainvault.contamination import EXCLUSIONS_SIDECAR
 
     def ref(h) -> ArtifactRef:
@@ -70,15 +70,15 @@ def approval_request(
     sidecars = dict(dataset_profile.also) if dataset_profile.ref == data_manifest.ref else {}
     if contamination_exclusions is not None:
         sidecars[EXCLUSIONS_SIDECAR] = contamination_exclusions.ref
-    return ApprovalRequest(
-        sidecars={name: ref(r) for name, r in sidecars.items()},
+    chain = ApprovalChain(
         data_manifest=ref(data_manifest.ref),
         training_scan_manifest=ref(training_scan.ref),
         evaluation_release=ref(evaluation_release.ref),
-        contamination_report=ref(contamination_report.ref),
         verifier_contract=ref(evaluation_release.also["contract"]),
         producer_pins=ref(producer_pins.ref),
+        contamination_report=ref(contamination_report.ref),
     )
+    return chain.request(sidecars={name: ref(r) for name, r in sidecars.items()})
 
 
 def trainer_snippet(
@@ -99,7 +99,7 @@ def trainer_snippet(
         + "from trainvault.approval import ApprovalPolicy, load_verifying_key\n"
         + f"approved = {vault}.open_approved(\n    {uri!r},\n    {sha256!r},\n"
         + f"    trusted_keys=[load_verifying_key({key})],\n    policy={policy_snippet(spec, exclusions)},\n)\n"
-        + "loader = approved.split_data_loader(collate_fn=list, dataloader_args={'batch_size': 8}).load('train')"
+        + "loader = approved.loader_factory(collate_fn=list, dataloader_args={'batch_size': 8}).load('train')"
     )
 
 

@@ -14,9 +14,9 @@ evaluation release, the default verifier contract, the contamination report):
   (max(2 shards, 2 %)) and with a full re-scan (no scanner keys) are timed against it,
   and the re-scan's text-field survey (the unscanned-field check) against the scan alone
   (CPU time of scanning every shard).
-- approved loader: records/s of ``approved.split_data_loader(...).load("train")`` (custody
+- approved loader: records/s of ``approved.loader_factory(...).load("train")`` (custody
   storage, size check per shard, SHA-256 of every block before decoding) against
-  ``TrainVault.split_data_loader(...).load("train")`` on the same manifest, batch 256,
+  ``TrainVault.ungated_loader_factory(...).load("train")`` on the same manifest, batch 256,
   ``num_workers=0``, list collate. Goal: >= 85%. Records/s are given per wall-clock second
 and per second of this process's CPU time (the machine is shared, so wall time counts
 other jobs' load).
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     survey_cost(vault, request, args.repeats)
 
     args_dl = {"batch_size": 256, "num_workers": 0}
-    plain_loader = vault.split_data_loader(request.data_manifest.uri, collate_fn=list, dataloader_args=args_dl)
-    approved_loader = approved.split_data_loader(collate_fn=list, dataloader_args=args_dl)
+    plain_loader = vault.ungated_loader_factory(request.data_manifest.uri, collate_fn=list, dataloader_args=args_dl)
+    approved_loader = approved.loader_factory(collate_fn=list, dataloader_args=args_dl)
     count_records(plain_loader)  # warm-up: imports, descriptors, page cache
     count_records(approved_loader)
     # (wall s, CPU s) per run; the order alternates so load from other jobs hits both alike.

@@ -10,7 +10,7 @@ default 8,192) bound as the approval's sidecar; the gate checks every range's sh
 at approval. Each measurement is one epoch of the approved loader, batches collated in the
 workers into the tensors a trainer takes (so they cross processes through shared memory):
 
-- plain: ``approved.split_data_loader(...)`` without a materializer, batch 4 packed
+- plain: ``approved.loader_factory(...)`` without a materializer, batch 4 packed
   records stacked as one ``[4, 65536]`` tensor;
 - floor: the plain loader whose collate writes the varlen outputs of the ledger's ranges
   once, straight from the packed records and cached aranges, with no per-range records
@@ -266,9 +266,9 @@ def main(argv: list[str] | None = None) -> None:
             dl_args: dict[str, Any] = {"batch_size": batch, "num_workers": workers}
             if workers:
                 dl_args["persistent_workers"] = True
-            loaders[name] = approved.split_data_loader(
-                collate_fn=collate, dataloader_args=dl_args, materializer=m
-            ).load("train")
+            loaders[name] = approved.loader_factory(collate_fn=collate, dataloader_args=dl_args, materializer=m).load(
+                "train"
+            )
             epoch(loaders[name])  # warm-up: imports, workers, page cache
         times: dict[str, list[float]] = {name: [] for name in modes}
         cpu: dict[str, list[float]] = {name: [] for name in modes}  # this process and its workers

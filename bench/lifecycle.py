@@ -81,8 +81,8 @@ def library_only(spec, keys: Path) -> float:
     from resources.dataset import load_callable
     from trainvault import TrainVault
     from trainvault.approval import (
+        ApprovalChain,
         ApprovalPolicy,
-        ApprovalRequest,
         ArtifactRef,
         build_training_scan_manifest,
         load_signing_key,
@@ -175,15 +175,15 @@ def library_only(spec, keys: Path) -> float:
         producer_pins_sha256=bpins.sha256,
     )
     breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
-    request = ApprovalRequest(
+    chain = ApprovalChain(  # written step by step above, as the code location's assets write it
         data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
         training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),
         evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256),
-        contamination_report=ArtifactRef(uri=breport.uri, sha256=breport.sha256),
         verifier_contract=ArtifactRef(uri=bcontract.uri, sha256=bcontract.sha256),
         producer_pins=ArtifactRef(uri=bpins.uri, sha256=bpins.sha256),
-        sidecars={k: ArtifactRef(**v) for k, v in sidecars.items()},
+        contamination_report=ArtifactRef(uri=breport.uri, sha256=breport.sha256),
     )
+    request = chain.request(sidecars={k: ArtifactRef(**v) for k, v in sidecars.items()})
     approved = vault.approve_dataset(
         request,
         policy=ApprovalPolicy(evaluation_release_sha256=release.sha256, verifier_contract_sha256=bcontract.sha256),

@@ -4,7 +4,7 @@ One run, one corpus (bench/corpus.py), every reader handed the same records in b
 `--batch-size`, collated the way a trainer does (tokens packed into one int32 tensor with
 offsets, texts as a list):
 
-- trainvault `split_data_loader(...).load("train")` with num_workers 0 and 2, per format;
+- trainvault `ungated_loader_factory(...).load("train")` with num_workers 0 and 2, per format;
 - the raw decode limit: read each msgpack.zst shard file, then zstd + msgpack decode every
   block (tokens via np.frombuffer) in one loop: no verification, batching or DataLoader;
 - LitData, MosaicML Streaming and WebDataset reading the same records in their native
@@ -127,7 +127,7 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
         from trainvault import TrainVault
 
         manifest = path if path.startswith("s3:") else str(Path(path) / "data-manifest-v1.json")
-        sdl = TrainVault.from_env().split_data_loader(
+        sdl = TrainVault.from_env().ungated_loader_factory(
             manifest,
             collate_fn=records_batch if kind.endswith("identity") else collate,
             dataloader_args={"batch_size": batch, "num_workers": workers},
@@ -210,7 +210,7 @@ def resume_child(path: str, fraction: float, batch: int) -> None:
 
     loader = (
         TrainVault()
-        .split_data_loader(
+        .ungated_loader_factory(
             str(Path(path) / "data-manifest-v1.json"), collate_fn=collate, dataloader_args={"batch_size": batch}
         )
         .load("train")
@@ -396,12 +396,12 @@ def table(
     for fmt, value in limit.items():
         ok = "yes" if limits[fmt][0]["records"] == args.records else "NO"
         print(
-            f"| {names[fmt]} | – | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | – | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |"
+            f"| {names[fmt]} | - | {value:,.0f} | {value * raw_total / args.records / 1e6:.1f} | - | 100% | {_med(limits[fmt], 'rss'):.0f} | {ok} |"
         )
     for (name, w), rs in results.items():
         base = limit.get("parquet" if "parquet" in name else "msgpack.zst")
-        pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "–"
-        worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "–"
+        pct = f"{100 * rate[name, w] / base:.0f}%" if base and "gz" not in name else "-"
+        worker = f"{max(r['worker_rss'] for r in rs):.0f}" if w else "-"
         ok = "yes" if all(r["ok"] for r in rs) else "NO"
         print(
             f"| {name} | {w} | {rate[name, w]:,.0f} | {rate[name, w] * raw_total / args.records / 1e6:.1f} | {_med(rs, 'ttfb'):.2f} | {pct} | {max(r['rss'] for r in rs):.0f} / {worker} | {ok} |"

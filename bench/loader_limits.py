@@ -117,7 +117,7 @@ def overhead_child(path: str, batch: int) -> None:
 
     loader = (
         TrainVault()
-        .split_data_loader(
+        .ungated_loader_factory(
             str(Path(path) / "data-manifest-v1.json"),
             collate_fn=records_batch,
             dataloader_args={"batch_size": batch},

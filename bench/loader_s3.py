@@ -93,7 +93,7 @@ def block_runs(uri: str, env: dict[str, str]) -> tuple[int, int]:
     vault = TrainVault.from_env()
     shards = vault.load_manifest(uri).splits["train"].shards
     wanted = [(s, b) for s, e in enumerate(shards) for b in range(len(read_descriptor(vault.storage, e).blocks))]
-    fetcher = vault.split_data_loader(uri).load("train").split_dataset.fetcher
+    fetcher = vault.ungated_loader_factory(uri).load("train").split_dataset.fetcher
     return len(wanted), sum(1 for _ in runs_of(wanted, fetcher.run_blocks(SEQUENTIAL_LOOKAHEAD_BLOCKS)))
 
 
@@ -112,7 +112,7 @@ def _rank_reader(uri: str, rank: int, world: int, batch: int, out: Any) -> None:
 
         loader = (
             TrainVault.from_env()
-            .split_data_loader(
+            .ungated_loader_factory(
                 uri,
                 collate_fn=lambda rs: [r["id"] for r in rs],
                 rank=rank,

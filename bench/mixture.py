@@ -69,7 +69,7 @@ def write(records: int) -> str:
 def loader(uri: str, batch: int) -> Any:
     from trainvault import TrainVault
 
-    return TrainVault().split_data_loader(
+    return TrainVault().ungated_loader_factory(
         uri, collate_fn=ids, shuffle=True, seed=7, dataloader_args={"batch_size": batch}
     )
 

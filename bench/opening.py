@@ -7,7 +7,7 @@ that many shards of `--records` records into a fresh bucket, then measures:
 - commit (same saver): `commit_manifest()` by the saver that saved every shard;
 - commit (fresh saver): `commit_manifest()` by a new saver over the same root, as a commit
   in another process (a pipeline's fan-in) does: it must find every shard on storage;
-- loader build: `SplitDataLoader(...)` and `.load("train")` in a fresh storage client;
+- loader build: `SplitLoaderFactory(...)` and `.load("train")` in a fresh storage client;
 - first batch: `next(iter(loader))` with num_workers 0.
 
 Requests are counted at the storage layer (every `Storage` call that reaches the store:
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from trainvault import StorageConfig
-from trainvault.loading import SplitDataLoader
+from trainvault.loading import LoaderPlan, SplitLoaderFactory
 from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import Storage
 
@@ -160,7 +160,9 @@ def measure(endpoint: str, shards: int, records: int, threads: int, fresh_max: i
     _, out["manifest_get_s"] = timed(lambda: CountingStorage(config(endpoint)).get_document(uri))
     reader = CountingStorage(config(endpoint))
     loader, out["build_s"] = timed(
-        lambda: SplitDataLoader(reader, uri, collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
+        lambda: SplitLoaderFactory(
+            reader, uri, LoaderPlan.create(collate_fn=list, dataloader_args={"batch_size": 32})
+        ).load("train")
     )
     out["build_req"] = reader.take()
     batches = iter(loader)

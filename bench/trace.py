@@ -21,7 +21,6 @@ import shutil
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     for shuffle in (True, False):
         loader = (
             TrainVault()
-            .split_data_loader(
+            .ungated_loader_factory(
                 uri, collate_fn=ids, shuffle=shuffle, seed=args.seed, dataloader_args={"batch_size": args.batch_size}
             )
             .load("train")
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         base = {}
         for read in (False, True):
             for label, step in cases.items():
-                took, traced = timed(partial(loader.trace, step, read=read), args.repeats)
+                took, traced = timed(lambda ld=loader, s=step, r=read: ld.trace(s, read=r), args.repeats)
                 assert traced and all((t.id is not None) == read for t in traced)
                 base.setdefault(read, took)
                 rows.append((shuffle, label, "read" if read else "positions", took, took / base[read]))

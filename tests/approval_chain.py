@@ -10,27 +10,20 @@ from typing import Any
 
 from trainvault import TrainVault
 from trainvault.approval import (
-    REPORT_ATTESTATION_NAME,
-    SCAN_ATTESTATION_NAME,
     ApprovalRequest,
     ArtifactRef,
     ProducerPins,
     SigningKey,
-    build_training_scan_manifest,
+    build_approval_chain,
     collect_producer_pins,
     write_attestation,
-    write_producer_pins,
-    write_training_scan_manifest,
 )
 from trainvault.contamination import (
     EXCLUSIONS_SIDECAR,
     Exclusions,
     VerifierContract,
     jsonl_benchmark,
-    load_index,
-    publish_release,
     scan_dataset,
-    write_report,
 )
 from trainvault.publication.bound import publish_document
 
@@ -193,42 +186,15 @@ def build_chain(
         saver.commit_manifest()
     else:
         vault.storage.put_create(manifest_uri, unpacked_manifest(saver))
-    from trainvault.canonical import sha256_hex
-
-    manifest_sha = sha256_hex(vault.storage.get(manifest_uri))
-    scan = build_training_scan_manifest(vault, manifest_uri)
-    if scanner_key is None:
-        scan_b = write_training_scan_manifest(vault, f"{root}/ds/training-scan-manifest-v1.json", scan)
-    else:
-        scan_b = write_attestation(vault, f"{root}/ds/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
-    pins_b = write_producer_pins(vault, f"{root}/ds/producer-pins-v1.json", collect_producer_pins(code_revision="test"))
-    release = publish_release(vault.storage, f"{root}/release", "evals-test", [jsonl_benchmark("tiny", TINY_JSONL)])
-    contract_b = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
-    index = load_index(
-        vault,
-        release_uri=release.uri,
-        contract_uri=contract_b.uri,
-        release_sha256=release.sha256,
-        contract_sha256=contract_b.sha256,
-    )
-    report = scan_dataset(
+    chain = build_approval_chain(
         vault,
         manifest_uri,
-        index,
-        scan_manifest_sha256=scan_b.sha256,
-        producer_pins_sha256=pins_b.sha256,
-        progress=False,
+        release_root=f"{root}/release",
+        release_id="evals-test",
+        benchmarks=[jsonl_benchmark("tiny", TINY_JSONL)],
+        contract_uri=f"{root}/verifier-contract-v1.json",
+        contract=contract,
+        pins=collect_producer_pins(code_revision="test"),
+        scanner_key=scanner_key,
     )
-    if scanner_key is None:
-        report_b = write_report(vault, f"{root}/ds/contamination-report-v1.json", report)
-    else:
-        report_b = write_attestation(vault, f"{root}/ds/{REPORT_ATTESTATION_NAME}", report, signing_keys=scanner_key)
-    refs = {
-        "data_manifest": ArtifactRef(uri=manifest_uri, sha256=manifest_sha),
-        "training_scan_manifest": ArtifactRef(uri=scan_b.uri, sha256=scan_b.sha256),
-        "evaluation_release": ArtifactRef(uri=release.uri, sha256=release.sha256),
-        "contamination_report": ArtifactRef(uri=report_b.uri, sha256=report_b.sha256),
-        "verifier_contract": ArtifactRef(uri=contract_b.uri, sha256=contract_b.sha256),
-        "producer_pins": ArtifactRef(uri=pins_b.uri, sha256=pins_b.sha256),
-    }
-    return Chain(vault, root, records, refs, index, {"report": report})
+    return Chain(vault, root, records, chain.refs(), chain.index, {"report": chain.report})

@@ -193,7 +193,7 @@ def excluded_chain(tmp_path: Path) -> Any:
 
 
 def _texts(approved: Any, split: str, **args: Any) -> list[str]:
-    loader = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args={"batch_size": 4, **args})
+    loader = approved.loader_factory(collate_fn=lambda b: b, dataloader_args={"batch_size": 4, **args})
     return [r["id"] for batch in loader.load(split) for r in batch]
 
 
@@ -209,20 +209,18 @@ def test_the_approved_loader_never_yields_an_excluded_record(excluded_chain: Any
 def test_the_approved_loader_resumes_over_the_remaining_records(excluded_chain: Any) -> None:
     approved, excluded = excluded_chain.extra["approved"], excluded_chain.extra["excluded"]
     args = {"batch_size": 4}
-    first = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args=args).load("train")
+    first = approved.loader_factory(collate_fn=lambda b: b, dataloader_args=args).load("train")
     assert len(first) == -(-(120 - 43) // 4)
     it = iter(first)
     seen = [r["id"] for _ in range(5) for r in next(it)]
     state = first.state_dict()
-    resumed = approved.split_data_loader(collate_fn=lambda b: b, dataloader_args={**args, "num_workers": 2}).load(
-        "train"
-    )
+    resumed = approved.loader_factory(collate_fn=lambda b: b, dataloader_args={**args, "num_workers": 2}).load("train")
     resumed.load_state_dict(state)
     rest = [r["id"] for batch in resumed for r in batch]
     everything = [r["id"] for k in ("s0", "s1", "s2") for r in excluded_chain.records[k]]
     assert seen + rest == [i for i in everything if i not in excluded]
     # A state saved without the exclusions belongs to another order.
-    plain = excluded_chain.vault.split_data_loader(
+    plain = excluded_chain.vault.ungated_loader_factory(
         excluded_chain.manifest_uri, collate_fn=lambda b: b, dataloader_args=args
     ).load("train")
     next(iter(plain))

@@ -128,7 +128,7 @@ def test_unpacked_manifest_is_approved_and_loads(tmp_path: Path) -> None:
     approved = chain.vault.approve_dataset(chain.request())
     # 4 shards and their 4 descriptors hashed, one by one.
     assert approved.summary.files_hashed == 8 + len(chain.refs)
-    got = [r for batch in approved.split_data_loader(collate_fn=list).load("train") for r in batch]
+    got = [r for batch in approved.loader_factory(collate_fn=list).load("train") for r in batch]
     assert got == [r for k in ("s0", "s1", "s2") for r in chain.records[k]]
 
 
@@ -166,7 +166,7 @@ def test_loose_descriptor_is_not_read_by_the_gate(chain: Any) -> None:
             chain.vault.storage.delete(entry.descriptor_uri)
     approved = chain.vault.approve_dataset(chain.request())
     assert approved.summary.files_hashed == 4 + 1 + len(chain.refs)
-    got = [r for batch in approved.split_data_loader(collate_fn=list).load("train") for r in batch]
+    got = [r for batch in approved.loader_factory(collate_fn=list).load("train") for r in batch]
     assert got == [r for k in ("s0", "s1", "s2") for r in chain.records[k]]
 
 

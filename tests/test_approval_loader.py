@@ -40,17 +40,17 @@ def test_order_does_not_depend_on_num_workers(approved_chain: Any) -> None:
     chain, approved = approved_chain
     seqs = {}
     for workers in (0, 2):
-        loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 7, "num_workers": workers})
+        loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 7, "num_workers": workers})
         seqs[workers] = ids(loader.load("train"))
     assert seqs[0] == seqs[2] == expected_ids(chain, ["s0", "s1", "s2", "s3"])
     # The same order as the unapproved loader over the same manifest.
-    plain = chain.vault.split_data_loader(chain.manifest_uri, collate_fn=list, dataloader_args={"batch_size": 7})
+    plain = chain.vault.ungated_loader_factory(chain.manifest_uri, collate_fn=list, dataloader_args={"batch_size": 7})
     assert ids(plain.load("train")) == seqs[0]
 
 
 def test_stage_selection_and_finite(approved_chain: Any) -> None:
     chain, approved = approved_chain
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 5})
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 5})
     assert ids(loader.load("train", curriculum_stage="hard")) == expected_ids(chain, ["s3"])
     assert ids(loader.load("valid")) == expected_ids(chain, ["valid"])
     with pytest.raises(ValueError, match="finitely"):
@@ -66,7 +66,7 @@ def test_block_changed_after_approval_yields_nothing_from_it(tmp_path: Path, wor
     data = bytearray(chain.vault.storage.get(entry.uri))
     data[5] ^= 0x40
     chain.vault.storage.put(entry.uri, bytes(data))
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 1, "num_workers": workers})
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 1, "num_workers": workers})
     got: list[str] = []
     with pytest.raises(IntegrityError, match="block 0 sha256"):
         for batch in loader.load("train"):
@@ -83,7 +83,7 @@ def test_shard_extended_after_approval_fails_before_any_block(tmp_path: Path) ->
     approved = chain.vault.approve_dataset(chain.request())
     entry = approved.manifest.splits["train"].shard("easy/s0")
     chain.vault.storage.put(entry.uri, chain.vault.storage.get(entry.uri) + b"\0")
-    loader = approved.split_data_loader(collate_fn=list)
+    loader = approved.loader_factory(collate_fn=list)
     got: list[Any] = []
     with pytest.raises(IntegrityError, match="changed after approval"):
         for batch in loader.load("train"):
@@ -112,7 +112,7 @@ def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
     uri, sha = forged_manifest(chain, tmp_path)
     forged = chain.vault.load_manifest(uri)
     shards = {e.uri: e.size_bytes for e in forged.splits["train"].shards}
-    loader = approved.split_data_loader(collate_fn=list)
+    loader = approved.loader_factory(collate_fn=list)
     got: list[Any] = []
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         got += ids(type(loader)(chain.vault.storage, uri, sha, collate_fn=list).load("train"))
@@ -135,9 +135,9 @@ def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
 def test_approved_loader_and_custody_do_not_copy_or_pickle(approved_chain: Any, how: str) -> None:
-    _chain, approved = approved_chain
+    _, approved = approved_chain
     clone = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}[how]
-    loader = approved.split_data_loader(collate_fn=list)
+    loader = approved.loader_factory(collate_fn=list)
     objects = [loader, approved.custody_store(), loader.storage]
     if how != "copy":  # a shallow copy of the dataset shares its custody; a deep copy or a pickle would hold its own
         objects.append(loader.load("train").dataset)
@@ -163,7 +163,7 @@ def check_workers_get_approved_objects_only(chain: Any, context: str | None) -> 
     args: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "timeout": 120}
     if context is not None:
         args["multiprocessing_context"] = context
-    loader = approved.split_data_loader(
+    loader = approved.loader_factory(
         collate_fn=functools.partial(worker_view, chain.manifest_uri), dataloader_args=args
     )
     batches = list(loader.load("train"))

@@ -43,7 +43,7 @@ def approved(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def load(dataset: Any, workers: int = 0) -> Any:
-    return dataset.split_data_loader(
+    return dataset.loader_factory(
         collate_fn=lambda b: [r["id"] for r in b], dataloader_args={"batch_size": 4, "num_workers": workers}
     ).load_mixture(MIX)
 
@@ -75,7 +75,7 @@ def test_an_approved_mixture_skips_exclusions_and_budgets_per_component(approved
 def test_a_stage_the_approval_does_not_hold_is_refused(approved: Any) -> None:
     _, dataset, _ = approved
     with pytest.raises(SelectionError, match="'medium'"):
-        dataset.split_data_loader().load_mixture(Mixture("train", [MixtureComponent("m", 1, "medium")]))
+        dataset.loader_factory().load_mixture(Mixture("train", [MixtureComponent("m", 1, "medium")]))
     ld = load(dataset)
     with pytest.raises(SelectionError, match="'medium'"):
         ld.set_mixture(Mixture("train", [MixtureComponent("m", 1, "medium")]), at_step=3)
@@ -83,7 +83,7 @@ def test_a_stage_the_approval_does_not_hold_is_refused(approved: Any) -> None:
 
 def test_an_unapproved_run_does_not_resume_under_the_approval(approved: Any) -> None:
     chain, dataset, _ = approved
-    plain = chain.vault.split_data_loader(
+    plain = chain.vault.ungated_loader_factory(
         chain.manifest_uri, collate_fn=lambda b: b, dataloader_args={"batch_size": 4}
     ).load_mixture(MIX)
     next(iter(plain))

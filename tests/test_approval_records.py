@@ -216,7 +216,7 @@ def test_manifest_is_a_detached_copy(chain: Any) -> None:
     copy.splits.clear()
     again = approved.manifest
     assert again.splits["train"].shards and again.document_sha256() != copy.document_sha256()
-    records = [r for b in approved.split_data_loader(collate_fn=list).load("train") for r in b]
+    records = [r for b in approved.loader_factory(collate_fn=list).load("train") for r in b]
     assert len(records) == 20
 
 

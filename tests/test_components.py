@@ -127,7 +127,7 @@ def test_p7_table_unpack(world: dict[str, Any]) -> None:
         assert r["target_row_indices"].tolist() == targets and r["target_row_indices"].dtype == np.int64
         assert r["ce_valid"].all() and len(r["ce_valid"]) == len(targets)
         assert (r["input_ids"][r["target_row_indices"] + 1] == r["input_ids"][r["loss_mask"]]).all()
-    a0, _b0, b1 = got
+    a0, _, b1 = got
     assert (a0["component_range"], a0["record_range"]) == ((0, 5), (0, 5))
     assert (b1["component_range"], b1["record_range"]) == ((3, 6), (8, 11))
     # 23 bears loss once (b0) and is context in b1; the pad is never read.
@@ -205,7 +205,7 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
         assert rows <= max_rows and r["position_ids"].tolist() == list(range(rows))
         assert (r["input_ids"][r["target_row_indices"] + 1] == r["input_ids"][r["loss_mask"]]).all()
         assert r["ce_valid"].all() and SENTINEL not in r["input_ids"].tolist()
-        _lo, hi = r["record_range"]
+        _, hi = r["record_range"]
         loss_positions += list(range(hi - int(r["loss_mask"].sum()), hi))
     # Every frame token bears loss exactly once, except each frame's first (context only).
     expected = [p for f in frames for p in range(f.start + 1, f.end)]
@@ -414,7 +414,7 @@ def test_a_shard_altered_after_approval_fails_at_its_first_block(tmp_path: Path)
         for r in m.iter_records():
             got.append(r)
     assert got == []
-    loader = approved.split_data_loader(collate_fn=list, materializer=m).load("train")
+    loader = approved.loader_factory(collate_fn=list, materializer=m).load("train")
     with pytest.raises(IntegrityError, match="block 0"):
         next(iter(loader))
 
@@ -431,9 +431,9 @@ def test_resume_mid_record_continues_identically(world: dict[str, Any], workers:
     approved = world["approved"]
     m = approved.component_range_materializer("train")
     args = {"batch_size": 3, "num_workers": workers}
-    full = ids_of(list(approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")))
+    full = ids_of(list(approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")))
     assert [rid for b in full for rid in b] == [r["range_id"] for r in m.iter_records()]
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")
+    loader = approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")
     it = iter(loader)
     # Stop at a batch boundary that falls inside a packed record (its next range is the same record's).
     flat = [rid for b in full for rid in b]
@@ -442,7 +442,7 @@ def test_resume_mid_record_continues_identically(world: dict[str, Any], workers:
     state = loader.state_dict()
     del it
     assert state["position"] == 3 * stop and "view_sha256" in state
-    resumed = approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train")
+    resumed = approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train")
     resumed.load_state_dict(state)
     assert seen + ids_of(list(resumed)) == full
 
@@ -452,12 +452,10 @@ def test_group_batches_and_resume_state_binds_the_view(world: dict[str, Any]) ->
 
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load(
-        "train"
-    )
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 4}, materializer=g).load("train")
     batches = list(loader)
     assert [r["packed_record_id"] for b in batches for r in b] == [r["packed_record_id"] for r in g.iter_records()]
-    unpack = approved.split_data_loader(collate_fn=list, materializer=approved.component_range_materializer("train"))
+    unpack = approved.loader_factory(collate_fn=list, materializer=approved.component_range_materializer("train"))
     other = unpack.load("train")
     with pytest.raises(ResumeStateError, match="record view"):
         other.load_state_dict(loader.state_dict())
@@ -472,7 +470,7 @@ def collated(approved: Any, mode: str, batch_size: int, workers: int) -> list[di
     m = approved.component_range_materializer("train", mode=mode)
     args = {"batch_size": batch_size, "num_workers": workers}
     return list(
-        approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
+        approved.loader_factory(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
     )
 
 
@@ -513,7 +511,7 @@ def test_collate_sequences_flattens_group_records_like_unpack(world: dict[str, A
 
 
 def test_collate_sequences_refuses_records_that_are_not_materialised(world: dict[str, Any]) -> None:
-    plain = world["approved"].split_data_loader(collate_fn=collate_sequences).load("train")
+    plain = world["approved"].loader_factory(collate_fn=collate_sequences).load("train")
     with pytest.raises(TypeError, match="component range materializer"):
         next(iter(plain))
     empty = collate_sequences([])
@@ -524,7 +522,7 @@ def test_a_user_collate_gets_owned_records(world: dict[str, Any]) -> None:
     approved = world["approved"]
     m = approved.component_range_materializer("train", mode="group")
     args = {"batch_size": 4, "num_workers": 2}
-    batches = list(approved.split_data_loader(collate_fn=list, dataloader_args=args, materializer=m).load("train"))
+    batches = list(approved.loader_factory(collate_fn=list, dataloader_args=args, materializer=m).load("train"))
     records = [r for b in batches for r in b]
     assert records and all(type(r) is dict for r in records)
     for s in (s for r in records for s in r["component_sequences"]):
@@ -541,9 +539,7 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
     args = {"batch_size": 3, "num_workers": 2}
 
     def load() -> Any:
-        return approved.split_data_loader(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load(
-            "train"
-        )
+        return approved.loader_factory(collate_fn=collate_sequences, dataloader_args=args, materializer=m).load("train")
 
     flat = [rid for b in load() for rid in b["range_ids"]]
     assert len(flat) == m.logical_records
@@ -573,7 +569,7 @@ def test_a_budget_boundary_fires_once_across_a_resume_mid_record(world: dict[str
 def test_group_batches_count_packed_records_as_positions(world: dict[str, Any]) -> None:
     approved = world["approved"]
     g = approved.component_range_materializer("train", mode="group")
-    loader = approved.split_data_loader(
+    loader = approved.loader_factory(
         collate_fn=collate_sequences, dataloader_args={"batch_size": 4, "num_workers": 2}, materializer=g
     ).load("train")
     budget = PositionBudget(g.logical_records)

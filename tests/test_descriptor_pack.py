@@ -13,7 +13,7 @@ from approval_chain import unpacked_manifest
 
 from trainvault import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.loading import SplitDataLoader
+from trainvault.loading import LoaderPlan, SplitLoaderFactory
 from trainvault.publication.pack import build_pack, descriptor_bytes, pack_uri
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import parse_descriptor
@@ -79,7 +79,7 @@ def publish(vault: TrainVault, root: str, shards: int, *, packed: bool = True) -
 
 
 def open_loader(storage: Storage, uri: str) -> list[Any]:
-    loader = SplitDataLoader(storage, uri, collate_fn=list, dataloader_args={"batch_size": 4})
+    loader = SplitLoaderFactory(storage, uri, LoaderPlan.create(collate_fn=list, dataloader_args={"batch_size": 4}))
     return loader.load("train")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,7 @@ def _loader(
     **args: Any,
 ) -> Any:
     vault, uri, _ = ds
-    sdl = vault.split_data_loader(
+    sdl = vault.ungated_loader_factory(
         uri,
         collate_fn=collate,
         dataloader_args={"batch_size": B, "num_workers": workers, **args},
@@ -116,7 +115,7 @@ def test_shuffle_mixes_shards_and_reshuffles_each_epoch(dataset: Any) -> None:
     shard_of = {i: key for key, v in dataset[2].items() for i in v}
     loader = _loader(dataset)
     epoch0, epoch1 = list(loader), list(loader)
-    assert epoch0 != epoch1 and sorted(chain.from_iterable(epoch0)) == sorted(chain.from_iterable(epoch1))
+    assert epoch0 != epoch1 and sorted(i for b in epoch0 for i in b) == sorted(i for b in epoch1 for i in b)
     shards_per_batch = [len({shard_of[i] for i in b}) for b in epoch0]
     assert min(shards_per_batch) >= 2 and np.mean(shards_per_batch) >= 3
     again = _loader(dataset)
@@ -211,10 +210,10 @@ def test_curriculum_stages(dataset: Any) -> None:
     by_shard = dataset[2]
     easy = sorted(i for k, v in by_shard.items() if k.startswith("easy/") for i in v)
     hard = sorted(i for k, v in by_shard.items() if k.startswith("hard/") for i in v)
-    assert sorted(chain.from_iterable(_loader(dataset, stage="easy", workers=2))) == easy
-    union = list(chain.from_iterable(_loader(dataset, stages=["hard", "easy"], workers=2)))
+    assert sorted(i for b in _loader(dataset, stage="easy", workers=2) for i in b) == easy
+    union = [i for b in _loader(dataset, stages=["hard", "easy"], workers=2) for i in b]
     assert sorted(union) == sorted(easy + hard)
-    ordered = list(chain.from_iterable(_loader(dataset, stages=["hard", "easy"], shuffle=False)))
+    ordered = [i for b in _loader(dataset, stages=["hard", "easy"], shuffle=False) for i in b]
     assert ordered == [i for k in ("hard/s0", "hard/s1", "easy/s0", "easy/s1", "easy/s2") for i in by_shard[k]]
     with pytest.raises(SelectionError, match="known stages: easy, hard"):
         _loader(dataset, stage="medium")
@@ -223,7 +222,7 @@ def test_curriculum_stages(dataset: Any) -> None:
     with pytest.raises(SelectionError, match="lists a stage twice"):
         _loader(dataset, stages=["easy", "hard", "easy"])
     with pytest.raises(SelectionError, match="published splits: train, valid"):
-        dataset[0].split_data_loader(dataset[1]).load("test")
+        dataset[0].ungated_loader_factory(dataset[1]).load("test")
 
 
 def test_foreign_state_is_refused(dataset: Any, tmp_path: Path) -> None:
@@ -234,12 +233,12 @@ def test_foreign_state_is_refused(dataset: Any, tmp_path: Path) -> None:
         _loader(dataset, stage="easy").load_state_dict(state)
     with pytest.raises(ResumeStateError, match="seed=7"):
         vault, uri, _ = dataset
-        vault.split_data_loader(uri, shuffle=True, seed=8).load("train").load_state_dict(state)
+        vault.ungated_loader_factory(uri, shuffle=True, seed=8).load("train").load_state_dict(state)
     with pytest.raises(ResumeStateError, match="shuffle"):
         _loader(dataset, shuffle=False).load_state_dict(state)
     other_uri = str(tmp_path / "other" / "data-manifest-v1.json")
     _save(dataset[0], other_uri, first_id=5000)
-    other = dataset[0].split_data_loader(other_uri, shuffle=True, seed=7).load("train")
+    other = dataset[0].ungated_loader_factory(other_uri, shuffle=True, seed=7).load("train")
     with pytest.raises(ResumeStateError, match="manifest"):
         other.load_state_dict(state)
     with pytest.raises(ResumeStateError):
@@ -313,13 +312,13 @@ def test_altered_block_fails_closed(tmp_path: Path) -> None:
 def test_refused_arguments(dataset: Any) -> None:
     vault, uri, _ = dataset
     with pytest.raises(ValueError, match="in_order"):
-        vault.split_data_loader(uri, dataloader_args={"in_order": False})
+        vault.ungated_loader_factory(uri, dataloader_args={"in_order": False})
     with pytest.raises(ValueError, match="shuffle="):
-        vault.split_data_loader(uri, dataloader_args={"shuffle": True})
+        vault.ungated_loader_factory(uri, dataloader_args={"shuffle": True})
     with pytest.raises(ValueError, match="batch_size"):
-        vault.split_data_loader(uri, dataloader_args={"batch_size": 0})
+        vault.ungated_loader_factory(uri, dataloader_args={"batch_size": 0})
     with pytest.raises(ValueError, match="rank"):
-        vault.split_data_loader(uri, rank=2, world_size=2)
+        vault.ungated_loader_factory(uri, rank=2, world_size=2)
 
 
 def test_torch_is_optional() -> None:
@@ -329,7 +328,7 @@ def test_torch_is_optional() -> None:
         "assert 'torch' not in sys.modules, 'import trainvault imported torch'\n"
         "sys.modules['torch'] = None\n"
         "try:\n"
-        "    trainvault.TrainVault().split_data_loader('memory://x/data-manifest-v1.json')\n"
+        "    trainvault.TrainVault().ungated_loader_factory('memory://x/data-manifest-v1.json')\n"
         "except ImportError as exc:\n"
         "    assert \"pip install 'trainvault[torch]'\" in str(exc), exc\n"
         "else:\n"
@@ -344,10 +343,10 @@ def test_memory_store_with_workers_is_refused_up_front() -> None:
     saver = vault.dataset_saver(uri)
     saver.save("train", None, [{"i": i} for i in range(20)], shard_id="0")
     saver.commit_manifest()
-    collect = vault.split_data_loader(
+    collect = vault.ungated_loader_factory(
         uri, collate_fn=lambda rs: [r["i"] for r in rs], dataloader_args={"batch_size": 5}
     )
     assert [i for b in collect.load("train") for i in b] == list(range(20))  # num_workers=0 works
-    workers = vault.split_data_loader(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
+    workers = vault.ungated_loader_factory(uri, dataloader_args={"batch_size": 5, "num_workers": 2})
     with pytest.raises(StorageError, match="memory:// stores live inside one process"):
         workers.load("train")

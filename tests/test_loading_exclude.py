@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainvault import ConfigurationError, ResumeStateError, SelectionError, TrainVault  # noqa: E402
-from trainvault.loading import SplitDataLoader  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
 from trainvault.publication.reader import read_descriptor  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -66,9 +66,7 @@ def loader(
     batch: int = B,
 ) -> Any:
     uri, _, excl = data
-    sdl = SplitDataLoader(
-        TrainVault().storage,
-        uri,
+    plan = LoaderPlan.create(
         collate_fn=ids,
         shuffle=shuffle,
         seed=3,
@@ -76,8 +74,8 @@ def loader(
         world_size=world,
         shuffle_window_blocks=2,
         dataloader_args={"batch_size": batch, "num_workers": workers},
-        exclude=excl if exclude == "default" else exclude,
     )
+    sdl = SplitLoaderFactory(TrainVault().storage, uri, plan, exclude=excl if exclude == "default" else exclude)
     return sdl.load("train", infinite_iter=infinite)
 
 
@@ -193,8 +191,10 @@ class _Identity:
 
 def test_exclusions_and_a_record_view_are_refused_together(data: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot be combined"):
-        SplitDataLoader(TrainVault().storage, data[0], view=_Identity(), exclude={"easy/s0": [1]})
-    viewed = SplitDataLoader(TrainVault().storage, data[0], view=_Identity(), collate_fn=ids).load("train")
+        SplitLoaderFactory(TrainVault().storage, data[0], LoaderPlan.create(view=_Identity()), exclude={"easy/s0": [1]})
+    viewed = SplitLoaderFactory(
+        TrainVault().storage, data[0], LoaderPlan.create(view=_Identity(), collate_fn=ids)
+    ).load("train")
     assert next(iter(viewed))
     with pytest.raises(ConfigurationError, match="record view"):
         viewed.trace(0)

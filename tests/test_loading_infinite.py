@@ -7,6 +7,7 @@ hanging the suite.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -22,10 +23,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-import contextlib
 
 from trainvault import SelectionError, TrainVault
-from trainvault.loading import SplitDataLoader
+from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -52,9 +52,7 @@ def _save(root: Path, records: int, shards: int) -> str:
 
 
 def _loader(uri: str, case: dict[str, Any], rank: int, workers: int, infinite: bool = True) -> Any:
-    return SplitDataLoader(
-        TrainVault().storage,
-        uri,
+    plan = LoaderPlan.create(
         collate_fn=_ids,
         dataloader_args={"batch_size": case["batch"], "num_workers": workers, "drop_last": case["drop_last"]},
         shuffle=case["shuffle"],
@@ -62,7 +60,8 @@ def _loader(uri: str, case: dict[str, Any], rank: int, workers: int, infinite: b
         rank=rank,
         world_size=case["world"],
         shuffle_window_blocks=case["window"],
-    ).load("train", infinite_iter=infinite)
+    )
+    return SplitLoaderFactory(TrainVault().storage, uri, plan).load("train", infinite_iter=infinite)
 
 
 def _take(loader: Any, n: int) -> list[list[int]]:

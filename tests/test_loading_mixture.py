@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import SelectionError  # noqa: E402
-from trainvault.loading import SplitDataLoader  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
 from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
 from trainvault.loading.mixture_dataset import window_ids  # noqa: E402
 from trainvault.loading.mixture_schedule import (  # noqa: E402
@@ -153,7 +153,7 @@ def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:
     tl = Timeline(
         [10, 1 << 60], [True, False], [(0, {0: Fraction(1), 1: Fraction(1)}), (100, {0: Fraction(1), 1: Fraction(1)})]
     )
-    comps, _draws, revs = tl.assign(0, 200)
+    comps, _, revs = tl.assign(0, 200)
     assert (comps == 0).sum() == 10  # one pass, then out: also under the later revision that lists it
     assert comps[20:].tolist() == [1] * 180
     assert revs[99] == 0 and revs[100] == 1
@@ -164,9 +164,7 @@ def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:
 
 
 def loader(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, workers: int) -> Any:
-    sdl = SplitDataLoader(
-        TrainVault().storage,
-        uri,
+    plan = LoaderPlan.create(
         collate_fn=ids,
         shuffle=cfg["shuffle"],
         seed=cfg["seed"],
@@ -175,6 +173,7 @@ def loader(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, wor
         shuffle_window_blocks=cfg["window"],
         dataloader_args={"batch_size": batch, "num_workers": workers},
     )
+    sdl = SplitLoaderFactory(TrainVault().storage, uri, plan)
     return sdl.load_mixture(cfg["mixtures"][0])
 
 

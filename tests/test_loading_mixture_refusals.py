@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import ConfigurationError, ResumeStateError, SelectionError, TrainVaultError  # noqa: E402
-from trainvault.loading import SplitDataLoader  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
 from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
 
 
@@ -41,9 +41,11 @@ MIX = Mixture("train", [MixtureComponent("a", 2, "st0"), MixtureComponent("b", 1
 LATER = Mixture("train", [MixtureComponent("a", 1, "st0"), MixtureComponent("c", 1, "st2", run_out="drop")])
 
 
-def sdl(uri: str, **kw: Any) -> SplitDataLoader:
+def sdl(uri: str, **kw: Any) -> SplitLoaderFactory:
+    exclude = kw.pop("exclude", None)
     opts = {"shuffle": True, "seed": 5, "shuffle_window_blocks": 2, **kw}
-    return SplitDataLoader(TrainVault().storage, uri, collate_fn=ids, dataloader_args={"batch_size": 4}, **opts)
+    plan = LoaderPlan.create(collate_fn=ids, dataloader_args={"batch_size": 4}, **opts)
+    return SplitLoaderFactory(TrainVault().storage, uri, plan, exclude=exclude)
 
 
 def saved_state(uri: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from conftest import s3_config  # noqa: E402
 from faultproxy import FaultProxy, Rule  # noqa: E402
 
 from trainvault import ConfigurationError, LoaderStallError, TrainVault  # noqa: E402
-from trainvault.loading import Observability, SplitDataLoader  # noqa: E402
+from trainvault.loading import LoaderPlan, Observability, SplitLoaderFactory  # noqa: E402
 from trainvault.publication.reader import read_descriptor  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -71,9 +71,8 @@ def s3_uri(s3_server: str, s3_bucket: str) -> str:
 
 
 def _loader(storage: Any, uri: str, observe: Observability | None = None, **args: Any) -> Any:
-    return SplitDataLoader(
-        storage, uri, collate_fn=ids, dataloader_args={"batch_size": B, **args}, observe=observe
-    ).load("train")
+    plan = LoaderPlan.create(collate_fn=ids, dataloader_args={"batch_size": B, **args}, observe=observe)
+    return SplitLoaderFactory(storage, uri, plan).load("train")
 
 
 def _epoch(loader: Any) -> tuple[list[list[int]], list[dict[str, Any]]]:
@@ -224,7 +223,7 @@ def test_bad_settings_are_refused(settings: dict[str, Any]) -> None:
 
 def test_observe_must_be_an_observability(local_uri: str) -> None:
     with pytest.raises(ConfigurationError, match="Observability"):
-        SplitDataLoader(TrainVault().storage, local_uri, observe={"watchdog_s": 5})
+        LoaderPlan.create(observe={"watchdog_s": 5})  # type: ignore[arg-type]
 
 
 def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from trainvault import SelectionError, TrainVault  # noqa: E402
-from trainvault.loading import SplitDataLoader, TracedRecord  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory, TracedRecord  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -62,18 +62,16 @@ def excluded(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
 
 
 def make(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, workers: int) -> Any:
-    sdl = SplitDataLoader(
-        TrainVault().storage,
-        uri,
+    plan = LoaderPlan.create(
         collate_fn=ids,
         shuffle=cfg["shuffle"],
         seed=cfg["seed"],
         rank=rank,
         world_size=world,
         shuffle_window_blocks=cfg["window"],
-        exclude=cfg.get("exclude_map"),
         dataloader_args={"batch_size": batch, "drop_last": cfg["drop_last"], "num_workers": workers},
     )
+    sdl = SplitLoaderFactory(TrainVault().storage, uri, plan, exclude=cfg.get("exclude_map"))
     return sdl.load("train", curriculum_stages=cfg["stages"], infinite_iter=cfg["infinite"])
 
 
@@ -172,7 +170,7 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     for step in range(cut):
         for r in range(world):
             assert tracer.trace(step, rank=r) == expected(got[r][step], keys), ("before", step, r)
-    for k, _batches in enumerate(after[0]):
+    for k in range(len(after[0])):
         for r in range(world2):
             assert tracer.trace(cut + k, rank=r) == expected(after[r][k], keys), ("after", cut + k, r)
     # The state of the resumed run carries its history: a loader built from it alone traces the same.

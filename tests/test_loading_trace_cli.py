@@ -14,7 +14,7 @@ from approval_chain import build_chain  # noqa: E402
 
 from trainvault import TrainVault  # noqa: E402
 from trainvault.cli import main  # noqa: E402
-from trainvault.loading import SplitDataLoader  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
@@ -36,15 +36,10 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _loader(chain: Any, rank: int, world: int, **kw: Any) -> Any:
-    return SplitDataLoader(
-        TrainVault().storage,
-        chain.manifest_uri,
-        collate_fn=ids,
-        rank=rank,
-        world_size=world,
-        dataloader_args={"batch_size": 3},
-        **kw,
-    ).load("train", curriculum_stages=["hard", "easy"])
+    exclude = kw.pop("exclude", None)
+    plan = LoaderPlan.create(collate_fn=ids, rank=rank, world_size=world, dataloader_args={"batch_size": 3}, **kw)
+    factory = SplitLoaderFactory(TrainVault().storage, chain.manifest_uri, plan, exclude=exclude)
+    return factory.load("train", curriculum_stages=["hard", "easy"])
 
 
 def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -119,7 +114,7 @@ def test_trace_from_an_approval(chain: Any, tmp_path: Path, capsys: pytest.Captu
     from trainvault.approval.record import open_approved
 
     approved = open_approved(TrainVault(), approval, sha, trusted_keys=[public])
-    ld = approved.split_data_loader(collate_fn=ids, dataloader_args={"batch_size": 3}).load("train")
+    ld = approved.loader_factory(collate_fn=ids, dataloader_args={"batch_size": 3}).load("train")
     got = list(ld)
     state = tmp_path / "approved-state.json"
     state.write_text(json.dumps(ld.state_dict()))
@@ -177,16 +172,10 @@ def test_trace_from_a_state_saved_after_an_elastic_resume(tmp_path: Path, capsys
     saver.commit_manifest()
 
     def make(rank: int, world: int, batch: int) -> Any:
-        return SplitDataLoader(
-            TrainVault().storage,
-            uri,
-            collate_fn=ids,
-            shuffle=True,
-            seed=3,
-            rank=rank,
-            world_size=world,
-            dataloader_args={"batch_size": batch},
-        ).load("train")
+        plan = LoaderPlan.create(
+            collate_fn=ids, shuffle=True, seed=3, rank=rank, world_size=world, dataloader_args={"batch_size": batch}
+        )
+        return SplitLoaderFactory(TrainVault().storage, uri, plan).load("train")
 
     first = make(0, 1, 8)
     it = iter(first)

@@ -138,7 +138,7 @@ def excluded(tmp_path_factory, keys):
 
 
 def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> None:
-    spec, _instance, result = clean
+    spec, _, result = clean
     assert result.success
     assert materialized(result) >= LIFECYCLE
     assert {"within_contract": True, "approval_opens": True}.items() <= checks(result).items()
@@ -184,7 +184,7 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     assert {"train_metrics", "valid_metrics", "test_metrics"} <= set(approved.bindings)  # the profile's sidecars
     approval_meta = approved.approval.provenance if approved.approval else {}
     assert approval_meta.get("dagster_run_id") == result.run_id
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
     records = [r for batch in loader for r in batch]
     assert len(records) == 60
     assert records[0]["id"] == "train-easy-0-00000"
@@ -227,7 +227,7 @@ def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_nev
     )
     assert approved.exclusions is not None and len(approved.exclusions.records) == 5
     assert sha256_hex(TrainVault().storage.get(exclusions["uri"])) == approved.bindings["exclusions"].sha256
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 7}).load("train")
     ids = [r["id"] for batch in loader for r in batch]
     assert len(ids) == len(set(ids)) == 60 and not [i for i in ids if i.startswith("planted-")]
     # The same approval under a trainer policy that allows no exclusions does not open.
@@ -266,7 +266,7 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
-    spec, _instance, result = planted
+    spec, _, result = planted
     assert not result.success
     assert checks(result)["within_contract"] is False
     assert "approval_opens" not in checks(result)

@@ -1,6 +1,6 @@
 """Bad settings, names, records, documents, selections and loader states raise typed errors
 (the property is in `bad_input`): TrainVault and S3 settings, the saver, load_manifest,
-iter_shard, split_data_loader and its state, and profiling."""
+iter_shard, ungated_loader_factory and its state, and profiling."""
 
 from __future__ import annotations
 
@@ -230,17 +230,17 @@ def torch() -> Any:
         ({"seed": "1"}, TypeError),
     ],
 )
-def test_split_data_loader_arguments(
+def test_ungated_loader_factory_arguments(
     torch: Any, vault: TrainVault, published: str, kwargs: dict[str, Any], kind: type[BaseException]
 ) -> None:
-    refused(lambda: vault.split_data_loader(published, **kwargs), kind)
+    refused(lambda: vault.ungated_loader_factory(published, **kwargs), kind)
 
 
 @pytest.mark.parametrize("args", [{"num_workers": -1}, {"prefetch_factor": 2}, {"timeout": -1}])
 def test_dataloader_settings_torch_refuses_are_configuration_errors(
     torch: Any, vault: TrainVault, published: str, args: dict[str, Any]
 ) -> None:
-    refused(lambda: vault.split_data_loader(published, dataloader_args=args).load("train"), ConfigurationError)
+    refused(lambda: vault.ungated_loader_factory(published, dataloader_args=args).load("train"), ConfigurationError)
 
 
 @CHECK
@@ -248,13 +248,13 @@ def test_dataloader_settings_torch_refuses_are_configuration_errors(
 def test_load_selects_or_raises_selection_error(
     torch: Any, vault: TrainVault, published: str, split: str, stage: str | None, stages: list[str] | None
 ) -> None:
-    loader = vault.split_data_loader(published)
+    loader = vault.ungated_loader_factory(published)
     got = outcome(lambda: loader.load(split, curriculum_stage=stage, curriculum_stages=stages))
     assert got is None or isinstance(got, SelectionError), got
 
 
 def test_load_with_wrong_types_of_selection(torch: Any, vault: TrainVault, published: str) -> None:
-    loader = vault.split_data_loader(published)
+    loader = vault.ungated_loader_factory(published)
     for call in (
         lambda: loader.load(["train"]),
         lambda: loader.load("train", curriculum_stages=5),
@@ -267,7 +267,7 @@ def test_load_with_wrong_types_of_selection(torch: Any, vault: TrainVault, publi
 @CHECK
 @given(data=st.data())
 def test_load_state_dict_of_a_damaged_state(torch: Any, vault: TrainVault, published: str, data: st.DataObject) -> None:
-    loader = vault.split_data_loader(published).load("train")
+    loader = vault.ungated_loader_factory(published).load("train")
     state = loader.state_dict()
     bad = data.draw(mutations(state) | JSON)
     got = outcome(lambda: loader.load_state_dict(bad))

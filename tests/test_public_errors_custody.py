@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +79,10 @@ def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: An
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        refused(partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        refused(lambda k=keys: vault.open_approved(approval_uri, approval_sha, trusted_keys=k), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         refused(
-            partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            lambda t=threshold: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=t),
             ApprovalError,
         )
     refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -130,7 +129,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = outcome(partial(budget[0].consume, n))
+        got = outcome(lambda k=n: budget[0].consume(k))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
@@ -158,8 +157,8 @@ def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain:
     paths_that_select = {
         "DataManifest.split": lambda: manifest.split("nope"),
         "SplitManifest.shard": lambda: manifest.split("train").shard("nope/s0"),
-        "SplitDataLoader.load": lambda: vault.split_data_loader(ch.manifest_uri).load("nope"),
-        "ApprovedDataset.split_data_loader": lambda: approved.split_data_loader().load("nope"),
+        "SplitLoaderFactory.load": lambda: vault.ungated_loader_factory(ch.manifest_uri).load("nope"),
+        "ApprovedDataset.loader_factory": lambda: approved.loader_factory().load("nope"),
         "ApprovedDataset.component_range_materializer": lambda: approved.component_range_materializer("nope"),
         "build_component_ledger": lambda: vault.build_component_ledger(
             ch.manifest_uri, split="nope", declare=lambda record: []

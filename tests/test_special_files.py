@@ -131,7 +131,7 @@ def open_approved(approval_uri: str, sha256: str, public_key: str) -> None:
 
 
 def plain_loader(manifest_uri: str) -> None:
-    loader = TrainVault().split_data_loader(manifest_uri, collate_fn=list, dataloader_args={"batch_size": 4})
+    loader = TrainVault().ungated_loader_factory(manifest_uri, collate_fn=list, dataloader_args={"batch_size": 4})
     for _ in loader.load("train"):
         pass
 
@@ -140,7 +140,7 @@ def loader_mid_epoch(request_json: str, workers: str, kind: str) -> None:
     """Approve, read one batch, then swap every train shard: the rest of the epoch must fail, typed."""
     vault = TrainVault()
     approved = vault.approve_dataset(Path(request_json).read_bytes())
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": 1, "num_workers": int(workers)})
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 1, "num_workers": int(workers)})
     batches = iter(loader.load("train"))
     next(batches)
     for shard in approved.manifest.splits["train"].shards:

@@ -176,7 +176,7 @@ def test_training_loader_reads_every_record_through_cut_bodies(proxy, baseline, 
     uri = baseline.splits["train"].shards[0].uri.rsplit("/shards/", 1)[0] + "/data-manifest-v1.json"
 
     def read(vault: TrainVault) -> list[str]:
-        loader = vault.split_data_loader(
+        loader = vault.ungated_loader_factory(
             uri,
             collate_fn=lambda rs: [r["id"] for r in rs],
             shuffle=True,

@@ -36,6 +36,7 @@ from trainvault.errors import (
     TaskDataValidationError,
     TrainVaultError,
     TransientStorageError,
+    UngatedDataWarning,
     UnscannedFieldError,
     UntrustedSignerError,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "TrainVault",
     "TrainVaultError",
     "TransientStorageError",
+    "UngatedDataWarning",
     "UnscannedFieldError",
     "UntrustedSignerError",
     "VerifierContract",

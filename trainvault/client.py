@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainvault.errors import ConfigurationError, ManifestError
+from trainvault.errors import ConfigurationError, ManifestError, UngatedDataWarning
 from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
     from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, HashProgress
     from trainvault.components import Binding, Frame
-    from trainvault.loading import Observability, SplitDataLoader
+    from trainvault.loading import Observability, SplitLoaderFactory
     from trainvault.representations import Projection, RepresentationExample, RepresentationWriter, Teacher
 
 
@@ -86,29 +87,36 @@ class TrainVault:
 
     # -- loading ----------------------------------------------------------------
 
-    def split_data_loader(
+    def ungated_loader_factory(
         self,
         manifest_uri: str,
         *,
-        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         shuffle: bool = False,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
         observe: Observability | None = None,
-    ) -> SplitDataLoader:
-        """A `SplitDataLoader` over the manifest at `manifest_uri` (needs the ``torch`` extra).
+    ) -> SplitLoaderFactory:
+        """A `SplitLoaderFactory` over the manifest at `manifest_uri`, **without the approval gate**
+        (needs the ``torch`` extra). It reads whatever the manifest names: nothing checks that the
+        data was scanned or approved, so it warns with `UngatedDataWarning`. Train released models
+        through `open_approved` (a signed approval record) instead.
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
         returns a DataLoader with ``state_dict()``/``load_state_dict()`` and ``figures()``;
         `observe` (a `trainvault.loading.Observability`) sets its figures window and watchdog.
         """
-        from trainvault.loading import SplitDataLoader
+        from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
-        return SplitDataLoader(
-            self.storage,
-            manifest_uri,
+        warnings.warn(
+            f"reading {manifest_uri} without the approval gate: nothing checked that it was scanned for "
+            "contamination or approved; use TrainVault.open_approved to read approved data only",
+            UngatedDataWarning,
+            stacklevel=2,
+        )
+        plan = LoaderPlan.create(
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=shuffle,
@@ -117,6 +125,7 @@ class TrainVault:
             world_size=world_size,
             observe=observe,
         )
+        return SplitLoaderFactory(self.storage, manifest_uri, plan)
 
     # -- approval ---------------------------------------------------------------
 
@@ -145,7 +154,8 @@ class TrainVault:
         progress: Callable[[HashProgress], None] | None = None,
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
-        least `threshold` of `trusted_keys`), then run the gate on its request."""
+        least `threshold` of `trusted_keys`), then run the gate on its request: the gated path
+        to training data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(

@@ -1,7 +1,8 @@
 """The trainvault exception family.
 
 Every error names the object it concerns and what to do about it. Callers catch
-`TrainVaultError` to handle anything trainvault refuses.
+`TrainVaultError` to handle anything trainvault refuses. The one warning,
+`UngatedDataWarning`, marks a read that bypasses the approval gate.
 """
 
 from __future__ import annotations
@@ -128,3 +129,9 @@ class TaskDataValidationError(ProfileError):
 
 class ArchiveExistsError(ConflictError, FileExistsError):
     """A rollout archive already exists at the URI: archives are immutable."""
+
+
+class UngatedDataWarning(UserWarning):
+    """Data is being read without the approval gate (`TrainVault.ungated_loader_factory`): nothing
+    checked that it was scanned for contamination or approved. Trainers of released models read
+    through `TrainVault.open_approved` instead."""

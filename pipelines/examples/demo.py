@@ -200,7 +200,7 @@ def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
         uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)], policy=spec.approval_policy()
     )
     stages = train_stages(spec)
-    loader = approved.split_data_loader(collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}).load(
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}).load(
         "train", **({"curriculum_stages": stages} if stages else {})
     )
     s = approved.summary

@@ -1,5 +1,5 @@
-"""The approval gate: scan manifest, producer pins, request, gate, signed records,
-ApprovedDataset and PositionBudget.
+"""The approval gate: scan manifest, producer pins, the approval chain, request, gate,
+signed records, ApprovedDataset and PositionBudget.
 
 Importing this package imports neither torch nor numpy; the approved loader asks for
 torch when it is built.
@@ -15,6 +15,7 @@ from trainvault.approval.attestation import (
     write_attestation,
 )
 from trainvault.approval.budget import Boundary, PositionBudget
+from trainvault.approval.chain import ApprovalChain, build_approval_chain
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import approve_dataset
 from trainvault.approval.guard import CustodyStore
@@ -67,6 +68,7 @@ __all__ = [
     "SCAN_MANIFEST_NAME",
     "SIGNING_KEY_ENV",
     "STATEMENT_TYPE",
+    "ApprovalChain",
     "ApprovalPolicy",
     "ApprovalRecordRef",
     "ApprovalRequest",
@@ -94,6 +96,7 @@ __all__ = [
     "approval_statement",
     "approve_dataset",
     "attestation_statement",
+    "build_approval_chain",
     "build_training_scan_manifest",
     "collect_producer_pins",
     "git_revision",

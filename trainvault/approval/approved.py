@@ -17,6 +17,7 @@ from trainvault.refs import ArtifactRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
+    from trainvault.approval.approved_loader import ApprovedLoaderFactory
     from trainvault.approval.request import ApprovalRequest
     from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
@@ -36,7 +37,7 @@ class ApprovalRecordRef(Referenced):
 
 
 class ApprovedDataset:
-    """A dataset that passed the approval gate; build its loader with `split_data_loader`."""
+    """A dataset that passed the approval gate; build its loaders with `loader_factory`."""
 
     __slots__ = ("_bindings", "_config", "_record", "_result")
     _bindings: Mapping[str, ArtifactRef]
@@ -137,20 +138,20 @@ class ApprovedDataset:
         pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
         return issue_custody(self._config, r.shard_sizes, pinned)
 
-    def split_data_loader(
+    def loader_factory(
         self,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         *,
         materializer: Any = None,
-    ) -> Any:  # -> ApprovedSplitDataLoader; torch is imported on use
-        """The finite, ordered loader (needs the ``torch`` extra); its order does not depend on
-        ``num_workers``, and every block is verified before its records are yielded. It skips the
-        records of the bound exclusions. With a `materializer` (from
-        `component_range_materializer`) it batches its logical records."""
-        from trainvault.approval.approved_loader import issue_loader
+    ) -> ApprovedLoaderFactory:
+        """The factory of this dataset's loaders (needs the ``torch`` extra): ``.load(split)``
+        returns a finite DataLoader in manifest order, whatever ``num_workers``, that verifies
+        every block before yielding its records and skips the records of the bound exclusions.
+        With a `materializer` (from `component_range_materializer`) it batches its logical records."""
+        from trainvault.approval.approved_loader import issue_loader_factory
 
-        return issue_loader(
+        return issue_loader_factory(
             self.custody_store(),
             self._result.publication,
             collate_fn=collate_fn,

@@ -1,11 +1,12 @@
-"""The approved loader: the trainvault loader, finite and in manifest order, reading through custody.
+"""The approved loader factory: the trainvault loader, finite and in manifest order, reading through custody.
 
-It is `SplitDataLoader` over a `CustodyStore` and the gate's parsed, pinned `Publication`
-(no second parse of the manifest or descriptors), so it keeps the loader's guarantees (an
-order that does not depend on `num_workers`: workers form batches and the loader merges
-them back in sequence) and adds the approval's: the manifest and descriptors are the
-bytes the gate hashed, only approved shards are opened, and every block's SHA-256 is
-checked before any of its records is decoded.
+It composes a `SplitLoaderFactory` over a `CustodyStore` (a `ReadableStorage`, not a
+`Storage`) and the gate's parsed, pinned `Publication` (no second parse of the manifest or
+descriptors), so it keeps the loader's guarantees (an order that does not depend on
+`num_workers`: workers form batches and the loader merges them back in sequence) and adds
+the approval's: the manifest and descriptors are the bytes the gate hashed, only approved
+shards are opened, and every block's SHA-256 is checked before any of its records is decoded.
+Its own `load` refuses ``infinite_iter``: an approved dataset loads finitely.
 
 Like `ApprovedDataset`, it is issued, not built: the constructor raises `TypeError`, its
 attributes cannot be replaced (no swapping in another manifest or storage), and it does
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStore
 from trainvault.errors import CustodyError, SelectionError
-from trainvault.loading import SplitDataLoader
+from trainvault.loading import LoaderPlan, SplitLoaderFactory
+from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 
 if TYPE_CHECKING:
@@ -33,25 +35,26 @@ if TYPE_CHECKING:
 _ISSUE = object()
 
 
-class ApprovedSplitDataLoader(SplitDataLoader):
-    """Loads selections of an approved dataset: ``.load(split, curriculum_stage=...,
+class ApprovedLoaderFactory:
+    """Makes loaders over selections of an approved dataset: ``.load(split, curriculum_stage=...,
     curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
     `materializer`, it batches the materializer's logical records (ranges or packed records)."""
 
+    # Set once by _build (through object.__setattr__), never again.
+    _factory: SplitLoaderFactory
+    _exclusions: Exclusions | None
     materializer: ComponentRangeMaterializer | None
-    _approved_exclusions: Exclusions | None
-    _given_args: dict[str, Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
-            "ApprovedSplitDataLoader cannot be constructed directly; get one from ApprovedDataset.split_data_loader()"
+            "ApprovedLoaderFactory cannot be constructed directly; get one from ApprovedDataset.loader_factory()"
         )
 
     @classmethod
-    def _issue(cls, token: object, *args: Any, **options: Any) -> ApprovedSplitDataLoader:
+    def _issue(cls, token: object, *args: Any, **options: Any) -> ApprovedLoaderFactory:
         # The token is checked before any argument is looked at.
         if token is not _ISSUE:
-            raise TypeError("an ApprovedSplitDataLoader is issued by an ApprovedDataset only")
+            raise TypeError("an ApprovedLoaderFactory is issued by an ApprovedDataset only")
         return cls._build(*args, **options)
 
     @classmethod
@@ -60,11 +63,11 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         storage: CustodyStore,
         publication: Publication,
         *,
-        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
-    ) -> ApprovedSplitDataLoader:
+    ) -> ApprovedLoaderFactory:
         if not isinstance(storage, CustodyStore):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
         if not isinstance(publication, Publication):
@@ -79,38 +82,54 @@ class ApprovedSplitDataLoader(SplitDataLoader):
                     f"{materializer!r} belongs to data manifest {materializer.manifest_sha256}, this approved loader "
                     f"to {publication.sha256}; make it with this dataset's component_range_materializer()"
                 )
+        plan = LoaderPlan.create(collate_fn=collate_fn, dataloader_args=dataloader_args, view=materializer)
         self = object.__new__(cls)
-        SplitDataLoader.__init__(
-            self,
-            storage,
-            publication,
-            collate_fn=collate_fn,
-            dataloader_args=dataloader_args,
-            shuffle=False,
-            seed=0,
-            view=materializer,
-        )
-        self.materializer = materializer
-        self._approved_exclusions = exclusions
-        self._given_args = dict(dataloader_args or {})
-        object.__setattr__(self, "_sealed", True)
+        object.__setattr__(self, "_factory", SplitLoaderFactory(storage, publication, plan))
+        object.__setattr__(self, "materializer", materializer)
+        object.__setattr__(self, "_exclusions", exclusions)
         return self
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if getattr(self, "_sealed", False):
-            raise AttributeError(f"an ApprovedSplitDataLoader is read-only; cannot set {name!r}")
-        object.__setattr__(self, name, value)
+        raise AttributeError(f"an ApprovedLoaderFactory is read-only; cannot set {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"an ApprovedSplitDataLoader is read-only; cannot delete {name!r}")
+        raise AttributeError(f"an ApprovedLoaderFactory is read-only; cannot delete {name!r}")
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
-            "an ApprovedSplitDataLoader does not pickle or copy: build it from the ApprovedDataset where it is needed"
+            "an ApprovedLoaderFactory does not pickle or copy: build it from the ApprovedDataset where it is needed"
         )
 
     def __repr__(self) -> str:
-        return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
+        return f"ApprovedLoaderFactory({self.manifest_uri!r}, sha256={self.manifest_sha256})"
+
+    # What the gate approved, read-only: the custody store, the pinned publication, the plan.
+    @property
+    def storage(self) -> CustodyStore:
+        storage = self._factory.storage
+        if not isinstance(storage, CustodyStore):  # only _build sets it, always to custody
+            raise CustodyError("this approved loader lost its custody storage; get a new one from the ApprovedDataset")
+        return storage
+
+    @property
+    def publication(self) -> Publication:
+        return self._factory.publication
+
+    @property
+    def manifest(self) -> DataManifest:
+        return self._factory.manifest
+
+    @property
+    def manifest_uri(self) -> str:
+        return self._factory.manifest_uri
+
+    @property
+    def manifest_sha256(self) -> str:
+        return self._factory.manifest_sha256
+
+    @property
+    def plan(self) -> LoaderPlan:
+        return self._factory.plan
 
     def load(
         self,
@@ -119,7 +138,8 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         curriculum_stages: Sequence[str] | None = None,
         infinite_iter: bool = False,
     ) -> Any:
-        """A finite DataLoader over `split`, one stage or a union of stages, in manifest order."""
+        """A finite DataLoader over `split`, one stage or a union of stages, in manifest order
+        (`infinite_iter` is refused: it is here so a trainer's call gets that answer)."""
         if infinite_iter:
             raise SelectionError(
                 "an approved dataset loads finitely: infinite_iter=True is not accepted; iterate the loader again "
@@ -129,44 +149,34 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             raise SelectionError(
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
-        ex = self._approved_exclusions
+        ex = self._exclusions
         exclude = None if ex is None else ex.by_shard(split)
         if not exclude:
-            return super().load(split, curriculum_stage, curriculum_stages, False)
+            return self._factory.load(split, curriculum_stage, curriculum_stages)
         if self.materializer is not None:
             raise CustodyError(
                 f"split {split!r} has excluded records and a component materializer: excluded records are not "
                 "skipped under a materializer; approve the split without exclusions to materialise its ranges"
             )
-        return self._excluding(split, exclude).load(split, curriculum_stage, curriculum_stages, False)
+        return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages)
 
     def load_mixture(self, mixture: Any) -> Any:
         """A mixture DataLoader whose components are stages of an approved split (a stage the
         approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
         split = getattr(mixture, "split", None)
-        ex = self._approved_exclusions
-        if ex is None or not isinstance(split, str):
-            return super().load_mixture(mixture)
-        exclude = ex.by_shard(split)
+        ex = self._exclusions
+        exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
         if not exclude:
-            return super().load_mixture(mixture)
-        return self._excluding(split, exclude).load_mixture(mixture)
+            return self._factory.load_mixture(mixture)
+        return self._excluding(exclude).load_mixture(mixture)
 
-    def _excluding(self, split: str, exclude: Mapping[str, frozenset[int]]) -> SplitDataLoader:
-        """A loader over the same custody that never deals `exclude`. One per split: a shard key
-        names a shard within its split only, so the loader's ``exclude=`` is given one split's keys."""
-        return SplitDataLoader(
-            self.storage,
-            self.publication,
-            collate_fn=self.collate_fn,
-            dataloader_args=self._given_args,
-            shuffle=False,
-            seed=0,
-            exclude=dict(exclude),
-        )
+    def _excluding(self, exclude: Mapping[str, frozenset[int]]) -> SplitLoaderFactory:
+        """A factory over the same custody and plan that never deals `exclude`. One per split: a
+        shard key names a shard within its split only, so ``exclude=`` is given one split's keys."""
+        return SplitLoaderFactory(self.storage, self.publication, self.plan, exclude=dict(exclude))
 
 
-def issue_loader(storage: CustodyStore, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
-    """The approved loader over `storage` and the gate's `publication` (internal:
-    `ApprovedDataset.split_data_loader` calls it)."""
-    return ApprovedSplitDataLoader._issue(_ISSUE, storage, publication, **options)
+def issue_loader_factory(storage: CustodyStore, publication: Publication, **options: Any) -> ApprovedLoaderFactory:
+    """The approved loader factory over `storage` and the gate's `publication` (internal:
+    `ApprovedDataset.loader_factory` calls it)."""
+    return ApprovedLoaderFactory._issue(_ISSUE, storage, publication, **options)

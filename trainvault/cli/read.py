@@ -1,11 +1,13 @@
-"""``trainvault read MANIFEST``: read a split through the training loader, every block verified,
-with a live line of what the loader waits for (on a terminal) and a summary at the end."""
+"""``trainvault read MANIFEST``: read a split through the training loader (ungated: the manifest as
+stored), every block verified, with a live line of what the loader waits for (on a terminal) and a
+summary at the end."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+import warnings
 from typing import Any, TextIO
 
 from trainvault.cli.console import vault_from_env
@@ -26,18 +28,20 @@ def live_line(figures: dict[str, Any], records: int, seconds: float) -> str:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    from trainvault.errors import UngatedDataWarning
     from trainvault.loading import Observability
 
-    loader = (
-        vault_from_env()
-        .split_data_loader(
+    with warnings.catch_warnings():
+        # The command's help says it reads the manifest as stored, no approval: the warning is
+        # for Python callers who might take the ungated factory for the gated one.
+        warnings.simplefilter("ignore", UngatedDataWarning)
+        factory = vault_from_env().ungated_loader_factory(
             args.manifest,
             collate_fn=list,
             dataloader_args={"batch_size": args.batch_size, "num_workers": args.workers},
             observe=Observability(window_steps=args.window, watchdog_s=args.watchdog),
         )
-        .load(args.split, curriculum_stage=args.stage)
-    )
+    loader = factory.load(args.split, curriculum_stage=args.stage)
     out: TextIO = sys.stderr
     live = getattr(out, "isatty", lambda: False)()
     records, waited, last_draw = 0, 0.0, 0.0
@@ -65,7 +69,9 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def add_read_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "read", help="read a split through the training loader (every block verified), showing what it waits for"
+        "read",
+        help="read a split of a manifest as stored, without the approval gate, through the training loader "
+        "(every block verified), showing what it waits for",
     )
     p.add_argument("manifest", help="data manifest URI")
     p.add_argument("--split", default="train")

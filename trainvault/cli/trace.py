@@ -135,23 +135,22 @@ def _trace_loader(args: argparse.Namespace, run: _Run, state: Any) -> Any:
                 policy=policy_from_args(args),
                 progress=bar,
             )
-        return approved.split_data_loader(dataloader_args=run.batch).load(run.split, curriculum_stages=run.stages)
+        return approved.loader_factory(dataloader_args=run.batch).load(run.split, curriculum_stages=run.stages)
     from trainvault.errors import ResumeStateError
-    from trainvault.loading import SplitDataLoader
+    from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
     if state.manifest_uri is None:
         raise ResumeStateError(f"{args.state} names no manifest (a version 1 state): give the APPROVAL too")
     ident = state.identity
     exclude = None if args.exclude is None else _read_json(args.exclude, "the loader's exclude mapping")
-    return SplitDataLoader(
-        vault.storage,
-        state.manifest_uri,
+    plan = LoaderPlan.create(
         shuffle=ident.shuffle,
         seed=ident.seed,
         shuffle_window_blocks=ident.shuffle_window_blocks,
         dataloader_args=run.batch,
-        exclude=exclude,
-    ).load(run.split, curriculum_stages=run.stages)
+    )
+    factory = SplitLoaderFactory(vault.storage, state.manifest_uri, plan, exclude=exclude)
+    return factory.load(run.split, curriculum_stages=run.stages)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ _ISSUE = object()
 class ComponentRangeMaterializer:
     """Materialises one split's approved component ledger (get one from
     ``ApprovedDataset.component_range_materializer``). Pass it to
-    ``approved.split_data_loader(..., materializer=m)`` to batch its logical records."""
+    ``approved.loader_factory(..., materializer=m)`` to batch its logical records."""
 
     split: str
     mode: str

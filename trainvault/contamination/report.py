@@ -27,6 +27,9 @@ from trainvault.publication.manifest import DataManifest, natural_key
 from trainvault.refs import Sha256
 from trainvault.version import __version__
 
+#: The report's file name beside the manifest (what `build_approval_chain` writes).
+REPORT_NAME = "contamination-report-v1.json"
+
 
 class ReleaseRef(StrictModel):
     id: str

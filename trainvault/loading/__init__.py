@@ -1,10 +1,19 @@
 """The training loader: global order and dealing, the batch-forming dataset, resume state.
 
-Importing this package does not import torch; `SplitDataLoader` asks for it when built.
+Importing this package does not import torch; `LoaderPlan.create` asks for it.
+`SplitLoaderFactory(storage, manifest, plan).load(split)` returns the DataLoader.
 """
 
+from trainvault.loading.factory import SplitLoaderFactory
 from trainvault.loading.metrics import Observability
-from trainvault.loading.split import DEFAULT_SHUFFLE_WINDOW_BLOCKS, SplitDataLoader
+from trainvault.loading.plan import DEFAULT_SHUFFLE_WINDOW_BLOCKS, LoaderPlan
 from trainvault.loading.trace import StepTrace, TracedRecord
 
-__all__ = ["DEFAULT_SHUFFLE_WINDOW_BLOCKS", "Observability", "SplitDataLoader", "StepTrace", "TracedRecord"]
+__all__ = [
+    "DEFAULT_SHUFFLE_WINDOW_BLOCKS",
+    "LoaderPlan",
+    "Observability",
+    "SplitLoaderFactory",
+    "StepTrace",
+    "TracedRecord",
+]

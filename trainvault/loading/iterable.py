@@ -9,7 +9,7 @@ through the loader.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch.utils.data
@@ -18,10 +18,9 @@ from trainvault.errors import IntegrityError
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.metrics import IN_PROCESS
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
+from trainvault.loading.plan import LoaderPlan
 from trainvault.loading.view import RecordView
 from trainvault.loading.watchdog import Watchdog
-from trainvault.publication.manifest import ShardDescriptor, ShardEntry
-from trainvault.storage import ReadableStorage
 
 Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
@@ -32,43 +31,16 @@ SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
 class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
     """One rank's batches of a selection, dealt over the DataLoader's workers."""
 
-    def __init__(
-        self,
-        *,
-        storage: ReadableStorage,
-        data_format: str,
-        shards: tuple[ShardEntry, ...],
-        descriptors: tuple[ShardDescriptor, ...],
-        plan: BlockPlan,
-        order_key: int,
-        shuffle: bool,
-        window_blocks: int,
-        batch_size: int,
-        drop_last: bool,
-        rank: int,
-        world_size: int,
-        collate_fn: Callable[[list[dict[str, Any]]], Any],
-        infinite: bool,
-        view: RecordView | None = None,
-        watchdog_s: float | None = None,
-        on_stall: str = "log",
-    ):
+    def __init__(self, *, fetcher: BlockFetcher, blocks: BlockPlan, order_key: int, plan: LoaderPlan, infinite: bool):
         super().__init__()
-        self.fetcher = BlockFetcher(storage, data_format, shards, descriptors)
-        self.plan = plan
+        self.fetcher = fetcher
+        #: Every selected block's shard, index and record count (exclusions removed).
+        self.blocks = blocks
         self.order_key = order_key
-        self.shuffle = shuffle
-        self.window_blocks = window_blocks
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.collate_fn = collate_fn
+        self.plan = plan
         self.infinite = infinite
-        self.view = view
-        self.watchdog_s = watchdog_s
-        self.on_stall = on_stall
-        self.total = plan.total_records
+        self.collate_fn = plan.batch_collate()
+        self.total = blocks.total_records
         self._start = (0, 0)
         self._iteration = 0
 
@@ -79,10 +51,12 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         self._iteration = 0
 
     def order(self, epoch: int) -> EpochOrder:
-        return EpochOrder(self.plan, self.order_key, epoch, self.shuffle, self.window_blocks)
+        p = self.plan
+        return EpochOrder(self.blocks, self.order_key, epoch, p.shuffle, p.shuffle_window_blocks)
 
     def schedule(self, start: int) -> RankSchedule:
-        return RankSchedule(start, self.total, self.batch_size, self.world_size, self.rank, self.drop_last)
+        p = self.plan
+        return RankSchedule(start, self.total, p.batch_size, p.world_size, p.rank, p.drop_last)
 
     def __iter__(self) -> Iterator[Item]:
         info = torch.utils.data.get_worker_info()
@@ -94,14 +68,15 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
 
     def watchdog(self, where: str) -> Watchdog | None:
         """A started watchdog for the process that forms batches (None: none configured)."""
-        if self.watchdog_s is None:
+        o = self.plan.observe
+        if o.watchdog_s is None:
             return None
-        return Watchdog(self.watchdog_s, self.on_stall, where, self.fetcher.describe_reads).start()
+        return Watchdog(o.watchdog_s, o.on_stall, where, self.fetcher.describe_reads).start()
 
     def _generate(self, epoch: int, position: int, num_workers: int, worker: int, name: int | str) -> Iterator[Item]:
         if self.total == 0:
             return
-        where = f"rank {self.rank}, " + ("in the trainer's process" if name == IN_PROCESS else f"worker {worker}")
+        where = f"rank {self.plan.rank}, " + ("in the trainer's process" if name == IN_PROCESS else f"worker {worker}")
         watch = self.watchdog(where)
         try:
             yield from self._deal(epoch, position, num_workers, worker, name, watch)
@@ -113,7 +88,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         self, epoch: int, position: int, num_workers: int, worker: int, name: int | str, watch: Watchdog | None
     ) -> Iterator[Item]:
         # Record and window counts, hence the chunk, are the same in every epoch.
-        chunk = chunk_batches(self.order(epoch), self.batch_size, self.world_size, num_workers)
+        chunk = chunk_batches(self.order(epoch), self.plan.batch_size, self.plan.world_size, num_workers)
         offset = 0
         while True:
             if position >= self.total:
@@ -130,13 +105,13 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
             epoch, position = epoch + 1, 0
 
     def _expand(self, view: RecordView, plan_index: int, records: list[dict[str, Any]]) -> list[Any]:
-        s, b = int(self.plan.shard[plan_index]), int(self.plan.block[plan_index])
+        s, b = int(self.blocks.shard[plan_index]), int(self.blocks.block[plan_index])
         out = view.expand(self.fetcher.shards[s], self.fetcher.descriptors[s].blocks[b].first_record, records)
-        if len(out) != int(self.plan.records[plan_index]):
+        if len(out) != int(self.blocks.records[plan_index]):
             # Positions were counted from the view's block_counts; a different count would shift every later one.
             raise IntegrityError(
                 f"block {b} of shard {self.fetcher.shards[s].key} gave {len(out)} logical records, its record view "
-                f"counted {int(self.plan.records[plan_index])}; the view does not describe this data: nothing of it is used"
+                f"counted {int(self.blocks.records[plan_index])}; the view does not describe this data: nothing of it is used"
             )
         return out
 
@@ -157,11 +132,12 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
                 if not needed or needed[-1] != k:
                     needed.append(k)
         window_blocks = [order.window_plan_blocks(k) for k in needed]
-        wanted = ((int(self.plan.shard[i]), int(self.plan.block[i])) for blocks in window_blocks for i in blocks)
-        lookahead = self.window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
+        wanted = ((int(self.blocks.shard[i]), int(self.blocks.block[i])) for blocks in window_blocks for i in blocks)
+        lookahead = self.plan.shuffle_window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
         stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
         times = self.fetcher.times
         loaded: dict[int, tuple[list[dict[str, Any]], list[int] | None]] = {}
+        view = self.plan.view
         next_window = 0
         if watch is not None:
             watch.busy()
@@ -175,9 +151,9 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
                             del loaded[old]
                         window: list[Any] = []
                         for i in window_blocks[next_window]:
-                            block = self.plan.keep(i, next(stream))  # exclusions skipped
-                            if self.view is not None:
-                                block = self._expand(self.view, i, block)
+                            block = self.blocks.keep(i, next(stream))  # exclusions skipped
+                            if view is not None:
+                                block = self._expand(view, i, block)
                             window.extend(block)
                         shuffled = order.record_permutation(needed[next_window])
                         loaded[needed[next_window]] = (window, None if shuffled is None else shuffled.tolist())

@@ -5,7 +5,7 @@ on each new ``iter()`` unless `load_state_dict` was called since (as torchdata's
 StatefulDataLoader does), and restarts persistent workers only when the next iteration
 is not the one they would produce anyway. It numbers the batches it yields (steps) and
 records where the run re-dealt (a start, a resume, an epoch cut short), so `trace` names
-the records of any step. Imports torch: import it through `SplitDataLoader`.
+the records of any step. Imports torch: import it through `SplitLoaderFactory`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from trainvault.errors import ConfigurationError, ResumeStateError
 from trainvault.loading.iterable import Item, SplitIterableDataset
-from trainvault.loading.metrics import Observability, SlowestRank, StepFigures, WindowFigures
+from trainvault.loading.metrics import SlowestRank, StepFigures, WindowFigures
 from trainvault.loading.order import Redeal
 from trainvault.loading.state import LoaderState, OrderIdentity
 from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
@@ -42,7 +42,6 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         identity: OrderIdentity,
         *,
         manifest_uri: str | None = None,
-        observe: Observability | None = None,
         **dataloader_args: Any,
     ):
         try:
@@ -65,7 +64,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         # Persistent workers keep the dataset copy they started with: (first start, iterations).
         self._workers_first: tuple[int, int] | None = None
         self._workers_iterations = 0
-        self._observe = observe or Observability()
+        self._observe = dataset.plan.observe
         self._window = WindowFigures(self._observe.window_steps)
         self._slowest = SlowestRank(self._observe.gather_every)
 
@@ -100,12 +99,13 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         natural = (self._epoch, self._position)
         if ds.total and natural[1] >= ds.total:
             natural = (natural[0] + 1, 0)
-        point = Redeal(self._step, epoch, position, ds.batch_size, ds.world_size, ds.drop_last)
+        point = Redeal(self._step, epoch, position, ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)
         last = self._history[-1] if self._history else None
         if (
             last is not None
             and (epoch, position) == natural
-            and (last.batch_size, last.world_size, last.drop_last) == (ds.batch_size, ds.world_size, ds.drop_last)
+            and (last.batch_size, last.world_size, last.drop_last)
+            == (ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)
         ):
             return self._history
         if last is not None and last.step == self._step:
@@ -183,7 +183,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         o = self._observe
         if o.watchdog_s is None or self.num_workers == 0:
             return None
-        where = f"rank {self.split_dataset.rank}, the trainer's process"
+        where = f"rank {self.split_dataset.plan.rank}, the trainer's process"
         workers = [f"batches from the {self.num_workers} DataLoader workers, which log their own stacks and reads"]
         watch = Watchdog(o.watchdog_s, "log", where, lambda: workers).start()
         watch.busy()
@@ -208,8 +208,8 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         ds = self.split_dataset
         return {
             "step": None if last is None else last.step,
-            "rank": ds.rank,
-            "world_size": ds.world_size,
+            "rank": ds.plan.rank,
+            "world_size": ds.plan.world_size,
             "worker": None if last is None else str(last.worker),
             "data_wait_s": 0.0 if last is None else last.wait_s,
             "window": self._window.total(),
@@ -221,19 +221,20 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
 
     def _state(self) -> LoaderState:
         ds = self.split_dataset
-        return LoaderState(
-            identity=self._identity,
+        return LoaderState.at(
+            self._identity,
             epoch=self._epoch,
             position=self._position,
             epoch_records=ds.total,
             remainder=ds.schedule(0).remainder,
-            batch_size=ds.batch_size,
-            world_size=ds.world_size,
+            batch_size=ds.plan.batch_size,
+            world_size=ds.plan.world_size,
             step=self._step,
             # Only points already dealt from: a resume continues at (epoch, position), never
             # at the next epoch a finite loader cut short would start.
             history=tuple(
-                self._history or [Redeal(0, self._epoch, self._position, ds.batch_size, ds.world_size, ds.drop_last)]
+                self._history
+                or [Redeal(0, self._epoch, self._position, ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)]
             ),
             manifest_uri=self._manifest_uri,
         )
@@ -278,7 +279,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         # While an iteration runs, its next batches continue it; else they are the next iter()'s.
         running = self._live is not None and self._live[1]() is not None
         history = self._history if running else self._history_now()
-        return trace_batch(ds, self._identity.split, history, step, ds.rank if rank is None else rank, read=read)
+        return trace_batch(ds, self._identity.split, history, step, ds.plan.rank if rank is None else rank, read=read)
 
     def describe_state(self) -> str:
         """Where the run is, for people: epoch, position, selection and digests."""

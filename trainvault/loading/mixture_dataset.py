@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
 from trainvault.loading.mixture_schedule import Timeline
 from trainvault.loading.mixture_source import ComponentSource, WindowKey, groups
 from trainvault.loading.order import RankSchedule, Redeal, worker_batches
+from trainvault.loading.plan import LoaderPlan
 
 #: What a mixture worker yields: (step, epoch, position after the batch, collated batch).
 MixtureItem = tuple[int, int, int, Any]
@@ -75,23 +76,15 @@ def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarra
 class MixtureIterableDataset(torch.utils.data.IterableDataset[MixtureItem]):
     """One rank's batches of a mixture run from its last re-dealing point."""
 
-    def __init__(
-        self,
-        *,
-        sources: Sequence[ComponentSource],
-        batch_size: int,
-        drop_last: bool,
-        rank: int,
-        world_size: int,
-        collate_fn: Callable[[list[Any]], Any],
-    ):
+    def __init__(self, plan: LoaderPlan, sources: Sequence[ComponentSource] = ()):
         super().__init__()
         self.sources = list(sources)
-        self.batch_size, self.drop_last = batch_size, drop_last
-        self.rank, self.world_size = rank, world_size
-        self.collate_fn = collate_fn
+        # The plan's batching, flattened: these are read for every batch a worker forms.
+        self.batch_size, self.drop_last = plan.batch_size, plan.drop_last
+        self.rank, self.world_size = plan.rank, plan.world_size
+        self.collate_fn = plan.batch_collate()
         self.timeline = Timeline([], [], [])
-        self.point = Redeal(0, 0, 0, batch_size, world_size, drop_last)
+        self.point = Redeal(0, 0, 0, plan.batch_size, plan.world_size, plan.drop_last)
 
     def set_run(self, sources: Sequence[ComponentSource], timeline: Timeline, point: Redeal) -> None:
         """Deal from `point` (a step and slot) under `timeline`, over `sources` (by index)."""

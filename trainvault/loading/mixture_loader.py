@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch.utils.data
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
@@ -28,10 +28,24 @@ from trainvault.loading.mixture_source import ComponentSource
 from trainvault.loading.mixture_state import ComponentIdentity, MixtureState, RedealEntry, RevisionEntry
 from trainvault.loading.mixture_trace import trace_mixture_batch
 from trainvault.loading.order import RankBatch, Redeal
+from trainvault.loading.plan import LoaderPlan
 from trainvault.loading.trace import TracedRecord
 
-if TYPE_CHECKING:
-    from trainvault.loading.split import SplitDataLoader
+
+class ComponentFactory(Protocol):
+    """What a mixture loader needs of the loader factory that made it (`SplitLoaderFactory`):
+    its plan, the manifest it pins, and each component's source."""
+
+    @property
+    def plan(self) -> LoaderPlan: ...
+
+    @property
+    def manifest_sha256(self) -> str: ...
+
+    @property
+    def manifest_uri(self) -> str: ...
+
+    def mixture_component(self, split: str, comp: MixtureComponent) -> tuple[ComponentSource, ComponentIdentity]: ...
 
 
 @dataclass(frozen=True)
@@ -60,17 +74,9 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
     """A `torch.utils.data.DataLoader` over a mixture, with `set_mixture()`, `state_dict()`,
     `load_state_dict()`, `trace()` and `mixture_report()`."""
 
-    def __init__(self, split_loader: SplitDataLoader, mixture: Mixture, **dataloader_args: Any):
-        self._sdl = split_loader
-        collate = split_loader.collate_fn or torch.utils.data.default_collate
-        dataset = MixtureIterableDataset(
-            sources=[],
-            batch_size=split_loader.batch_size,
-            drop_last=split_loader.drop_last,
-            rank=split_loader.rank,
-            world_size=split_loader.world_size,
-            collate_fn=collate,
-        )
+    def __init__(self, factory: ComponentFactory, mixture: Mixture, **dataloader_args: Any):
+        self._factory = factory
+        dataset = MixtureIterableDataset(factory.plan)
         try:
             super().__init__(dataset, batch_size=None, collate_fn=passthrough, **dataloader_args)
         except ValueError as exc:
@@ -113,7 +119,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
                         "a component keeps its stage, replacement and run_out for the whole run: give it a new name"
                     )
                 continue
-            source, identity = resolve_component(self._sdl, mixture.split, comp)
+            source, identity = self._factory.mixture_component(mixture.split, comp)
             self._names.append(comp.name)
             self._specs[comp.name] = comp
             self._sources.append(source)
@@ -241,14 +247,14 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
     # -- state -----------------------------------------------------------------------------
 
     def _state(self) -> MixtureState:
-        sdl = self._sdl
+        f, p = self._factory, self._factory.plan
         return MixtureState(
-            manifest_sha256=sdl.manifest_sha256,
-            manifest_uri=sdl.manifest_uri,
+            manifest_sha256=f.manifest_sha256,
+            manifest_uri=f.manifest_uri,
             split=self._split,
-            shuffle=sdl.shuffle,
-            seed=sdl.seed,
-            shuffle_window_blocks=sdl.shuffle_window_blocks,
+            shuffle=p.shuffle,
+            seed=p.seed,
+            shuffle_window_blocks=p.shuffle_window_blocks,
             components=dict(self._identities),
             revisions=[
                 RevisionEntry(at_step=r.at_step, at_slot=r.at_slot, mixture=r.mixture.to_dict())
@@ -317,17 +323,17 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
         self._history = history
 
     def _check_identity(self, state: MixtureState) -> None:
-        sdl = self._sdl
-        if state.manifest_sha256 != sdl.manifest_sha256:
+        f, p = self._factory, self._factory.plan
+        if state.manifest_sha256 != f.manifest_sha256:
             raise ResumeStateError(
                 f"this mixture state belongs to manifest sha256 {state.manifest_sha256[:16]}..., not the loaded "
-                f"{sdl.manifest_sha256[:16]}...; resume against the manifest the run started with"
+                f"{f.manifest_sha256[:16]}...; resume against the manifest the run started with"
             )
         for name, mine in (
             ("split", self._split),
-            ("shuffle", sdl.shuffle),
-            ("seed", sdl.seed),
-            ("shuffle_window_blocks", sdl.shuffle_window_blocks),
+            ("shuffle", p.shuffle),
+            ("seed", p.seed),
+            ("shuffle_window_blocks", p.shuffle_window_blocks),
         ):
             if getattr(state, name) != mine:
                 raise ResumeStateError(
@@ -408,33 +414,3 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
             f"mixture over split {self._split!r}: step {self._step:,}, record slot {self._position:,}, "
             f"{len(self._revisions)} revision(s); shares so far: {shares}"
         )
-
-
-def resolve_component(
-    sdl: SplitDataLoader, split: str, comp: MixtureComponent
-) -> tuple[ComponentSource, ComponentIdentity]:
-    """The source of `comp` within `split` of `sdl`'s manifest (`SelectionError` for an unknown stage)."""
-    from trainvault.loading.fetch import BlockFetcher
-    from trainvault.loading.order import derive_key
-    from trainvault.loading.selection import select
-
-    if sdl.view is not None:
-        raise ConfigurationError("a mixture batches stored records; a record view (materializer) is not supported")
-    selection = select(sdl.manifest, split, comp.stage)
-    descriptors = sdl._read_descriptors(selection.shards)
-    plan = sdl._plan(selection.shards, descriptors)
-    if plan.total_records == 0:
-        raise SelectionError(f"mixture component {comp.name!r} ({selection.describe()}) holds no records to draw")
-    source = ComponentSource(
-        name=comp.name,
-        replacement=comp.replacement,
-        fetcher=BlockFetcher(sdl.storage, sdl.manifest.data_format, selection.shards, descriptors),
-        plan=plan,
-        key=derive_key(sdl.manifest_sha256, selection.sha256, sdl.seed, sdl.shuffle_window_blocks),
-        shuffle=sdl.shuffle,
-        window_blocks=sdl.shuffle_window_blocks,
-    )
-    exclude = None if sdl.exclusions is None else sdl.exclusions.sha256(selection.shards)
-    return source, ComponentIdentity(
-        selection_sha256=selection.sha256, exclude_sha256=exclude, records=plan.total_records
-    )

@@ -4,21 +4,28 @@ Its size does not grow with the dataset, and it holds no worker, rank or shuffle
 state, so a run resumes with any `num_workers`, world size or batch size (elastic).
 Version 2 adds the step count, the run's re-dealing points (`Redeal`) and the manifest's
 URI, so a state alone names the records of any step; version 1 states still load.
+The state is a strict pydantic model like every other document; its dict form is flat
+(the order identity's fields beside the position), as ``state_dict()`` has always given it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
+from pydantic import ValidationError, field_validator, model_validator
+
+from trainvault.documents import StrictModel, describe_validation_error
 from trainvault.errors import ResumeStateError
 from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal, steps_until
 
-STATE_FORMAT = "trainvault.loader-state"
+STATE_FORMAT: Final = "trainvault.loader-state"
 STATE_VERSION = 2
 #: Versions `from_dict` reads; version 1 has no step, history or manifest URI.
 READABLE_VERSIONS = (1, 2)
+_RUN_FIELDS = ("step", "history", "manifest_uri")
+_KINDS = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "list"}
 
 
 @dataclass(frozen=True)
@@ -38,46 +45,127 @@ class OrderIdentity:
     exclude_sha256: str | None = None
 
 
-@dataclass(frozen=True)
-class LoaderState:
-    """Where a run is: epoch and records consumed of it (across all ranks)."""
+class RedealPoint(StrictModel):
+    """A `Redeal` as a state holds it (``remainder`` names the policy instead of a flag)."""
 
-    identity: OrderIdentity
+    step: int
+    epoch: int
+    position: int
+    batch_size: int
+    world_size: int
+    remainder: str
+
+    @model_validator(mode="after")
+    def _in_range(self) -> RedealPoint:
+        if self.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
+            raise ValueError(f"loader state history remainder must be pad or drop, got {self.remainder!r}")
+        if min(self.step, self.epoch, self.position) < 0 or min(self.batch_size, self.world_size) < 1:
+            raise ValueError(f"loader state history entry {self.model_dump()!r} is out of range")
+        return self
+
+    @classmethod
+    def of(cls, h: Redeal) -> RedealPoint:
+        remainder = REMAINDER_DROP if h.drop_last else REMAINDER_PAD
+        return cls(
+            step=h.step,
+            epoch=h.epoch,
+            position=h.position,
+            batch_size=h.batch_size,
+            world_size=h.world_size,
+            remainder=remainder,
+        )
+
+    def redeal(self) -> Redeal:
+        drop = self.remainder == REMAINDER_DROP
+        return Redeal(self.step, self.epoch, self.position, self.batch_size, self.world_size, drop)
+
+
+class LoaderState(StrictModel):
+    """Where a run is: epoch and records consumed of it (across all ranks), in the order of
+    the identity its flat fields spell out. Parse with `from_dict`, build with `at`."""
+
+    format: Literal["trainvault.loader-state"] = STATE_FORMAT
+    version: int = STATE_VERSION
+    manifest_sha256: str
+    split: str
+    curriculum_stages: list[str] | None
+    selection_sha256: str
+    shuffle: bool
+    seed: int
+    shuffle_window_blocks: int
+    view_sha256: str | None = None
+    exclude_sha256: str | None = None
     epoch: int
     position: int
     epoch_records: int
     remainder: str
     batch_size: int
     world_size: int
+    manifest_uri: str | None = None
     #: Batches this rank received so far (the next step's number); None in a version 1 state.
     step: int | None = None
     #: Where the run (re)started dealing, oldest first; None in a version 1 state.
-    history: tuple[Redeal, ...] | None = None
-    manifest_uri: str | None = None
+    history: list[RedealPoint] | None = None
+
+    @classmethod
+    def at(
+        cls,
+        identity: OrderIdentity,
+        *,
+        epoch: int,
+        position: int,
+        epoch_records: int,
+        remainder: str,
+        batch_size: int,
+        world_size: int,
+        step: int,
+        history: tuple[Redeal, ...],
+        manifest_uri: str | None,
+    ) -> LoaderState:
+        """The state of a run under `identity` (the loader's own; not validated again)."""
+        return cls.model_construct(
+            **{**asdict(identity), "curriculum_stages": list(identity.curriculum_stages or []) or None},
+            epoch=epoch,
+            position=position,
+            epoch_records=epoch_records,
+            remainder=remainder,
+            batch_size=batch_size,
+            world_size=world_size,
+            step=step,
+            history=[RedealPoint.of(h) for h in history],
+            manifest_uri=manifest_uri,
+        )
+
+    @property
+    def identity(self) -> OrderIdentity:
+        return OrderIdentity(
+            manifest_sha256=self.manifest_sha256,
+            split=self.split,
+            curriculum_stages=tuple(self.curriculum_stages) if self.curriculum_stages else None,
+            selection_sha256=self.selection_sha256,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            shuffle_window_blocks=self.shuffle_window_blocks,
+            view_sha256=self.view_sha256,
+            exclude_sha256=self.exclude_sha256,
+        )
+
+    @property
+    def redeals(self) -> tuple[Redeal, ...] | None:
+        return None if self.history is None else tuple(h.redeal() for h in self.history)
 
     def to_dict(self) -> dict[str, Any]:
-        ident = asdict(self.identity)
-        ident["curriculum_stages"] = list(self.identity.curriculum_stages) if self.identity.curriculum_stages else None
+        """The dict ``state_dict()`` returns (plain JSON types; always the current version)."""
+        out = self.model_dump(mode="json")
+        out["version"] = STATE_VERSION
         for optional in ("view_sha256", "exclude_sha256"):
-            if ident[optional] is None:
-                del ident[optional]  # a state without a view or exclusions keeps the shape it had
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            **ident,
-            "epoch": self.epoch,
-            "position": self.position,
-            "epoch_records": self.epoch_records,
-            "remainder": self.remainder,
-            "batch_size": self.batch_size,
-            "world_size": self.world_size,
-            "manifest_uri": self.manifest_uri,
-            "step": self.step,
-            "history": None if self.history is None else [_redeal_dict(h) for h in self.history],
-        }
+            if out[optional] is None:
+                del out[optional]  # a state without a view or exclusions keeps the shape it had
+        return out
 
     @classmethod
     def from_dict(cls, state: Mapping[str, Any]) -> LoaderState:
+        """Parse a ``state_dict()``; a foreign, newer or damaged one is a `ResumeStateError`."""
         if not isinstance(state, Mapping):
             raise ResumeStateError(f"a loader state is a dict from state_dict(), got {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
@@ -88,53 +176,59 @@ class LoaderState:
                 f"loader state version {version!r} is not supported (this trainvault reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}); resume with the trainvault version that wrote it"
             )
+        fields = dict(state)
+        for name in _RUN_FIELDS:
+            if version == 1:
+                fields.pop(name, None)  # version 1 has none; its run is rebuilt by run_history
+            elif name not in fields:
+                raise ResumeStateError(f"loader state lacks field {name!r}; it is damaged")
         try:
-            stages = state["curriculum_stages"]
-            if stages is not None and not (isinstance(stages, list) and all(isinstance(s, str) for s in stages)):
-                raise ResumeStateError(
-                    f"loader state field 'curriculum_stages' must be a list of stage names, got {stages!r}"
-                )
-            identity = OrderIdentity(
-                manifest_sha256=_typed(state, "manifest_sha256", str),
-                split=_typed(state, "split", str),
-                curriculum_stages=tuple(stages) if stages else None,
-                selection_sha256=_typed(state, "selection_sha256", str),
-                shuffle=_typed(state, "shuffle", bool),
-                seed=_typed(state, "seed", int),
-                shuffle_window_blocks=_typed(state, "shuffle_window_blocks", int),
-                view_sha256=_optional(state, "view_sha256", str),
-                exclude_sha256=_optional(state, "exclude_sha256", str),
+            return cls.model_validate(fields)
+        except ValidationError as exc:
+            raise _resume_error(exc) from None
+
+    @field_validator("curriculum_stages", mode="before")
+    @classmethod
+    def _stage_names(cls, value: Any) -> Any:
+        if value is not None and not (isinstance(value, list) and all(isinstance(s, str) for s in value)):
+            raise ValueError(f"loader state field 'curriculum_stages' must be a list of stage names, got {value!r}")
+        return value
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _history_entries(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"loader state field 'history' must be a non-empty list, got {value!r}")
+        for h in value:
+            if not isinstance(h, Mapping):
+                raise ValueError(f"loader state history entries are dicts, got {h!r}")
+        return [dict(h) for h in value]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LoaderState:
+        if self.version >= 2:
+            _check_run_fields(self)
+        if self.epoch < 0 or not 0 <= self.position <= self.epoch_records:
+            raise ValueError(
+                f"loader state position {self.position} of epoch {self.epoch} is outside 0..{self.epoch_records}"
             )
-            out = cls(
-                identity=identity,
-                epoch=_typed(state, "epoch", int),
-                position=_typed(state, "position", int),
-                epoch_records=_typed(state, "epoch_records", int),
-                remainder=_typed(state, "remainder", str),
-                batch_size=_typed(state, "batch_size", int),
-                world_size=_typed(state, "world_size", int),
-                **(_run_fields(state) if version >= 2 else {}),
+        if min(self.batch_size, self.world_size) < 1 or self.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
+            raise ValueError(
+                f"loader state batch_size {self.batch_size}, world_size {self.world_size} and remainder "
+                f"{self.remainder!r} must be >= 1, >= 1 and pad or drop; it is damaged"
             )
-        except KeyError as exc:
-            raise ResumeStateError(f"loader state lacks field {exc.args[0]!r}; it is damaged") from None
-        if out.epoch < 0 or not 0 <= out.position <= out.epoch_records:
-            raise ResumeStateError(
-                f"loader state position {out.position} of epoch {out.epoch} is outside 0..{out.epoch_records}"
-            )
-        if min(out.batch_size, out.world_size) < 1 or out.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
-            raise ResumeStateError(
-                f"loader state batch_size {out.batch_size}, world_size {out.world_size} and remainder "
-                f"{out.remainder!r} must be >= 1, >= 1 and pad or drop; it is damaged"
-            )
-        _check_history(out)
-        return out
+        _check_history(self)
+        return self
 
     def run_history(self) -> tuple[int, tuple[Redeal, ...]]:
         """The next step's number and the re-dealing points of the run that saved this state.
         A version 1 state holds no history: it is taken as an uninterrupted run at its batch
         and world size, whose last point is where it stands (an earlier resume may have moved it)."""
-        if self.history is not None and self.step is not None:
-            return self.step, self.history
+        redeals = self.redeals
+        if redeals is not None and self.step is not None:
+            return self.step, redeals
         drop = self.remainder == REMAINDER_DROP
         start = Redeal(0, 0, 0, self.batch_size, self.world_size, drop)
         step = steps_until(start, self.epoch, self.position, self.epoch_records)
@@ -196,43 +290,16 @@ class LoaderState:
         )
 
 
-def _redeal_dict(h: Redeal) -> dict[str, Any]:
-    remainder = REMAINDER_DROP if h.drop_last else REMAINDER_PAD
-    return {
-        "step": h.step,
-        "epoch": h.epoch,
-        "position": h.position,
-        "batch_size": h.batch_size,
-        "world_size": h.world_size,
-        "remainder": remainder,
-    }
-
-
-def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Step, history and manifest URI of a version 2 state, checked."""
-    history = state["history"]
-    if not isinstance(history, list) or not history:
-        raise ResumeStateError(f"loader state field 'history' must be a non-empty list, got {history!r}")
-    points = []
-    for h in history:
-        if not isinstance(h, Mapping):
-            raise ResumeStateError(f"loader state history entries are dicts, got {h!r}")
-        remainder = _typed(h, "remainder", str)
-        if remainder not in (REMAINDER_PAD, REMAINDER_DROP):
-            raise ResumeStateError(f"loader state history remainder must be pad or drop, got {remainder!r}")
-        step, epoch, position, batch_size, world_size = (
-            _typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")
-        )
-        point = Redeal(step, epoch, position, batch_size, world_size, drop_last=remainder == REMAINDER_DROP)
-        if min(point.step, point.epoch, point.position) < 0 or min(point.batch_size, point.world_size) < 1:
-            raise ResumeStateError(f"loader state history entry {h!r} is out of range")
-        points.append(point)
-    step = _typed(state, "step", int)
-    if [p.step for p in points] != sorted(p.step for p in points) or step < points[-1].step:
-        raise ResumeStateError(
-            f"loader state history steps {[p.step for p in points]} and step {step} are out of order"
-        )
-    return {"step": step, "history": tuple(points), "manifest_uri": _typed(state, "manifest_uri", str)}
+def _check_run_fields(state: LoaderState) -> None:
+    """Step, history and manifest URI of a version 2 state: present, and steps in order."""
+    for name, kind in (("manifest_uri", "str"), ("step", "int"), ("history", "list")):
+        if getattr(state, name) is None:
+            raise ValueError(f"loader state field {name!r} must be {kind}, got None")
+    if state.history is None or state.step is None:
+        return  # refused just above; this tells the type checker
+    steps = [p.step for p in state.history]
+    if steps != sorted(steps) or state.step < steps[-1]:
+        raise ValueError(f"loader state history steps {steps} and step {state.step} are out of order")
 
 
 def _check_history(state: LoaderState) -> None:
@@ -245,19 +312,25 @@ def _check_history(state: LoaderState) -> None:
         or points != sorted(points)
         or (points[-1] > (state.epoch, state.position))
     ):
-        raise ResumeStateError(
+        raise ValueError(
             f"loader state history points (epoch, position) {points} must be in order, within 0..{state.epoch_records} "
             f"records and not past epoch {state.epoch} position {state.position}; it is damaged"
         )
 
 
-def _optional(state: Mapping[str, Any], name: str, kind: type) -> Any:
-    return _typed(state, name, kind) if state.get(name) is not None else None
-
-
-def _typed(state: Mapping[str, Any], name: str, kind: type) -> Any:
-    value = state[name]
-    # bool is an int subclass; a flag and a count must not stand in for each other.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ResumeStateError(f"loader state field {name!r} must be {kind.__name__}, got {value!r}")
-    return value
+def _resume_error(exc: ValidationError) -> ResumeStateError:
+    """The first problem of a state pydantic refused, worded for a trainer."""
+    err = exc.errors()[0]
+    name = str(err["loc"][-1]) if err["loc"] else "(state)"
+    if err["type"] == "missing":
+        return ResumeStateError(f"loader state lacks field {name!r}; it is damaged")
+    if err["type"] == "extra_forbidden":
+        return ResumeStateError(
+            f"loader state has a field {name!r} no trainvault loader state holds; it is damaged or not a loader state"
+        )
+    if err["type"] == "value_error":
+        return ResumeStateError(str(err["ctx"]["error"]))
+    if err["type"] in _KINDS:
+        # Strict: bool is no int here, and a flag and a count must not stand in for each other.
+        return ResumeStateError(f"loader state field {name!r} must be {_KINDS[err['type']]}, got {err['input']!r}")
+    return ResumeStateError(f"loader state is damaged: {describe_validation_error(exc)}")

@@ -52,7 +52,7 @@ def trace_batch(
     selection; with `read`, the records themselves (verified) fill ``id`` and ``data``."""
     from trainvault.loading.order import step_batch
 
-    if dataset.view is not None:
+    if dataset.plan.view is not None:
         raise ConfigurationError(
             "trace names stored records; this loader batches the logical records of a record view "
             "(materializer), which trace does not map back"
@@ -65,7 +65,7 @@ def trace_batch(
         blocks, local = order.members(k, lo, hi)
         plan_blocks += blocks.tolist()
         locals_ += local.tolist()
-    plan, shards = dataset.plan, dataset.fetcher.shards
+    plan, shards = dataset.blocks, dataset.fetcher.shards
     where = [
         (shards[int(plan.shard[i])].key, plan.record_index(i, r)) for i, r in zip(plan_blocks, locals_, strict=False)
     ]
@@ -78,7 +78,7 @@ def trace_batch(
 
 def _read(dataset: SplitIterableDataset, plan_blocks: list[int], locals_: list[int]) -> list[Any]:
     """Records `locals_[j]` of plan blocks `plan_blocks[j]`, each block read and verified once."""
-    plan = dataset.plan
+    plan = dataset.blocks
     needed = list(dict.fromkeys(plan_blocks))
     wanted = ((int(plan.shard[i]), int(plan.block[i])) for i in needed)
     stream = dataset.fetcher.iter_blocks(wanted, lookahead=len(needed))
