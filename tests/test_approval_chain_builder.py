@@ -19,7 +19,7 @@ from trainvault.approval import (
     collect_producer_pins,
 )
 from trainvault.contamination import VerifierContract, jsonl_benchmark
-from trainvault.storage import parent_uri
+from trainvault.uris import parent_uri
 
 ITEMS = b'{"id": "q1", "text": "zebra quartz violin harbor meadow lantern orbit candle ripple falcon"}\n'
 
