@@ -14,6 +14,7 @@ registrations, so committing the same publication twice gives the same bytes.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
@@ -47,6 +48,23 @@ def validate_stage(value: Any) -> str | None:
     if value == NO_STAGE:
         raise InvalidNameError(f"curriculum stage {NO_STAGE!r} is reserved for 'no stage'; pass None instead")
     return value
+
+
+def check_uri(uri: Any) -> None:
+    """`parse_uri`'s checks of a URI, at a dict lookup for the common ``s3://`` and ``memory://``
+    spellings: what `parse_uri` refuses in those depends on the scheme and the store name only,
+    so one check per store serves every shard of a manifest."""
+    if isinstance(uri, str) and "\x00" not in uri:
+        scheme, sep, rest = uri.partition("://")
+        if sep and scheme in ("s3", "memory"):
+            _check_store(f"{scheme}://{rest.split('/', 1)[0]}")
+            return
+    parse_uri(uri)
+
+
+@lru_cache(maxsize=64)
+def _check_store(head: str) -> None:
+    parse_uri(head + "/key")
 
 
 def shard_key(curriculum_stage: str | None, shard_id: str) -> str:
@@ -139,8 +157,8 @@ class ShardEntry(StrictModel):
         validate_name("shard id", self.shard_id)
         if self.key != shard_key(self.curriculum_stage, self.shard_id):
             raise ValueError(f"key {self.key!r} does not match stage and shard id")
-        for uri in (self.uri, self.descriptor_uri):
-            parse_uri(uri)
+        check_uri(self.uri)
+        check_uri(self.descriptor_uri)
         return self
 
 
@@ -198,6 +216,10 @@ class DataManifest(Document):
     #: Every shard's descriptor in one object, in manifest order (`trainvault.publication.pack`);
     #: None in a manifest written before packs existed, whose descriptors are read one by one.
     descriptor_pack: ObjectRef | None = None
+
+    def open_values(self) -> list[tuple[int, Any]]:
+        # Only curriculum metadata nests freely: manifest > splits > split > curricula > curriculum.
+        return [(5, c.metadata) for split in self.splits.values() for c in split.curricula.values()]
 
     @model_serializer(mode="wrap")
     def _omit_missing_pack(self, handler: Any) -> dict[str, Any]:

@@ -8,9 +8,11 @@ by one set of rules: `trainvault.uris.resolve_uri`.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from trainvault.canonical import sha256_hex
@@ -24,31 +26,59 @@ from trainvault.publication.manifest import (
 from trainvault.publication.pack import read_pack, unpack
 from trainvault.publication.reader import check_descriptor, parse_descriptor
 from trainvault.storage import Storage
-from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
+from trainvault.uris import Absolute, join_uri, normalize_uri, parent_uri, parse_uri, resolve_uri
+
+#: An absolute URI that `normalize_uri` returns unchanged (store name and key without anything
+#: `urlsplit` would strip, split off or refuse), and a relative reference of plain segments.
+_CANONICAL = re.compile(r"(?:s3|memory)://[A-Za-z0-9._:@-]+/[^\x00-\x20/?#\x7f][^\x00-\x20?#\x7f]*")
+_PLAIN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+
+
+def _resolver(base: str, absolute: Absolute) -> Callable[[str, Callable[[], str]], str]:
+    """`resolve_uri` against `base`, with the two spellings a saver writes answered without a
+    parse; `where()` names the reference when it must be refused."""
+    folder = join_uri(base, "x")[:-1]  # what join_uri(base, ref) puts before a plain `ref`
+
+    def resolve(ref: str, where: Callable[[], str]) -> str:
+        if absolute == "anywhere" and _CANONICAL.fullmatch(ref):
+            return ref
+        if _PLAIN.fullmatch(ref):  # no segment is empty, "." or ".."
+            return folder + ref
+        return resolve_uri(ref, base, absolute=absolute, where=where())
+
+    return resolve
 
 
 def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
     """The same manifest with every shard, descriptor and descriptor pack URI absolute, resolved
     against `base`. `absolute`: what an absolute reference may name (see `resolve_uri`)."""
     parse_uri(base)
-    splits = {}
+    resolve = _resolver(base, absolute)
     pack = manifest.descriptor_pack
     if pack is not None:
-        where = f"the manifest in {base}, its descriptor pack"
-        pack = pack.model_copy(update={"uri": resolve_uri(pack.uri, base, absolute=absolute, where=where)})
-    changed = pack != manifest.descriptor_pack
+        uri = resolve(pack.uri, lambda: f"the manifest in {base}, its descriptor pack")
+        pack = pack if uri == pack.uri else pack.model_copy(update={"uri": uri})
+    changed = pack is not manifest.descriptor_pack
+    splits = {}
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
-            where = f"the manifest in {base}, split {name!r} shard {s.key!r}"
-            uri = resolve_uri(s.uri, base, absolute=absolute, where=where)
-            desc = resolve_uri(s.descriptor_uri, base, absolute=absolute, where=where)
-            changed |= uri != s.uri or desc != s.descriptor_uri
-            shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
-        splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
+            where = partial("the manifest in {}, split {!r} shard {!r}".format, base, name, s.key)
+            uri, desc = resolve(s.uri, where), resolve(s.descriptor_uri, where)
+            if uri == s.uri and desc == s.descriptor_uri:
+                shards.append(s)
+            else:
+                changed = True
+                shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
+        splits[name] = shards
     if not changed:
         return manifest
-    return manifest.model_copy(update={"splits": splits, "descriptor_pack": pack})
+    return manifest.model_copy(
+        update={
+            "splits": {n: SplitManifest(shards=splits[n], curricula=s.curricula) for n, s in manifest.splits.items()},
+            "descriptor_pack": pack,
+        }
+    )
 
 
 @contextmanager
