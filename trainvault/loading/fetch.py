@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -56,7 +56,7 @@ class BlockFetcher:
         storage: Storage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
-        descriptors: tuple[ShardDescriptor, ...],
+        descriptors: Sequence[ShardDescriptor],
         *,
         threads: int | None = None,
     ):

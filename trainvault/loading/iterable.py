@@ -9,7 +9,7 @@ through the loader.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch.utils.data
@@ -38,7 +38,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
         storage: Storage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
-        descriptors: tuple[ShardDescriptor, ...],
+        descriptors: Sequence[ShardDescriptor],
         plan: BlockPlan,
         order_key: int,
         shuffle: bool,

@@ -135,6 +135,23 @@ def block_plan(
     )
 
 
+def packed_block_plan(starts: Sequence[int], records: Sequence[int], picks: Sequence[int]) -> BlockPlan:
+    """The plan of selected shards, with no exclusions, from a descriptor pack's columns: shard
+    p's blocks are ``starts[p]:starts[p + 1]`` of `records` (each block's record count), and
+    `picks` lists the selected shards' positions in the pack, in selection order."""
+    start = np.asarray(starts, dtype=np.int64)
+    count = np.asarray(records, dtype=np.int64)
+    pick = np.asarray(picks, dtype=np.int64)
+    lo = start[pick]
+    per_shard = start[pick + 1] - lo
+    shard = np.repeat(np.arange(len(pick), dtype=np.int64), per_shard)
+    block = np.arange(int(per_shard.sum()), dtype=np.int64) - np.repeat(np.cumsum(per_shard) - per_shard, per_shard)
+    flat = np.repeat(lo, per_shard) + block
+    before = np.concatenate(([0], np.cumsum(count)))  # records in the pack before each block
+    first = before[flat] - np.repeat(before[lo], per_shard)
+    return BlockPlan(shard, block, count[flat], first, {})
+
+
 class EpochOrder:
     """The record order of one epoch as windows of blocks; positions count records."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, overload
 
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
@@ -12,6 +12,7 @@ from trainvault.loading.exclusions import check_exclude
 from trainvault.loading.metrics import Observability
 from trainvault.loading.view import RecordView
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
+from trainvault.publication.pack import PackedDescriptors
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import read_descriptor
 from trainvault.storage import Storage
@@ -56,6 +57,43 @@ def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "trainvault.loading.iterable"])
     return ctx
+
+
+class SelectedDescriptors(Sequence[ShardDescriptor]):
+    """The descriptors of a selection's shards, in its order: looked up (from a v2 pack, built)
+    only when a shard is read, so opening makes no object per shard."""
+
+    def __init__(
+        self, shards: tuple[ShardEntry, ...], attached: Mapping[str, ShardDescriptor], read: dict[str, ShardDescriptor]
+    ):
+        self.shards = shards
+        self.attached = attached
+        self.read = read
+
+    @overload
+    def __getitem__(self, i: int) -> ShardDescriptor: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[ShardDescriptor]: ...
+    def __getitem__(self, i: int | slice) -> ShardDescriptor | Sequence[ShardDescriptor]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        shard = self.shards[i]
+        found = self.read.get(shard.uri)
+        return self.attached[shard.descriptor_uri] if found is None else found
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def packed(self) -> PackedDescriptors | None:
+        """The v2 pack every one of these descriptors comes from, if they all do."""
+        return self.attached if isinstance(self.attached, PackedDescriptors) and not self.read else None
+
+    def block_counts(self, i: int) -> list[tuple[int, int]]:
+        """(first record, record count) of each block of the `i`-th shard."""
+        shard = self.shards[i]
+        if isinstance(self.attached, PackedDescriptors) and shard.uri not in self.read:
+            return self.attached.block_counts(shard.descriptor_uri)
+        return [(b.first_record, b.record_count) for b in self[i].blocks]
 
 
 class SplitDataLoader:
@@ -129,11 +167,8 @@ class SplitDataLoader:
                 "exclusions count stored ones"
             )
         self.exclusions = check_exclude(exclude, self.manifest)
-        self._descriptors: dict[str, ShardDescriptor] = {
-            e.uri: self.publication.descriptors[e.descriptor_uri]
-            for _, e in self.publication.entries()
-            if e.descriptor_uri in self.publication.descriptors
-        }
+        # Descriptors read one by one (a manifest without a pack), by shard URI.
+        self._descriptors: dict[str, ShardDescriptor] = {}
 
     def __repr__(self) -> str:
         return f"SplitDataLoader({self.manifest_uri!r}, shuffle={self.shuffle}, rank={self.rank}/{self.world_size})"
@@ -153,25 +188,31 @@ class SplitDataLoader:
             raise ConfigurationError(f"need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
         return rank, world_size
 
-    def _read_descriptors(self, shards: Sequence[ShardEntry]) -> tuple[ShardDescriptor, ...]:
-        todo = [s for s in shards if s.uri not in self._descriptors]
+    def _read_descriptors(self, shards: Sequence[ShardEntry]) -> SelectedDescriptors:
+        attached = self.publication.descriptors
+        todo = [s for s in shards if s.descriptor_uri not in attached and s.uri not in self._descriptors]
         if todo:
             with ThreadPoolExecutor(max_workers=_DESCRIPTOR_THREADS) as pool:
                 for s, d in zip(todo, pool.map(lambda e: read_descriptor(self.storage, e), todo), strict=False):
                     self._descriptors[s.uri] = d
-        return tuple(self._descriptors[s.uri] for s in shards)
+        read = {s.uri: self._descriptors[s.uri] for s in shards if s.uri in self._descriptors}
+        return SelectedDescriptors(tuple(shards), attached, read)
 
-    def _plan(self, shards: Sequence[ShardEntry], descriptors: Sequence[ShardDescriptor]) -> Any:
+    def _plan(self, shards: Sequence[ShardEntry], descriptors: SelectedDescriptors) -> Any:
         """The `BlockPlan` of the selected shards: every block's shard, index and record count."""
-        from trainvault.loading.order import block_plan
+        from trainvault.loading.order import block_plan, packed_block_plan
 
+        packed = descriptors.packed()
+        if packed is not None and self.view is None and self.exclusions is None:
+            return packed_block_plan(*packed.columns([s.descriptor_uri for s in shards]))
         blocks = []
-        for i, desc in enumerate(descriptors):
-            # With a view, positions count its logical records (from its own counts, no data read).
-            logical = None if self.view is None else self.view.block_counts(shards[i], desc)
-            blocks.append(
-                [(b.first_record, b.record_count if logical is None else logical[j]) for j, b in enumerate(desc.blocks)]
-            )
+        for i in range(len(shards)):
+            counts = descriptors.block_counts(i)
+            if self.view is not None:
+                # With a view, positions count its logical records (from its own counts, no data read).
+                logical = self.view.block_counts(shards[i], descriptors[i])
+                counts = [(first, logical[j]) for j, (first, _) in enumerate(counts)]
+            blocks.append(counts)
         excluded = None if self.exclusions is None else self.exclusions.for_shards(tuple(shards))
         return block_plan(blocks, excluded)
 

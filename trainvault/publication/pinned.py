@@ -23,7 +23,7 @@ from trainvault.publication.manifest import (
     ShardEntry,
     SplitManifest,
 )
-from trainvault.publication.pack import read_pack, unpack
+from trainvault.publication.pack import PackedDescriptors, read_pack, unpack
 from trainvault.publication.reader import check_descriptor, parse_descriptor
 from trainvault.storage import Storage
 from trainvault.uris import Absolute, join_uri, normalize_uri, parent_uri, parse_uri, resolve_uri
@@ -100,7 +100,8 @@ class Publication:
     """A data manifest as stored at `uri`: its bytes (`raw`), their `sha256`, and the parsed
     `manifest` with every shard and descriptor URI absolute (`as_written`: as stored). `descriptors` (by descriptor URI)
     holds each shard's descriptor, parsed and checked against its entry, once attached with
-    `with_descriptors` or `read_pack`; empty until then."""
+    `with_descriptors` or `read_pack` (from a v2 pack: `PackedDescriptors`, built on first use);
+    empty until then."""
 
     uri: str
     sha256: str
@@ -165,12 +166,15 @@ class Publication:
 
     def with_pack(self, raw: bytes) -> Publication:
         """This publication with every descriptor attached from the bytes of its descriptor pack
-        (whose digest the caller checked against the manifest; see `_attach`)."""
+        (whose digest the caller checked against the manifest; see `_attach`). A v2 pack's
+        descriptors are checked against their entries as a whole and built when first used."""
         ref = self.manifest.descriptor_pack
         if ref is None:
             raise ManifestError(f"{self.uri} binds no descriptor pack (it was written before packs)")
         with _collector_paused():
             descriptors = unpack(self.manifest, raw, ref.uri)
+            if isinstance(descriptors, PackedDescriptors):
+                return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, descriptors)
             parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
             return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
 
