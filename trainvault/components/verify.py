@@ -21,7 +21,7 @@ from trainvault.components.custody import CheckedLedger, CompiledShard, open_led
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.formats.cutter import BlockCutter
-from trainvault.publication.manifest import DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage, normalize_uri
 
@@ -43,14 +43,24 @@ class ShardCheck:
     against the descriptor, decodes it and checks its records (`check_ranges`). Keeps the
     first refusal in `error` instead of raising, so the gate reports a changed shard first."""
 
-    def __init__(self, storage: Storage, entry: ShardEntry, data_format: str, shard: CompiledShard):
+    def __init__(
+        self,
+        storage: Storage,
+        entry: ShardEntry,
+        data_format: str,
+        shard: CompiledShard,
+        descriptors: Mapping[str, ShardDescriptor] | None = None,
+    ):
         self.entry = entry
         self.shard = shard
         self.error: TrainVaultError | None = None
         self._reader: ShardReader | None = None
         try:
-            # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps.
-            self._reader = ShardReader(storage, entry, data_format, read_descriptor(storage, entry))
+            # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps
+            # (from the descriptor pack when the publication has one: no request per shard).
+            packed = descriptors is not None and entry.descriptor_uri in descriptors
+            desc = descriptors[entry.descriptor_uri] if packed else read_descriptor(storage, entry)
+            self._reader = ShardReader(storage, entry, data_format, desc)
         except TrainVaultError as exc:
             self.error = exc
         self._cutter = BlockCutter(entry.uri, self._reader.blocks) if self._reader is not None else None
@@ -96,9 +106,17 @@ class LedgerChecks:
     (shard URIs resolved). Construction checks the ledgers; `finish` what the shards held.
     Both raise `LedgerRefusal`."""
 
-    def __init__(self, storage: Storage, bindings: Mapping[str, Any], manifest: DataManifest, manifest_sha256: str):
+    def __init__(
+        self,
+        storage: Storage,
+        bindings: Mapping[str, Any],
+        manifest: DataManifest,
+        manifest_sha256: str,
+        descriptors: Mapping[str, ShardDescriptor] | None = None,
+    ):
         self.storage = storage
         self.manifest = manifest
+        self.descriptors = descriptors
         try:
             self.ledgers: dict[str, CheckedLedger] = {
                 split: open_ledger(storage, bindings, manifest_sha256, split, s.shards)
@@ -119,7 +137,7 @@ class LedgerChecks:
 
     def _factory(self, entry: ShardEntry, shard: CompiledShard) -> Callable[[], ShardCheck]:
         def make() -> ShardCheck:
-            check = ShardCheck(self.storage, entry, self.manifest.data_format, shard)
+            check = ShardCheck(self.storage, entry, self.manifest.data_format, shard, self.descriptors)
             self._checks.append(check)  # list.append is atomic: hashing threads call this
             return check
 
@@ -129,7 +147,7 @@ class LedgerChecks:
         """The checked ledgers by split, once every covered shard was fed whole; else the first refusal in
         manifest order."""
         fed = {normalize_uri(c.entry.uri): c for c in self._checks}
-        for split, checked in self.ledgers.items():
+        for split in self.ledgers:
             for entry in self.manifest.splits[split].shards:
                 check = fed.get(normalize_uri(entry.uri))
                 if check is None:

@@ -155,10 +155,14 @@ def read_pack(storage: Storage, ref: ObjectRef, manifest_uri: str) -> bytes:
     return raw
 
 
-def unpack(manifest: DataManifest, raw: bytes, source: str) -> list[ShardDescriptor] | PackedDescriptors:
+def unpack(
+    manifest: DataManifest, raw: bytes, source: str, *, agree: bool = True
+) -> list[ShardDescriptor] | PackedDescriptors:
     """The descriptors in pack bytes `raw`, one per manifest entry in manifest order: a v1 pack's
     as a list (each to be checked against its entry where it is attached), a v2 pack's as
-    `PackedDescriptors` (checked against the entries here). Format and count are checked."""
+    `PackedDescriptors` (each shard's blocks checked against its entry here unless `agree` is
+    False: for a caller that checks every rebuilt descriptor's digest instead). Format and
+    count are checked."""
     where = f"descriptor pack {source}"
     obj = parse_json(raw, source=where, kind=KIND, walk=False)
     version = obj.get("version") if isinstance(obj, dict) else None
@@ -179,14 +183,14 @@ def unpack(manifest: DataManifest, raw: bytes, source: str) -> list[ShardDescrip
         )
     if isinstance(pack, DescriptorPack):
         return pack.descriptors
-    return PackedDescriptors(manifest, pack, source)
+    return PackedDescriptors(manifest, pack, source, agree=agree)
 
 
 class PackedDescriptors(Mapping[str, ShardDescriptor]):
     """A v2 pack's descriptors by descriptor URI, each built (and validated) on first use;
     `block_counts` answers a loader's plan without building any."""
 
-    def __init__(self, manifest: DataManifest, pack: ColumnarPack, source: str):
+    def __init__(self, manifest: DataManifest, pack: ColumnarPack, source: str, *, agree: bool = True):
         self._data_format = manifest.data_format
         self._entries = [(name, e) for name, split in manifest.splits.items() for e in split.shards]
         self._index = {e.descriptor_uri: i for i, (_, e) in enumerate(self._entries)}
@@ -196,11 +200,12 @@ class PackedDescriptors(Mapping[str, ShardDescriptor]):
         self._starts = [0, *accumulate(pack.shards.blocks)]
         self._source = source
         self._built: dict[str, ShardDescriptor] = {}
-        self._check()
+        self._check_columns()
+        if agree:
+            self._check_shards()
 
-    def _check(self) -> None:
-        """Every shard's blocks against its entry: columns of equal length, contiguous records,
-        no overlap, nothing past the data object. A shard that fails is named."""
+    def _check_columns(self) -> None:
+        """Columns of the lengths the shard count and block counts give; shared fields that exist."""
         shards, blocks = self._shards, self._blocks
         n, total = len(self._entries), self._starts[-1]
         if len(shards.shared) != n or len(shards.trailer) != n:
@@ -211,6 +216,11 @@ class PackedDescriptors(Mapping[str, ShardDescriptor]):
             )
         if shards.shared and max(shards.shared) >= len(self._shared):
             raise ManifestError(f"descriptor pack {self._source}: a shard names shared fields it does not hold")
+
+    def _check_shards(self) -> None:
+        """Every shard's blocks against its entry: contiguous records, no overlap, nothing past the
+        data object. A shard that fails is named."""
+        shards, blocks = self._shards, self._blocks
         offset, length, count = blocks.offset, blocks.length, blocks.record_count
         for i, (_, entry) in enumerate(self._entries):
             lo, hi = self._starts[i], self._starts[i + 1]
@@ -293,17 +303,24 @@ class PackedDescriptors(Mapping[str, ShardDescriptor]):
         return list(zip(accumulate(counts, initial=0), counts, strict=False))
 
 
+def packed_bytes(
+    manifest: DataManifest, descriptors: Mapping[str, ShardDescriptor]
+) -> Iterator[tuple[str, ShardEntry, bytes]]:
+    """(split, entry, canonical bytes of its packed descriptor) for every shard, in manifest order."""
+    for i, (split, entry) in enumerate(_entries(manifest)):
+        if isinstance(descriptors, PackedDescriptors):
+            yield split, entry, canonical_json(descriptors.document(i))
+        else:
+            yield split, entry, descriptors[entry.descriptor_uri].to_json_bytes()
+
+
 def descriptor_bytes(
     manifest: DataManifest, descriptors: Mapping[str, ShardDescriptor], source: str
 ) -> dict[str, bytes]:
     """Each descriptor's canonical bytes (by descriptor URI), each checked against the
     ``descriptor_sha256`` the manifest binds: what the gate binds instead of fetching them."""
     out: dict[str, bytes] = {}
-    for i, (split, entry) in enumerate(_entries(manifest)):
-        if isinstance(descriptors, PackedDescriptors):
-            data = canonical_json(descriptors.document(i))
-        else:
-            data = descriptors[entry.descriptor_uri].to_json_bytes()
+    for split, entry, data in packed_bytes(manifest, descriptors):
         if sha256_hex(data) != entry.descriptor_sha256:
             raise IntegrityError(
                 f"descriptor pack {source}: the descriptor of shard {split}/{entry.key} does not hash to the "
@@ -328,6 +345,7 @@ __all__ = [
     "build_pack",
     "descriptor_bytes",
     "pack_uri",
+    "packed_bytes",
     "read_pack",
     "unpack",
 ]

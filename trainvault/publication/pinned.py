@@ -16,15 +16,20 @@ from functools import partial
 from types import MappingProxyType
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import IntegrityError, ManifestError, SelectionError
+from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError, SelectionError
 from trainvault.publication.manifest import (
     DataManifest,
     ShardDescriptor,
     ShardEntry,
     SplitManifest,
 )
-from trainvault.publication.pack import PackedDescriptors, read_pack, unpack
-from trainvault.publication.reader import check_descriptor, parse_descriptor
+from trainvault.publication.pack import PackedDescriptors, packed_bytes, read_pack, unpack
+from trainvault.publication.reader import (
+    DescriptorMismatch,
+    check_descriptor,
+    check_descriptors,
+    parse_descriptor,
+)
 from trainvault.storage import Storage
 from trainvault.uris import Absolute, join_uri, normalize_uri, parent_uri, parse_uri, resolve_uri
 
@@ -186,6 +191,32 @@ class Publication:
         if ref is None or self.descriptors:
             return self
         return self.with_pack(read_pack(storage, ref, self.uri))
+
+    def descriptor_mismatches(self, storage: Storage) -> list[DescriptorMismatch]:
+        """Every shard entry its completion descriptor does not back: checked against the copies in
+        the descriptor pack when the manifest binds one (one read; a pack that cannot be read or
+        disagrees with the manifest is one mismatch naming it), else against each descriptor
+        object (`check_descriptors`)."""
+        ref = self.manifest.descriptor_pack
+        if ref is None:
+            return check_descriptors(storage, self.manifest)
+        try:
+            with _collector_paused():
+                found = unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri, agree=False)
+        except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
+            return [DescriptorMismatch("*", "(descriptor pack)", str(exc))]
+        if not isinstance(found, PackedDescriptors):
+            found = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), found, strict=True)}
+        return [
+            DescriptorMismatch(
+                split,
+                entry.key,
+                f"its copy in the descriptor pack does not hash to the descriptor_sha256 the manifest binds "
+                f"({entry.descriptor_sha256})",
+            )
+            for split, entry, data in packed_bytes(self.manifest, found)
+            if sha256_hex(data) != entry.descriptor_sha256
+        ]
 
     def _attach(self, parsed: Mapping[str, ShardDescriptor], where: Callable[[ShardEntry], str]) -> Publication:
         """This publication with `parsed` attached, each descriptor checked against its entry,
