@@ -14,7 +14,6 @@ registrations, so committing the same publication twice gives the same bytes.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
@@ -51,20 +50,23 @@ def validate_stage(value: Any) -> str | None:
 
 
 def check_uri(uri: Any) -> None:
-    """`parse_uri`'s checks of a URI, at a dict lookup for the common ``s3://`` and ``memory://``
+    """`parse_uri`'s checks of a URI, at a set lookup for the common ``s3://`` and ``memory://``
     spellings: what `parse_uri` refuses in those depends on the scheme and the store name only,
     so one check per store serves every shard of a manifest."""
-    if isinstance(uri, str) and "\x00" not in uri:
-        scheme, sep, rest = uri.partition("://")
-        if sep and scheme in ("s3", "memory"):
-            _check_store(f"{scheme}://{rest.split('/', 1)[0]}")
-            return
-    parse_uri(uri)
+    head = _STORE_HEAD.match(uri) if isinstance(uri, str) and "\x00" not in uri else None
+    if head is None:
+        parse_uri(uri)
+        return
+    store = head.group()
+    if store not in _CHECKED_STORES:
+        parse_uri(store + "/key")
+        if len(_CHECKED_STORES) > 1024:
+            _CHECKED_STORES.clear()
+        _CHECKED_STORES.add(store)
 
 
-@lru_cache(maxsize=64)
-def _check_store(head: str) -> None:
-    parse_uri(head + "/key")
+_STORE_HEAD = re.compile(r"(?:s3|memory)://[^/]*")
+_CHECKED_STORES: set[str] = set()
 
 
 def shard_key(curriculum_stage: str | None, shard_id: str) -> str:
@@ -153,9 +155,12 @@ class ShardEntry(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ShardEntry:
-        validate_stage(self.curriculum_stage)
-        validate_name("shard id", self.shard_id)
-        if self.key != shard_key(self.curriculum_stage, self.shard_id):
+        stage, shard_id = self.curriculum_stage, self.shard_id
+        if stage is not None:
+            validate_stage(stage)
+        if not _NAME.fullmatch(shard_id) or shard_id in (".", ".."):
+            validate_name("shard id", shard_id)
+        if self.key != f"{stage or NO_STAGE}/{shard_id}":
             raise ValueError(f"key {self.key!r} does not match stage and shard id")
         check_uri(self.uri)
         check_uri(self.descriptor_uri)

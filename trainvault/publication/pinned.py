@@ -12,7 +12,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from types import MappingProxyType
 
 from trainvault.canonical import sha256_hex
@@ -39,17 +38,18 @@ _CANONICAL = re.compile(r"(?:s3|memory)://[A-Za-z0-9._:@-]+/[^\x00-\x20/?#\x7f][
 _PLAIN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
 
 
-def _resolver(base: str, absolute: Absolute) -> Callable[[str, Callable[[], str]], str]:
+def _resolver(base: str, absolute: Absolute) -> Callable[[str, tuple[str, str] | None], str]:
     """`resolve_uri` against `base`, with the two spellings a saver writes answered without a
-    parse; `where()` names the reference when it must be refused."""
+    parse; `shard` ((split, key), None: the descriptor pack) names the reference when it must be refused."""
     folder = join_uri(base, "x")[:-1]  # what join_uri(base, ref) puts before a plain `ref`
 
-    def resolve(ref: str, where: Callable[[], str]) -> str:
+    def resolve(ref: str, shard: tuple[str, str] | None) -> str:
         if absolute == "anywhere" and _CANONICAL.fullmatch(ref):
             return ref
         if _PLAIN.fullmatch(ref):  # no segment is empty, "." or ".."
             return folder + ref
-        return resolve_uri(ref, base, absolute=absolute, where=where())
+        where = "its descriptor pack" if shard is None else f"split {shard[0]!r} shard {shard[1]!r}"
+        return resolve_uri(ref, base, absolute=absolute, where=f"the manifest in {base}, {where}")
 
     return resolve
 
@@ -61,15 +61,14 @@ def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolu
     resolve = _resolver(base, absolute)
     pack = manifest.descriptor_pack
     if pack is not None:
-        uri = resolve(pack.uri, lambda: f"the manifest in {base}, its descriptor pack")
+        uri = resolve(pack.uri, None)
         pack = pack if uri == pack.uri else pack.model_copy(update={"uri": uri})
     changed = pack is not manifest.descriptor_pack
     splits = {}
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
-            where = partial("the manifest in {}, split {!r} shard {!r}".format, base, name, s.key)
-            uri, desc = resolve(s.uri, where), resolve(s.descriptor_uri, where)
+            uri, desc = resolve(s.uri, (name, s.key)), resolve(s.descriptor_uri, (name, s.key))
             if uri == s.uri and desc == s.descriptor_uri:
                 shards.append(s)
             else:
