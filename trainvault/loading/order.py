@@ -175,6 +175,7 @@ class EpochOrder:
         # Looked up twice per batch: a bisect on a list, not a NumPy call, which costs ~40x
         # more in a loop (and may hand the GIL to the read threads).
         self._starts: list[int] = self.window_start.tolist()
+        self._order: list[int] = self.block_order.tolist()
         self.total = self._starts[-1]
 
     @property
@@ -186,7 +187,7 @@ class EpochOrder:
 
     def window_plan_blocks(self, k: int) -> list[int]:
         """Plan indices of window k's blocks, in the order their records are concatenated."""
-        return [int(i) for i in self.block_order[k * self.window_blocks : (k + 1) * self.window_blocks]]
+        return self._order[k * self.window_blocks : (k + 1) * self.window_blocks]
 
     def record_permutation(self, k: int) -> np.ndarray | None:
         """Window-local record order of window k (None: unshuffled, identity)."""
