@@ -7,7 +7,8 @@ that many shards of `--records` records into a fresh bucket, then measures:
 - commit (same saver): `commit_manifest()` by the saver that saved every shard;
 - commit (fresh saver): `commit_manifest()` by a new saver over the same root, as a commit
   in another process (a pipeline's fan-in) does: it must find every shard on storage;
-- loader build: `SplitDataLoader(...)` and `.load("train")` in a fresh storage client;
+- loader build: `SplitDataLoader(...)` and `.load("train")` in a fresh storage client (wall
+  time and this process's CPU time, the steadier figure on a shared machine);
 - first batch: `next(iter(loader))` with num_workers 0.
 
 Above `--clone-from` shards (default 20,000) saving every shard through the moto server takes
@@ -218,9 +219,11 @@ def open_loader(endpoint: str, uri: str, shards: int, records: int) -> dict[str,
     # The raw limit: one GET of the manifest in a fresh client.
     _, out["manifest_get_s"] = timed(lambda: CountingStorage(config(endpoint)).get_document(uri))
     reader = CountingStorage(config(endpoint))
+    cpu = time.process_time()
     loader, out["build_s"] = timed(
         lambda: SplitDataLoader(reader, uri, collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
     )
+    out["build_cpu_s"] = time.process_time() - cpu
     out["build_req"] = reader.take()
     batches = iter(loader)
     batch, out["first_batch_s"] = timed(lambda: next(batches))
@@ -245,7 +248,7 @@ def report(row: dict[str, Any]) -> None:
     print(
         f"{row['shards']:>7} shards | {made} | "
         f"manifest GET {row['manifest_get_s']:.2f} s | "
-        f"loader build {row['build_s']:6.2f} s ({row['build_req'] - 1} req beyond manifest, "
+        f"loader build {row['build_s']:6.2f} s, CPU {row['build_cpu_s']:.2f} s ({row['build_req'] - 1} req beyond manifest, "
         f"x{row['build_s'] / row['manifest_get_s']:.1f} manifest GET) | "
         f"first batch {row['first_batch_s']:.2f} s ({row['first_batch_req']} req)",
         flush=True,
