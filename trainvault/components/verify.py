@@ -58,8 +58,10 @@ class ShardCheck:
         try:
             # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps
             # (from the descriptor pack when the publication has one: no request per shard).
-            packed = descriptors is not None and entry.descriptor_uri in descriptors
-            desc = descriptors[entry.descriptor_uri] if packed else read_descriptor(storage, entry)
+            if descriptors is not None and entry.descriptor_uri in descriptors:
+                desc = descriptors[entry.descriptor_uri]
+            else:
+                desc = read_descriptor(storage, entry)
             self._reader = ShardReader(storage, entry, data_format, desc)
         except TrainVaultError as exc:
             self.error = exc

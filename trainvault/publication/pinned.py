@@ -201,11 +201,14 @@ class Publication:
             return check_descriptors(storage, self.manifest)
         try:
             with _collector_paused():
-                found = unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri, agree=False)
+                unpacked = unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri, agree=False)
         except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
             return [DescriptorMismatch("*", "(descriptor pack)", str(exc))]
-        if not isinstance(found, PackedDescriptors):
-            found = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), found, strict=True)}
+        found: Mapping[str, ShardDescriptor] = (
+            unpacked
+            if isinstance(unpacked, PackedDescriptors)
+            else {e.descriptor_uri: d for (_, e), d in zip(self.entries(), unpacked, strict=True)}
+        )
         return [
             DescriptorMismatch(
                 split,
