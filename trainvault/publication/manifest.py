@@ -59,7 +59,7 @@ def check_uri(uri: Any) -> None:
         return
     store = head.group()
     if store not in _CHECKED_STORES:
-        parse_uri(store + "/key")
+        parse_uri(uri)  # once it parses, every URI of this store does
         if len(_CHECKED_STORES) > 1024:
             _CHECKED_STORES.clear()
         _CHECKED_STORES.add(store)
