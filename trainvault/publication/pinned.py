@@ -65,9 +65,13 @@ def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolu
         pack = pack if uri == pack.uri else pack.model_copy(update={"uri": uri})
     changed = pack is not manifest.descriptor_pack
     splits = {}
+    canonical = _CANONICAL.fullmatch if absolute == "anywhere" else None
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
+            if canonical is not None and canonical(s.uri) and canonical(s.descriptor_uri):
+                shards.append(s)  # what the saver writes, unchanged by resolving
+                continue
             uri, desc = resolve(s.uri, (name, s.key)), resolve(s.descriptor_uri, (name, s.key))
             if uri == s.uri and desc == s.descriptor_uri:
                 shards.append(s)
