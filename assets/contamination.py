@@ -21,6 +21,7 @@ the signer is trusted is the gate's to judge, in `approved_dataset`.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+from threading import Lock
 
 import dagster as dg
 
@@ -40,10 +41,10 @@ from trainvault.contamination import (
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
-from trainvault.errors import IntegrityError
+from trainvault.errors import IntegrityError, ObjectNotFoundError
 from trainvault.publication.bound import publish_document, read_document
 from trainvault.publication.pinned import Publication
-from trainvault.verification import VerifiedShard, verify_shard
+from trainvault.verification import VerifiedShard, stored_verification, verify_shard
 
 SCAN_DESCRIPTION = (
     "The verification pass, one partition per shard: one verified read of the shard serves its "
@@ -143,19 +144,24 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
-        index = index_of(vault, evaluation_release)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
+        folder, data_format = spec.shard_results_root, manifest.data_format
+        # The release's index is built only when a shard's stored results do not cover it.
+        index_lock, built = Lock(), []
+
+        def index():
+            with index_lock:
+                if not built:
+                    built.append(index_of(vault, evaluation_release))
+                return built[0]
 
         def verify(partition: str) -> tuple[str, VerifiedShard]:
             split = parse_partition_key(partition)[0]
-            return partition, verify_shard(
-                vault.storage,
-                spec.shard_results_root,
-                manifest.data_format,
-                split,
-                shard_entry(manifest, partition),
-                index,
+            entry = shard_entry(manifest, partition)
+            found = stored_verification(
+                vault.storage, folder, data_format, entry, release_sha256=release, contract_sha256=contract
             )
+            return partition, found or verify_shard(vault.storage, folder, data_format, split, entry, index())
 
         partitioned = context.has_partition_key or context.has_partition_key_range
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
@@ -193,9 +199,17 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
     ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
+        release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
+        scanner = spec.scanner_signing_key()
+        uri = pub.report_uri(release, contract, scanner.keyid)
+        bindings = (data_manifest.ref.sha256, training_scan.ref.sha256, producer_pins.ref.sha256, release, contract)
+        found = stored_report(vault, uri, bindings)
+        if found is not None:
+            # The same inputs (the manifest binds every shard, whose results are stored by content)
+            # reduce to the same report: reuse it instead of rebuilding the index to reduce again.
+            return report_output(pub, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
-        release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
         # earlier run: as stored); reduce_report checks each against the manifest's shard.
         recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
@@ -216,21 +230,40 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             scan_manifest_sha256=training_scan.ref.sha256,
             producer_pins_sha256=producer_pins.ref.sha256,
         )
-        scanner = spec.scanner_signing_key()
-        bound = write_attestation(vault, pub.report_uri(release, contract, scanner.keyid), report, signing_keys=scanner)
-        return dg.Output(
-            Handoff.of(
-                pub, "contamination_report", bound.uri, bound.sha256, contract=evaluation_release.also["contract"]
-            ),
-            metadata={
-                **object_metadata(bound.uri, bound.sha256, pub.version),
-                **report_metadata(report),
-                "signed by (scanner key id)": scanner.keyid,
-            },
-            data_version=dg.DataVersion(bound.sha256),
-        )
+        bound = write_attestation(vault, uri, report, signing_keys=scanner)
+        return report_output(pub, evaluation_release, scanner.keyid, bound.uri, bound.sha256, report)
 
     return contamination_report
+
+
+def stored_report(vault, uri: str, bindings: tuple[str, ...]) -> tuple[str, str, ContaminationReport] | None:
+    """(uri, sha256, report) of the report stored at `uri` when it binds exactly `bindings` (data
+    manifest, scan manifest, producer pins, release, contract digests); None when there is none."""
+    try:
+        data = vault.storage.get_document(uri)
+    except ObjectNotFoundError:
+        return None
+    report = read_attested(data, ContaminationReport, trusted_keys=None, source=uri).document
+    bound = (
+        report.training.data_manifest_sha256,
+        report.training.scan_manifest_sha256,
+        report.producer_pins.sha256,
+        report.eval_release.sha256,
+        report.verifier_contract.sha256,
+    )
+    return (uri, sha256_hex(data), report) if bound == bindings else None
+
+
+def report_output(pub, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report) -> dg.Output[Handoff]:
+    return dg.Output(
+        Handoff.of(pub, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
+        metadata={
+            **object_metadata(uri, sha256, pub.version),
+            **report_metadata(report),
+            "signed by (scanner key id)": keyid,
+        },
+        data_version=dg.DataVersion(sha256),
+    )
 
 
 def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:

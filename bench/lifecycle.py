@@ -428,12 +428,14 @@ def print_reads(rows: list[dict[str, float | str]], records: int) -> None:
     print(f"\nbytes read per shard byte stored (trainvault.storage.READS, in-process, {records} records a shard)\n")
     print(
         f"{'shards':>6} {'run':<18} {'streamed/stored':>15} {'read/stored':>11} {'requests':>9} {'wall s':>7} "
-        f"{'CPU s':>6} {'scanned':>7} {'profiled':>8}"
+        f"{'CPU s':>6} {'of build (wall / CPU)':>21} {'scanned':>7} {'profiled':>8}"
     )
     for r in rows:
+        build = next(b for b in rows if b["shards"] == r["shards"] and b["run"] == "build")
+        share = f"{r['wall'] / build['wall']:.0%} / {r['cpu'] / build['cpu']:.0%}"
         print(
             f"{r['shards']:>6} {r['run']:<18} {r['streamed']:>15.2f} {r['ratio']:>11.2f} {r['requests']:>9} "
-            f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {r['scanned']:>7} {r['profiled']:>8}"
+            f"{r['wall']:>7.1f} {r['cpu']:>6.1f} {share:>21} {r['scanned']:>7} {r['profiled']:>8}"
         )
     print(
         "\nstreamed: bytes read by streaming whole objects (shards are read so: hashing, scanning); read: every "

@@ -115,14 +115,27 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
 
 
 def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
-    """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned)."""
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned).
+
+    Asks the event log for `key`'s materializations since the run was created (an indexed query
+    by asset), not for every materialization of the run: a run of many partitions records
+    thousands, and each hand-off load read them all again."""
+    run = instance.get_run_record_by_id(run_id)
+    # An hour's margin: events carry the clock of the process that wrote them.
+    after = None if run is None else run.create_timestamp.timestamp() - 3600
     out: dict[str | None, dict] = {}
-    for record in records:
-        mat = record.event_log_entry.asset_materialization
-        if mat is not None and mat.asset_key == key:
-            out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    return out
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=after), limit=1000, cursor=cursor, ascending=True
+        )
+        for record in page.records:
+            mat = record.asset_materialization
+            if record.run_id == run_id and mat is not None:
+                out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if not page.has_more:
+            return out
+        cursor = page.cursor
 
 
 def run_handoff(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> tuple[str, str] | None:

@@ -144,7 +144,9 @@ def test_descriptor_pack_damaged_is_refused(chain: Any, damage: str) -> None:
     elif damage == "delete":
         chain.vault.storage.delete(pack.uri)
     else:  # a canonical pack of the same size whose descriptor disagrees with the manifest
-        chain.vault.storage.put(pack.uri, data.replace(b'"record_count":30', b'"record_count":31', 1))
+        changed = data.replace(b'"zstd_level":3', b'"zstd_level":4', 1)
+        assert changed != data and len(changed) == len(data)
+        chain.vault.storage.put(pack.uri, changed)
     assert chain.vault.storage.exists(pack.uri) == (damage != "delete")
     # The gate reads the pack first, checked against the manifest's binding, for the re-scan's
     # descriptors: a changed pack is refused there, before the hash pass.

@@ -14,7 +14,7 @@ from approval_chain import unpacked_manifest
 from trainvault import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.loading import LoaderPlan, SplitLoaderFactory
-from trainvault.publication.pack import build_pack, descriptor_bytes, pack_uri
+from trainvault.publication.pack import PackedDescriptors, build_pack, descriptor_bytes, pack_uri
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import parse_descriptor
 from trainvault.refs import ObjectRef
@@ -142,11 +142,17 @@ def test_pack_is_canonical_deterministic_and_bound(tmp_path: Path) -> None:
     assert (sha256_hex(raw), len(raw)) == (ref.sha256, ref.size)
     doc = json.loads(raw)
     assert canonical_json(doc) == raw
-    assert (doc["format"], doc["version"], doc["data_format"]) == ("trainvault.descriptor-pack", 1, "msgpack.zst")
+    assert (doc["format"], doc["version"], doc["data_format"]) == ("trainvault.descriptor-pack", 2, "msgpack.zst")
+    # Columnar: what the manifest does not hold, once per shard or block; shared fields once.
+    assert (doc["shards"]["blocks"], doc["shards"]["shared"], len(doc["shared"])) == ([1, 1, 1], [0, 0, 0], 1)
     entries = manifest.splits["train"].shards
-    assert [canonical_json(d) for d in doc["descriptors"]] == [vault.storage.get(e.descriptor_uri) for e in entries]
-    # The same descriptors give the same pack bytes.
     stored = [(e.descriptor_uri, vault.storage.get(e.descriptor_uri)) for e in entries]
+    # Each descriptor is rebuilt from the manifest and the pack exactly as it was stored.
+    attached = Publication.load(vault.storage, uri).read_pack(vault.storage)
+    assert isinstance(attached.descriptors, PackedDescriptors)
+    assert [canonical_json(attached.descriptors.document(i)) for i in range(3)] == [b for _, b in stored]
+    assert [attached.descriptor(e).to_json_bytes() for _, e in attached.entries()] == [b for _, b in stored]
+    # The same descriptors give the same pack bytes.
     assert (
         build_pack("msgpack.zst", [(u, parse_descriptor(e, b), b) for e, (u, b) in zip(entries, stored, strict=False)])
         == raw
@@ -209,18 +215,23 @@ def forged(vault: TrainVault, uri: str, edit: Any) -> Publication:
 
 
 def _recount(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["descriptors"][1]["blocks"][0]["record_count"] = 2
-    doc["descriptors"][1]["record_count"] = 2
+    doc["blocks"]["record_count"][1] = 2
     return doc
 
 
-def _swap(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["descriptors"][0], doc["descriptors"][1] = doc["descriptors"][1], doc["descriptors"][0]
+def _unshared(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["shards"]["shared"][1] = 5
+    return doc
+
+
+def _overlap(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["shards"]["blocks"][0:2] = [2, 0]
     return doc
 
 
 def _drop(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["descriptors"].pop()
+    for column in (*doc["shards"].values(), *doc["blocks"].values()):
+        column.pop()
     return doc
 
 
@@ -230,18 +241,19 @@ def _other_format(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _newer(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["version"] = 2
+    doc["version"] = 3
     return doc
 
 
 @pytest.mark.parametrize(
     ("edit", "error", "match"),
     [
-        (_recount, IntegrityError, r"shard _/1: differs from the manifest entry: record_count 2 in the descriptor, 3"),
-        (_swap, IntegrityError, r"shard _/0: differs from the manifest entry: .*key '_/1' in the descriptor, '_/0'"),
+        (_recount, IntegrityError, r"shard _/1: its blocks hold 2 records, the manifest 3"),
+        (_unshared, ManifestError, r"names shared fields it does not hold"),
+        (_overlap, IntegrityError, r"shard _/0: block 1 overlaps the block before it"),
         (_drop, ManifestError, r"holds 2 descriptors, the manifest lists 3 shards"),
         (_other_format, ManifestError, r"data_format 'jsonl.gz', the manifest 'msgpack.zst'"),
-        (_newer, ManifestError, r"version 2 is not supported.*upgrade trainvault"),
+        (_newer, ManifestError, r"version 3 is not supported.*upgrade trainvault"),
     ],
 )
 def test_pack_that_disagrees_with_its_manifest_is_refused(tmp_path: Path, edit: Any, error: type, match: str) -> None:
@@ -254,21 +266,29 @@ def test_pack_that_disagrees_with_its_manifest_is_refused(tmp_path: Path, edit: 
 
 
 def _recodec(doc: dict[str, Any]) -> dict[str, Any]:
-    doc["descriptors"][2]["codec"]["zstd_level"] = 19
+    doc["shared"].append({**doc["shared"][0], "codec": {**doc["shared"][0]["codec"], "zstd_level": 19}})
+    doc["shards"]["shared"][2] = 1
     return doc
 
 
-def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Path) -> None:
+def _swap(doc: dict[str, Any]) -> dict[str, Any]:
+    hashes = doc["blocks"]["sha256"]
+    hashes[0], hashes[1] = hashes[1], hashes[0]
+    return doc
+
+
+@pytest.mark.parametrize(("edit", "shard"), [(_recodec, 2), (_swap, 0)])
+def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Path, edit: Any, shard: int) -> None:
     # Agrees with every entry field, yet is not the descriptor the manifest binds by digest.
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
-    pub = forged(vault, uri, _recodec)
+    pub = forged(vault, uri, edit)
     ref = pub.manifest.descriptor_pack
     assert ref is not None
     attached = pub.with_pack(vault.storage.get(ref.uri))
     with pytest.raises(
         IntegrityError,
-        match=rf"descriptor pack {ref.uri}: the descriptor of shard train/_/2 does not "
+        match=rf"descriptor pack {ref.uri}: the descriptor of shard train/_/{shard} does not "
         "hash to the descriptor_sha256",
     ):
         descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
@@ -288,3 +308,19 @@ def test_non_canonical_descriptor_is_not_packed(tmp_path: Path) -> None:
     spaced = json.dumps(json.loads(stored), indent=1).encode()
     with pytest.raises(ManifestError, match=rf"{entry.descriptor_uri} is not stored as its canonical JSON"):
         build_pack("msgpack.zst", [(entry.descriptor_uri, desc, spaced)])
+
+
+def test_a_v1_pack_written_before_columns_still_opens(tmp_path: Path) -> None:
+    vault = TrainVault()
+    uri = publish(vault, str(tmp_path / "ds"), 3)
+    entries = vault.load_manifest(uri).splits["train"].shards
+    stored = [json.loads(vault.storage.get(e.descriptor_uri)) for e in entries]
+    v1 = {"data_format": "msgpack.zst", "descriptors": stored, "format": "trainvault.descriptor-pack", "version": 1}
+    pub = forged(vault, uri, lambda _: v1)
+    attached = pub.read_pack(vault.storage)
+    assert not isinstance(attached.descriptors, PackedDescriptors)
+    assert descriptor_bytes(attached.manifest, attached.descriptors, "v1") == {
+        e.descriptor_uri: vault.storage.get(e.descriptor_uri) for _, e in attached.entries()
+    }
+    records = [r for batch in open_loader(Storage(), pub.uri) for r in batch]
+    assert records == [{"i": i, "j": j} for i in range(3) for j in range(3)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from functools import partial
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -89,3 +91,49 @@ def test_publication_storage_arguments_accept_a_bare_storage() -> None:
     root = f"memory://{uuid.uuid4().hex}/ds"
     _publish(TrainVault(), root)
     assert Publication.load(storage, f"{root}/data-manifest-v1.json").split("valid").record_count == 3
+
+
+#: References a manifest may hold: the saver's spellings (answered without a parse) and others.
+REFERENCES = [
+    "s3://bucket/ds/shards/train/_/0.msgpack.zst",
+    "memory://store/ds/shards/a/b.json",
+    "S3://bucket/ds/x",
+    "s3://bucket//ds/x",
+    "s3://bucket/ds/x?y",
+    "s3://bucket/ds/x#y",
+    "s3://bucket/ds/a b",
+    "s3://[bucket/ds/x",
+    "s3:///ds/x",
+    "file:///tmp/ds/x",
+    "shards/train/_/0.msgpack.zst",
+    "shards/./x",
+    "shards/../x",
+    "shards//x",
+    "../x",
+    "/tmp/ds/x",
+    "x%2F..",
+]
+
+
+def outcome(fn: Any) -> Any:
+    """What `fn()` returns, or the class and message of the error it raises."""
+    try:
+        return fn()
+    except Exception as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("absolute", ["anywhere", "within", "refuse"])
+@pytest.mark.parametrize("ref", REFERENCES)
+def test_resolved_references_match_resolve_uri_exactly(ref: str, absolute: Any) -> None:
+    from trainvault.publication.manifest import check_uri
+    from trainvault.publication.pinned import _resolver
+    from trainvault.uris import parse_uri, resolve_uri
+
+    for base in ("s3://bucket/ds", "memory://store/ds/", "file:///tmp/ds"):
+        where = f"the manifest in {base}, split 's' shard 'k'"
+        expected = outcome(partial(resolve_uri, ref, base, absolute=absolute, where=where))
+        assert outcome(partial(_resolver(base, absolute), ref, ("s", "k"))) == expected, (ref, base, absolute)
+    # The manifest's own check refuses exactly what parse_uri does, with its error.
+    checked, parsed = outcome(lambda: check_uri(ref)), outcome(lambda: parse_uri(ref))
+    assert checked == (parsed if isinstance(parsed, tuple) else None)

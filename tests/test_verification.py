@@ -18,7 +18,13 @@ from trainvault.errors import IntegrityError
 from trainvault.profile import profile_publication
 from trainvault.publication.pinned import Publication
 from trainvault.storage import READS
-from trainvault.verification import profile_from_surveys, split_surveys, stored_survey, verify_shard
+from trainvault.verification import (
+    profile_from_surveys,
+    split_surveys,
+    stored_survey,
+    stored_verification,
+    verify_shard,
+)
 from trainvault.verification.fused import survey_key
 from trainvault.verification.results import key_uri
 
@@ -64,6 +70,22 @@ def test_one_read_serves_scan_profile_and_survey_and_a_second_pass_reads_nothing
         )
         got, got_count = surveys[split]
         assert got_count == count and [s.state() for s in got] == [s.state() for s in want]
+
+
+def test_stored_verification_finds_what_verify_shard_reuses_without_the_index(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    split, entry = entries(chain)[0]
+    digests = {"release_sha256": chain.index.release_sha256, "contract_sha256": chain.index.contract_sha256}
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **digests) is None
+    made = verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index)
+    before = READS.snapshot()
+    found = stored_verification(storage, folder, "msgpack.zst", entry, **digests)
+    assert (READS.snapshot() - before).streamed == 0
+    assert found is not None and not found.read
+    assert (found.scan, found.survey) == (made.scan, made.survey)
+    # Results stored under another release are not this one's.
+    other = {**digests, "release_sha256": "0" * 64}
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **other) is None
 
 
 def test_a_damaged_or_misnamed_stored_result_is_refused_not_recomputed(chain, tmp_path) -> None:

@@ -59,11 +59,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def loads_strict(data: bytes | bytearray | str, *, source: str) -> Any:
+def loads_strict(data: bytes | bytearray | str, *, source: str, walk: bool = True) -> Any:
     """`json.loads` that refuses, with `ManifestError` naming `source`: a key repeated within one
     object (parsers disagree on which value wins, so such bytes do not mean one document), and
     arrays or objects nested deeper than `MAX_JSON_DEPTH`. Invalid JSON raises json's own
-    `ValueError` for the caller to word (catch `ManifestError` first: it is a `ValueError` too)."""
+    `ValueError` for the caller to word (catch `ManifestError` first: it is a `ValueError` too).
+    `walk=False` leaves the depth check (past what the parser's recursion refuses) to a caller
+    that knows which parts of the value its schema bounds (see `check_depth`)."""
     try:
         value = json.loads(data, object_pairs_hook=_unique_keys)
     except _DuplicateKey as dup:
@@ -73,9 +75,16 @@ def loads_strict(data: bytes | bytearray | str, *, source: str) -> Any:
         ) from None
     except RecursionError:
         raise _too_deep(source) from None
-    if _brackets(data) > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+    if walk and _brackets(data) > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise _too_deep(source)
     return value
+
+
+def check_depth(value: Any, source: str, above: int = 0) -> None:
+    """Raise `ManifestError` naming `source` when `value`, sitting `above` levels deep in its
+    document, nests arrays and objects past `MAX_JSON_DEPTH`."""
+    if above + _depth(value) > MAX_JSON_DEPTH:
+        raise _too_deep(source)
 
 
 def _too_deep(source: str) -> ManifestError:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from trainvault.canonical import canonical_json, loads_strict, sha256_hex
+from trainvault.canonical import canonical_json, check_depth, loads_strict, sha256_hex
 from trainvault.errors import ManifestError
 
 D = TypeVar("D", bound="Document")
@@ -40,15 +40,31 @@ class Document(StrictModel):
     @classmethod
     def from_json_bytes(cls: type[D], data: bytes | str, *, source: str = "document") -> D:
         """Parse and validate; raise `ManifestError` naming `source` and the bad field."""
+        return cls.from_parsed(parse_json(data, source=source, kind=cls.KIND, walk=not cls._bounds_depth()), source)
+
+    @classmethod
+    def from_parsed(cls: type[D], obj: Any, source: str) -> D:
+        """Validate a value `parse_json` returned (walked for depth or not, as `_bounds_depth` says)."""
+        if not cls._bounds_depth():
+            return cls.from_obj(obj, source=source)
         try:
-            obj = loads_strict(data, source=source)
+            doc = cls.from_obj(obj, source=source)
         except ManifestError:
+            check_depth(obj, source)  # a document too deep to fit its schema says so first
             raise
-        except ValueError as exc:  # UnicodeDecodeError too
-            raise ManifestError(
-                f"{source}: not valid JSON ({exc}); the object is damaged or not a {cls.KIND}"
-            ) from None
-        return cls.from_obj(obj, source=source)
+        for above, value in doc.open_values():
+            check_depth(value, source, above)
+        return doc
+
+    @classmethod
+    def _bounds_depth(cls) -> bool:
+        return cls.open_values is not Document.open_values
+
+    def open_values(self) -> list[tuple[int, Any]]:
+        """(levels above it, value) for each part of this document whose nesting its schema leaves
+        open. A kind that lists them is parsed without walking every value for depth (its schema
+        bounds the rest); the default walks the whole document, so it lists none."""
+        return []
 
     @classmethod
     def from_obj(cls: type[D], obj: Any, *, source: str = "document") -> D:
@@ -68,6 +84,17 @@ class Document(StrictModel):
             return cls.model_validate(obj)
         except ValidationError as exc:
             raise ManifestError(f"{source}: invalid {cls.KIND}: {describe_validation_error(exc)}") from None
+
+
+def parse_json(data: bytes | str, *, source: str, kind: str, walk: bool = True) -> Any:
+    """The strict parse of a document's bytes (`loads_strict`); invalid JSON raises `ManifestError`
+    naming `source` and the `kind` expected."""
+    try:
+        return loads_strict(data, source=source, walk=walk)
+    except ManifestError:
+        raise
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise ManifestError(f"{source}: not valid JSON ({exc}); the object is damaged or not a {kind}") from None
 
 
 def describe_validation_error(exc: ValidationError, limit: int = 5) -> str:

@@ -131,10 +131,12 @@ def _gate(
     refs = request.bindings()
     docs = _hash_bound(storage, refs, threads)
     chain = _judge_chain(storage, refs, docs, policy)
-    ledgers = LedgerChecks(storage, refs, chain.publication.manifest, refs["data_manifest"].sha256)
+    # The descriptors the ledger checks and the drawn shards use come from the pack (one request,
+    # checked against the manifest; each packed copy is bound to its descriptor_sha256 below).
+    packed = chain.publication.read_pack(storage)
+    ledgers = LedgerChecks(storage, refs, packed.manifest, refs["data_manifest"].sha256, packed.descriptors)
     survey = TextFieldSurvey(chain.index.contract, chain.index.normalizer)
-    # The drawn shards' descriptors come from the pack (one request, checked against the manifest).
-    rescan = Rescan(storage, chain.publication.read_pack(storage), chain.index, policy, survey)
+    rescan = Rescan(storage, packed, chain.index, policy, survey)
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     # The bar counts the bound documents too, as the summary does.
     shown = continued(progress, len(bound), sum(d.size for d in bound.values()))

@@ -15,7 +15,7 @@ EXIT_MISMATCH = 3
 
 
 def _load_manifest(storage: Any, given: str) -> Any:
-    """The manifest at `given`; a trainvault file of another kind is named, with the command that reads it."""
+    """The publication at `given`; a trainvault file of another kind is named, with the command that reads it."""
     from trainvault.errors import ManifestError
     from trainvault.publication.pinned import Publication
     from trainvault.uris import normalize_uri
@@ -23,7 +23,7 @@ def _load_manifest(storage: Any, given: str) -> Any:
     uri = normalize_uri(given)
     raw = storage.get_document(uri)
     try:
-        return Publication.from_bytes(uri, raw).manifest
+        return Publication.from_bytes(uri, raw)
     except ManifestError:
         explained = what_it_is(uri, raw, "a data manifest")
         if explained is None:
@@ -32,13 +32,13 @@ def _load_manifest(storage: Any, given: str) -> Any:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from trainvault.publication.reader import check_descriptors
-
     vault = vault_from_env()
-    manifest = _load_manifest(vault.storage, args.manifest)
+    publication = _load_manifest(vault.storage, args.manifest)
+    manifest = publication.manifest
     shards = sum(len(split.shards) for split in manifest.splits.values())
     with waiting(f"checking {shards} shard descriptors against the manifest"):
-        mismatches = check_descriptors(vault.storage, manifest)
+        # From the descriptor pack when the manifest binds one: one read, not one per shard.
+        mismatches = publication.descriptor_mismatches(vault.storage)
     summary = manifest.summary()
     if args.json:
         summary["mismatches"] = [asdict(m) for m in mismatches]

@@ -21,7 +21,7 @@ from trainvault.components.custody import CheckedLedger, CompiledShard, open_led
 from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.errors import CustodyError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.formats.cutter import BlockCutter
-from trainvault.publication.manifest import DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage
 from trainvault.uris import normalize_uri
@@ -44,14 +44,26 @@ class ShardCheck:
     against the descriptor, decodes it and checks its records (`check_ranges`). Keeps the
     first refusal in `error` instead of raising, so the gate reports a changed shard first."""
 
-    def __init__(self, storage: Storage, entry: ShardEntry, data_format: str, shard: CompiledShard):
+    def __init__(
+        self,
+        storage: Storage,
+        entry: ShardEntry,
+        data_format: str,
+        shard: CompiledShard,
+        descriptors: Mapping[str, ShardDescriptor] | None = None,
+    ):
         self.entry = entry
         self.shard = shard
         self.error: TrainVaultError | None = None
         self._reader: ShardReader | None = None
         try:
-            # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps.
-            self._reader = ShardReader(storage, entry, data_format, read_descriptor(storage, entry))
+            # Bound by the manifest's descriptor sha256: the same bytes the gate hashes and keeps
+            # (from the descriptor pack when the publication has one: no request per shard).
+            if descriptors is not None and entry.descriptor_uri in descriptors:
+                desc = descriptors[entry.descriptor_uri]
+            else:
+                desc = read_descriptor(storage, entry)
+            self._reader = ShardReader(storage, entry, data_format, desc)
         except TrainVaultError as exc:
             self.error = exc
         self._cutter = BlockCutter(entry.uri, self._reader.blocks) if self._reader is not None else None
@@ -97,9 +109,17 @@ class LedgerChecks:
     (shard URIs resolved). Construction checks the ledgers; `finish` what the shards held.
     Both raise `LedgerRefusal`."""
 
-    def __init__(self, storage: Storage, bindings: Mapping[str, Any], manifest: DataManifest, manifest_sha256: str):
+    def __init__(
+        self,
+        storage: Storage,
+        bindings: Mapping[str, Any],
+        manifest: DataManifest,
+        manifest_sha256: str,
+        descriptors: Mapping[str, ShardDescriptor] | None = None,
+    ):
         self.storage = storage
         self.manifest = manifest
+        self.descriptors = descriptors
         try:
             self.ledgers: dict[str, CheckedLedger] = {
                 split: open_ledger(storage, bindings, manifest_sha256, split, s.shards)
@@ -120,7 +140,7 @@ class LedgerChecks:
 
     def _factory(self, entry: ShardEntry, shard: CompiledShard) -> Callable[[], ShardCheck]:
         def make() -> ShardCheck:
-            check = ShardCheck(self.storage, entry, self.manifest.data_format, shard)
+            check = ShardCheck(self.storage, entry, self.manifest.data_format, shard, self.descriptors)
             self._checks.append(check)  # list.append is atomic: hashing threads call this
             return check
 

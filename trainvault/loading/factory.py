@@ -14,6 +14,7 @@ from typing import Any
 
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
+from trainvault.loading.descriptors import SelectedDescriptors
 from trainvault.loading.exclusions import check_exclude
 from trainvault.loading.mixture import MixtureComponent
 from trainvault.loading.mixture_source import ComponentSource
@@ -91,37 +92,40 @@ class SplitLoaderFactory:
                 "exclusions count stored ones"
             )
         self.exclusions = check_exclude(exclude, self.manifest)
-        self._descriptors: dict[str, ShardDescriptor] = {
-            e.uri: self.publication.descriptors[e.descriptor_uri]
-            for _, e in self.publication.entries()
-            if e.descriptor_uri in self.publication.descriptors
-        }
+        # Descriptors read one by one (a manifest without a pack), by shard URI.
+        self._descriptors: dict[str, ShardDescriptor] = {}
 
     def __repr__(self) -> str:
         p = self.plan
         return f"SplitLoaderFactory({self.manifest_uri!r}, shuffle={p.shuffle}, rank={p.rank}/{p.world_size})"
 
-    def read_descriptors(self, shards: Sequence[ShardEntry]) -> tuple[ShardDescriptor, ...]:
+    def read_descriptors(self, shards: Sequence[ShardEntry]) -> SelectedDescriptors:
         """The descriptors of `shards` (from the pack, else read once and kept)."""
-        todo = [s for s in shards if s.uri not in self._descriptors]
+        attached = self.publication.descriptors
+        todo = [s for s in shards if s.descriptor_uri not in attached and s.uri not in self._descriptors]
         if todo:
             with ThreadPoolExecutor(max_workers=_DESCRIPTOR_THREADS) as pool:
                 for s, d in zip(todo, pool.map(lambda e: read_descriptor(self.storage, e), todo), strict=False):
                     self._descriptors[s.uri] = d
-        return tuple(self._descriptors[s.uri] for s in shards)
+        read = {s.uri: self._descriptors[s.uri] for s in shards if s.uri in self._descriptors}
+        return SelectedDescriptors(tuple(shards), attached, read)
 
-    def block_plan(self, shards: Sequence[ShardEntry], descriptors: Sequence[ShardDescriptor]) -> BlockPlan:
+    def block_plan(self, shards: Sequence[ShardEntry], descriptors: SelectedDescriptors) -> BlockPlan:
         """The `BlockPlan` of the selected shards: every block's shard, index and record count."""
-        from trainvault.loading.order import block_plan
+        from trainvault.loading.order import block_plan, packed_block_plan
 
         view = self.plan.view
+        packed = descriptors.packed()
+        if packed is not None and view is None and self.exclusions is None:
+            return packed_block_plan(*packed.columns([s.descriptor_uri for s in shards]))
         blocks = []
-        for i, desc in enumerate(descriptors):
-            # With a view, positions count its logical records (from its own counts, no data read).
-            logical = None if view is None else view.block_counts(shards[i], desc)
-            blocks.append(
-                [(b.first_record, b.record_count if logical is None else logical[j]) for j, b in enumerate(desc.blocks)]
-            )
+        for i in range(len(shards)):
+            counts = descriptors.block_counts(i)
+            if view is not None:
+                # With a view, positions count its logical records (from its own counts, no data read).
+                logical = view.block_counts(shards[i], descriptors[i])
+                counts = [(first, logical[j]) for j, (first, _) in enumerate(counts)]
+            blocks.append(counts)
         excluded = None if self.exclusions is None else self.exclusions.for_shards(tuple(shards))
         return block_plan(blocks, excluded)
 

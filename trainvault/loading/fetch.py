@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -57,7 +57,7 @@ class BlockFetcher:
         storage: ReadableStorage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
-        descriptors: tuple[ShardDescriptor, ...],
+        descriptors: Sequence[ShardDescriptor],
         *,
         threads: int | None = None,
     ):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import tee
 from typing import Any
 
 import torch.utils.data
@@ -26,6 +27,17 @@ Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
 #: Unshuffled reads keep this many blocks in flight per worker.
 SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
+
+
+def _windows_needed(order: EpochOrder, schedule: RankSchedule, mine: list[int]) -> Iterator[tuple[int, list[int]]]:
+    """(window, its plan blocks) in the order the batches `mine` first need them."""
+    last = -1
+    for t in mine:
+        b = schedule.batch(t)
+        for k, _, _ in order.pieces(b.start, b.count):
+            if k != last:
+                last = k
+                yield k, order.window_plan_blocks(k)
 
 
 class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
@@ -124,25 +136,20 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         name: int | str,
         watch: Watchdog | None,
     ) -> Iterator[Item]:
-        batches = [schedule.batch(t) for t in mine]
-        # Windows in the order this worker first needs them (positions only grow).
-        needed: list[int] = []
-        for b in batches:
-            for k, _, _ in order.pieces(b.start, b.count):
-                if not needed or needed[-1] != k:
-                    needed.append(k)
-        window_blocks = [order.window_plan_blocks(k) for k in needed]
-        wanted = ((int(self.blocks.shard[i]), int(self.blocks.block[i])) for blocks in window_blocks for i in blocks)
+        # Windows in the order this worker first needs them (positions only grow), found as the
+        # batches are formed: the first batch does not wait for a walk over the whole epoch.
+        for_reads, for_batches = tee(_windows_needed(order, schedule, mine))
+        wanted = ((int(self.blocks.shard[i]), int(self.blocks.block[i])) for _, blocks in for_reads for i in blocks)
         lookahead = self.plan.shuffle_window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
         stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
         times = self.fetcher.times
         loaded: dict[int, tuple[list[dict[str, Any]], list[int] | None]] = {}
         view = self.plan.view
-        next_window = 0
         if watch is not None:
             watch.busy()
         try:
-            for t, b in zip(mine, batches, strict=False):
+            for t in mine:
+                b = schedule.batch(t)
                 records: list[dict[str, Any]] = []
                 for k, lo, hi in order.pieces(b.start, b.count):
                     while k not in loaded:
@@ -150,14 +157,14 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
                         for old in [w for w in loaded if w < k]:
                             del loaded[old]
                         window: list[Any] = []
-                        for i in window_blocks[next_window]:
+                        w, blocks = next(for_batches)
+                        for i in blocks:
                             block = self.blocks.keep(i, next(stream))  # exclusions skipped
                             if view is not None:
                                 block = self._expand(view, i, block)
                             window.extend(block)
-                        shuffled = order.record_permutation(needed[next_window])
-                        loaded[needed[next_window]] = (window, None if shuffled is None else shuffled.tolist())
-                        next_window += 1
+                        shuffled = order.record_permutation(w)
+                        loaded[w] = (window, None if shuffled is None else shuffled.tolist())
                     window, perm = loaded[k]
                     if perm is None:
                         records.extend(window[lo:hi])

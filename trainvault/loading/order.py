@@ -138,6 +138,23 @@ def block_plan(
     )
 
 
+def packed_block_plan(starts: Sequence[int], records: Sequence[int], picks: Sequence[int]) -> BlockPlan:
+    """The plan of selected shards, with no exclusions, from a descriptor pack's columns: shard
+    p's blocks are ``starts[p]:starts[p + 1]`` of `records` (each block's record count), and
+    `picks` lists the selected shards' positions in the pack, in selection order."""
+    start = np.asarray(starts, dtype=np.int64)
+    count = np.asarray(records, dtype=np.int64)
+    pick = np.asarray(picks, dtype=np.int64)
+    lo = start[pick]
+    per_shard = start[pick + 1] - lo
+    shard = np.repeat(np.arange(len(pick), dtype=np.int64), per_shard)
+    block = np.arange(int(per_shard.sum()), dtype=np.int64) - np.repeat(np.cumsum(per_shard) - per_shard, per_shard)
+    flat = np.repeat(lo, per_shard) + block
+    before = np.concatenate(([0], np.cumsum(count)))  # records in the pack before each block
+    first = before[flat] - np.repeat(before[lo], per_shard)
+    return BlockPlan(shard, block, count[flat], first, {})
+
+
 class EpochOrder:
     """The record order of one epoch as windows of blocks; positions count records."""
 
@@ -161,6 +178,7 @@ class EpochOrder:
         # Looked up twice per batch: a bisect on a list, not a NumPy call, which costs ~40x
         # more in a loop (and may hand the GIL to the read threads).
         self._starts: list[int] = self.window_start.tolist()
+        self._order: list[int] = self.block_order.tolist()
         self.total = self._starts[-1]
 
     @property
@@ -172,7 +190,7 @@ class EpochOrder:
 
     def window_plan_blocks(self, k: int) -> list[int]:
         """Plan indices of window k's blocks, in the order their records are concatenated."""
-        return [int(i) for i in self.block_order[k * self.window_blocks : (k + 1) * self.window_blocks]]
+        return self._order[k * self.window_blocks : (k + 1) * self.window_blocks]
 
     def record_permutation(self, k: int) -> np.ndarray | None:
         """Window-local record order of window k (None: unshuffled, identity)."""

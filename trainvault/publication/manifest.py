@@ -49,6 +49,26 @@ def validate_stage(value: Any) -> str | None:
     return stage
 
 
+def check_uri(uri: Any) -> None:
+    """`parse_uri`'s checks of a URI, at a set lookup for the common ``s3://`` and ``memory://``
+    spellings: what `parse_uri` refuses in those depends on the scheme and the store name only,
+    so one check per store serves every shard of a manifest."""
+    head = _STORE_HEAD.match(uri) if isinstance(uri, str) and "\x00" not in uri else None
+    if head is None:
+        parse_uri(uri)
+        return
+    store = head.group()
+    if store not in _CHECKED_STORES:
+        parse_uri(uri)  # once it parses, every URI of this store does
+        if len(_CHECKED_STORES) > 1024:
+            _CHECKED_STORES.clear()
+        _CHECKED_STORES.add(store)
+
+
+_STORE_HEAD = re.compile(r"(?:s3|memory)://[^/]*")
+_CHECKED_STORES: set[str] = set()
+
+
 def shard_key(curriculum_stage: str | None, shard_id: str) -> str:
     """A shard's key within its split: ``<stage or _>/<shard_id>``."""
     return f"{curriculum_stage or NO_STAGE}/{shard_id}"
@@ -135,12 +155,15 @@ class ShardEntry(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ShardEntry:
-        validate_stage(self.curriculum_stage)
-        validate_name("shard id", self.shard_id)
-        if self.key != shard_key(self.curriculum_stage, self.shard_id):
+        stage, shard_id = self.curriculum_stage, self.shard_id
+        if stage is not None:
+            validate_stage(stage)
+        if not _NAME.fullmatch(shard_id) or shard_id in (".", ".."):
+            validate_name("shard id", shard_id)
+        if self.key != f"{stage or NO_STAGE}/{shard_id}":
             raise ValueError(f"key {self.key!r} does not match stage and shard id")
-        for uri in (self.uri, self.descriptor_uri):
-            parse_uri(uri)
+        check_uri(self.uri)
+        check_uri(self.descriptor_uri)
         return self
 
 
@@ -198,6 +221,10 @@ class DataManifest(Document):
     #: Every shard's descriptor in one object, in manifest order (`trainvault.publication.pack`);
     #: None in a manifest written before packs existed, whose descriptors are read one by one.
     descriptor_pack: ObjectRef | None = None
+
+    def open_values(self) -> list[tuple[int, Any]]:
+        # Only curriculum metadata nests freely: manifest > splits > split > curricula > curriculum.
+        return [(5, c.metadata) for split in self.splits.values() for c in split.curricula.values()]
 
     @model_serializer(mode="wrap")
     def _omit_missing_pack(self, handler: Any) -> dict[str, Any]:

@@ -8,47 +8,85 @@ by one set of rules: `trainvault.uris.resolve_uri`.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from trainvault.canonical import sha256_hex
-from trainvault.errors import IntegrityError, ManifestError, SelectionError
+from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError, SelectionError
 from trainvault.publication.manifest import (
     DataManifest,
     ShardDescriptor,
     ShardEntry,
     SplitManifest,
 )
-from trainvault.publication.pack import read_pack, unpack
-from trainvault.publication.reader import check_descriptor, parse_descriptor
-from trainvault.storage import ReadableStorage
-from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
+from trainvault.publication.pack import PackedDescriptors, packed_bytes, read_pack, unpack
+from trainvault.publication.reader import (
+    DescriptorMismatch,
+    check_descriptor,
+    check_descriptors,
+    parse_descriptor,
+)
+from trainvault.storage import ReadableStorage, Storage
+from trainvault.uris import Absolute, join_uri, normalize_uri, parent_uri, parse_uri, resolve_uri
+
+#: An absolute URI that `normalize_uri` returns unchanged (store name and key without anything
+#: `urlsplit` would strip, split off or refuse), and a relative reference of plain segments.
+_CANONICAL = re.compile(r"(?:s3|memory)://[A-Za-z0-9._:@-]+/[^\x00-\x20/?#\x7f][^\x00-\x20?#\x7f]*")
+_PLAIN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+
+
+def _resolver(base: str, absolute: Absolute) -> Callable[[str, tuple[str, str] | None], str]:
+    """`resolve_uri` against `base`, with the two spellings a saver writes answered without a
+    parse; `shard` ((split, key), None: the descriptor pack) names the reference when it must be refused."""
+    folder = join_uri(base, "x")[:-1]  # what join_uri(base, ref) puts before a plain `ref`
+
+    def resolve(ref: str, shard: tuple[str, str] | None) -> str:
+        if absolute == "anywhere" and _CANONICAL.fullmatch(ref):
+            return ref
+        if _PLAIN.fullmatch(ref):  # no segment is empty, "." or ".."
+            return folder + ref
+        where = "its descriptor pack" if shard is None else f"split {shard[0]!r} shard {shard[1]!r}"
+        return resolve_uri(ref, base, absolute=absolute, where=f"the manifest in {base}, {where}")
+
+    return resolve
 
 
 def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
     """The same manifest with every shard, descriptor and descriptor pack URI absolute, resolved
     against `base`. `absolute`: what an absolute reference may name (see `resolve_uri`)."""
     parse_uri(base)
-    splits = {}
+    resolve = _resolver(base, absolute)
     pack = manifest.descriptor_pack
     if pack is not None:
-        where = f"the manifest in {base}, its descriptor pack"
-        pack = pack.model_copy(update={"uri": resolve_uri(pack.uri, base, absolute=absolute, where=where)})
-    changed = pack != manifest.descriptor_pack
+        uri = resolve(pack.uri, None)
+        pack = pack if uri == pack.uri else pack.model_copy(update={"uri": uri})
+    changed = pack is not manifest.descriptor_pack
+    splits = {}
+    canonical = _CANONICAL.fullmatch if absolute == "anywhere" else None
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
-            where = f"the manifest in {base}, split {name!r} shard {s.key!r}"
-            uri = resolve_uri(s.uri, base, absolute=absolute, where=where)
-            desc = resolve_uri(s.descriptor_uri, base, absolute=absolute, where=where)
-            changed |= uri != s.uri or desc != s.descriptor_uri
-            shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
-        splits[name] = SplitManifest(shards=shards, curricula=split.curricula)
+            if canonical is not None and canonical(s.uri) and canonical(s.descriptor_uri):
+                shards.append(s)  # what the saver writes, unchanged by resolving
+                continue
+            uri, desc = resolve(s.uri, (name, s.key)), resolve(s.descriptor_uri, (name, s.key))
+            if uri == s.uri and desc == s.descriptor_uri:
+                shards.append(s)
+            else:
+                changed = True
+                shards.append(s.model_copy(update={"uri": uri, "descriptor_uri": desc}))
+        splits[name] = shards
     if not changed:
         return manifest
-    return manifest.model_copy(update={"splits": splits, "descriptor_pack": pack})
+    return manifest.model_copy(
+        update={
+            "splits": {n: SplitManifest(shards=splits[n], curricula=s.curricula) for n, s in manifest.splits.items()},
+            "descriptor_pack": pack,
+        }
+    )
 
 
 @contextmanager
@@ -70,7 +108,8 @@ class Publication:
     """A data manifest as stored at `uri`: its bytes (`raw`), their `sha256`, and the parsed
     `manifest` with every shard and descriptor URI absolute (`as_written`: as stored). `descriptors` (by descriptor URI)
     holds each shard's descriptor, parsed and checked against its entry, once attached with
-    `with_descriptors` or `read_pack`; empty until then."""
+    `with_descriptors` or `read_pack` (from a v2 pack: `PackedDescriptors`, built on first use);
+    empty until then."""
 
     uri: str
     sha256: str
@@ -135,12 +174,15 @@ class Publication:
 
     def with_pack(self, raw: bytes) -> Publication:
         """This publication with every descriptor attached from the bytes of its descriptor pack
-        (whose digest the caller checked against the manifest; see `_attach`)."""
+        (whose digest the caller checked against the manifest; see `_attach`). A v2 pack's
+        descriptors are checked against their entries as a whole and built when first used."""
         ref = self.manifest.descriptor_pack
         if ref is None:
             raise ManifestError(f"{self.uri} binds no descriptor pack (it was written before packs)")
         with _collector_paused():
             descriptors = unpack(self.manifest, raw, ref.uri)
+            if isinstance(descriptors, PackedDescriptors):
+                return Publication(self.uri, self.sha256, self.raw, self.manifest, self.as_written, descriptors)
             parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
             return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
 
@@ -153,6 +195,35 @@ class Publication:
         if ref is None or self.descriptors:
             return self
         return self.with_pack(read_pack(storage, ref, self.uri))
+
+    def descriptor_mismatches(self, storage: Storage) -> list[DescriptorMismatch]:
+        """Every shard entry its completion descriptor does not back: checked against the copies in
+        the descriptor pack when the manifest binds one (one read; a pack that cannot be read or
+        disagrees with the manifest is one mismatch naming it), else against each descriptor
+        object (`check_descriptors`)."""
+        ref = self.manifest.descriptor_pack
+        if ref is None:
+            return check_descriptors(storage, self.manifest)
+        try:
+            with _collector_paused():
+                unpacked = unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri, agree=False)
+        except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
+            return [DescriptorMismatch("*", "(descriptor pack)", str(exc))]
+        found: Mapping[str, ShardDescriptor] = (
+            unpacked
+            if isinstance(unpacked, PackedDescriptors)
+            else {e.descriptor_uri: d for (_, e), d in zip(self.entries(), unpacked, strict=True)}
+        )
+        return [
+            DescriptorMismatch(
+                split,
+                entry.key,
+                f"its copy in the descriptor pack does not hash to the descriptor_sha256 the manifest binds "
+                f"({entry.descriptor_sha256})",
+            )
+            for split, entry, data in packed_bytes(self.manifest, found)
+            if sha256_hex(data) != entry.descriptor_sha256
+        ]
 
     def _attach(self, parsed: Mapping[str, ShardDescriptor], where: Callable[[ShardEntry], str]) -> Publication:
         """This publication with `parsed` attached, each descriptor checked against its entry,

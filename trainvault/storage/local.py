@@ -94,6 +94,8 @@ class FileBackend:
         return self.head(path).etag
 
     def create(self, path: str, data: Any) -> bool:
+        if os.path.lexists("/" + path):
+            return False  # what link() below would say, without writing and syncing a copy first
         # link() is atomic and fails if the name exists: readers never see a partial object.
         tmp = _write_tmp(path, data)
         try:

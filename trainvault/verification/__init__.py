@@ -6,6 +6,7 @@ from trainvault.verification.fused import (
     profile_from_surveys,
     split_surveys,
     stored_survey,
+    stored_verification,
     verify_shard,
 )
 from trainvault.verification.results import DEFAULT_PROFILE, ShardSurvey, StoredScan
@@ -18,5 +19,6 @@ __all__ = [
     "profile_from_surveys",
     "split_surveys",
     "stored_survey",
+    "stored_verification",
     "verify_shard",
 ]

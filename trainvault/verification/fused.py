@@ -56,6 +56,27 @@ def survey_key(entry: ShardEntry, data_format: str) -> SurveyKey:
     return SurveyKey(shard=ShardKey.of(entry, data_format), profile=DEFAULT_PROFILE)
 
 
+def stored_verification(
+    storage: StorageSource,
+    folder: str,
+    data_format: str,
+    entry: ShardEntry,
+    *,
+    release_sha256: str,
+    contract_sha256: str,
+) -> VerifiedShard | None:
+    """Shard `entry`'s scan and survey as stored in `folder` under their keys, if both are: what
+    `verify_shard` reuses, found without building the release's index (None: verify it)."""
+    storage = storage_of(storage)
+    skey = ScanKey(
+        shard=ShardKey.of(entry, data_format), contract_sha256=contract_sha256, release_sha256=release_sha256
+    )
+    vkey = survey_key(entry, data_format)
+    scan = read_result(storage, StoredScan, key_uri(folder, "scan", skey), skey)
+    survey = read_result(storage, ShardSurvey, key_uri(folder, "survey", vkey), vkey)
+    return None if scan is None or survey is None else VerifiedShard(scan.result, survey, read=False)
+
+
 def verify_shard(
     storage: StorageSource, folder: str, data_format: str, split: str, entry: ShardEntry, index: EvalIndex
 ) -> VerifiedShard:
