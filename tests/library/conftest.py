@@ -1,5 +1,5 @@
-"""Fixtures of the library's tests: the custody chain builder (support.approval_chain) and the
-loopback fault proxy (support.faultproxy)."""
+"""Fixtures of the library's tests: the custody chain builder (support.approval_chain), the
+loopback fault proxy (support.faultproxy), packed component records and rollout samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from support import approval_chain, faultproxy
+from support import approval_chain, faultproxy, rollout_samples
+from support import packed_records as packed_records_module
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +40,15 @@ def unpacked_manifest() -> Callable[[Any], bytes]:
 def faults() -> ModuleType:
     """support.faultproxy: `faults.FaultProxy(port)` between trainvault and S3, armed with `faults.Rule`s."""
     return faultproxy
+
+
+@pytest.fixture(scope="session")
+def packed_records() -> ModuleType:
+    """support.packed_records: packed long-context records (`shard_records`) and their `declare`."""
+    return packed_records_module
+
+
+@pytest.fixture(scope="session")
+def make_samples() -> Callable[..., list[dict[str, Any]]]:
+    """`make_samples(n, seed=0, ...)`: rollout samples as a trainer hands them to an archive."""
+    return rollout_samples.make_samples

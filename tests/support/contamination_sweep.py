@@ -2,7 +2,7 @@
 perturbation class, scanned with ngram-exact-v1 and ngram-exact-v2; plus a clean corpus
 built from the Python standard library and installed package docs, and near-misses.
 
-    .venv/bin/python tests/contamination_sweep.py     # prints the README's table
+    .venv/bin/python tests/support/contamination_sweep.py    # prints the README's table
 """
 
 from __future__ import annotations

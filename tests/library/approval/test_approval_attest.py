@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import ITEMS, build_chain
 
 from trainvault import ApprovalError, ManifestError, TrainVault, UntrustedSignerError
 from trainvault.approval import (
@@ -61,12 +61,12 @@ def trusting(**options: Any) -> ApprovalPolicy:
 
 
 @pytest.fixture
-def signed(tmp_path: Path) -> Any:
+def signed(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     return build_chain(TrainVault(), str(tmp_path / "clean"), shards=4, scanner_key=SCANNER)
 
 
 @pytest.fixture
-def dirty(tmp_path: Path) -> Any:
+def dirty(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     """Four train shards and one valid shard, signed; the last train shard (train/hard/s3) is contaminated."""
     return build_chain(TrainVault(), str(tmp_path / "dirty"), shards=4, contaminate=True, scanner_key=SCANNER)
 
@@ -107,7 +107,9 @@ def test_signed_chain_is_approved_with_signers_and_rescan_recorded(signed: Any, 
         )
 
 
-def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(tmp_path: Path) -> None:
+def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(
+    build_chain: Callable[..., Any], tmp_path: Path
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "plain"), shards=2)
     with pytest.raises(UntrustedSignerError, match="training_scan_manifest .* is not signed"):
         approve_dataset(chain.vault, chain.request(), policy=trusting())
@@ -154,7 +156,7 @@ def test_forged_report_signed_by_a_trusted_key_is_refused_when_the_rescan_draws_
         approve_dataset(dirty.vault, request, policy=trusting(rescan_fraction=(1, 1), rescan_seed=misses))
 
 
-def test_without_scanner_keys_every_shard_is_rescanned(tmp_path: Path) -> None:
+def test_without_scanner_keys_every_shard_is_rescanned(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "plain"), shards=3, contaminate=True)
     forged = chain.publish("forged.json", forge_clean(chain.extra["report"]))
     with pytest.raises(ApprovalError, match="re-scanning shard train/hard/s2 finds tiny item 'tiny-1'"):
@@ -255,12 +257,14 @@ def test_malformed_signed_statements_are_refused(signed: Any, edit: Any, match: 
         approve_dataset(signed.vault, signed.request(contamination_report=bad), policy=trusting())
 
 
-def test_a_report_that_calls_uncheckable_items_checkable_is_refused(tmp_path: Path) -> None:
+def test_a_report_that_calls_uncheckable_items_checkable_is_refused(
+    eval_items: list[dict[str, str]], build_chain: Callable[..., Any], tmp_path: Path
+) -> None:
     """The uncheckable items are what the bound contract makes of the bound release, not the
     report's say: a self-consistent report hiding them would pass the uncheckable limit, and
     no re-scan of shards (here: every shard, even with it disabled) would notice."""
     chain = build_chain(TrainVault(), str(tmp_path / "short"), shards=2)
-    items = [*ITEMS, {"id": "tiny-short", "text": "zulu yankee xray"}]
+    items = [*eval_items, {"id": "tiny-short", "text": "zulu yankee xray"}]
     release = publish_release(
         chain.vault.storage,
         str(tmp_path / "release2"),
@@ -301,7 +305,9 @@ def test_a_report_that_calls_uncheckable_items_checkable_is_refused(tmp_path: Pa
         approve_dataset(chain.vault, chain.request(contamination_report=relabelled, **bound))
 
 
-def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_path: Path) -> None:
+def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(
+    build_chain: Callable[..., Any], tmp_path: Path
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, contaminate=True)
     for field, value in (("total_ngrams", 7), ("item_sha256", "0" * 64)):
         obj = chain.extra["report"].model_dump(mode="json", by_alias=True)
@@ -314,7 +320,9 @@ def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(tmp_pa
 
 
 @pytest.mark.parametrize("bound, scanned", [(DEFAULT_CONTRACT, V1_CONTRACT), (V1_CONTRACT, DEFAULT_CONTRACT)])
-def test_a_report_made_under_the_other_method_is_refused(tmp_path: Path, bound: Any, scanned: Any) -> None:
+def test_a_report_made_under_the_other_method_is_refused(
+    build_chain: Callable[..., Any], tmp_path: Path, bound: Any, scanned: Any
+) -> None:
     """A v1 report bound with a v2 contract (or the reverse), even when it names the bound
     contract's digest, is not judged: its hits and counts mean another normalisation."""
     chain = build_chain(TrainVault(), str(tmp_path / "cross"), shards=2, contaminate=True, contract=bound)

@@ -3,11 +3,11 @@ gate (policy, fraction, existence, coverage) and skipped by the approved loader.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import ITEMS, build_chain, make_records
 
 from trainvault import (
     ApprovalError,
@@ -28,7 +28,7 @@ ALLOW = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
 
 
 @pytest.fixture
-def dirty(tmp_path: Path) -> Any:
+def dirty(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     """Three train shards of 30 records and a valid shard; train/hard/s2 record 15 holds tiny-1."""
     return build_chain(TrainVault(), str(tmp_path / "dirty"), shards=3, contaminate=True)
 
@@ -131,12 +131,14 @@ def test_malformed_exclusions_are_refused(dirty: Any) -> None:
         exclusions_from_report(dirty.extra["report"], report_sha256="nope")
 
 
-def test_a_report_that_capped_hits_cannot_be_excluded(tmp_path: Path) -> None:
+def test_a_report_that_capped_hits_cannot_be_excluded(
+    eval_items: list[dict[str, str]], build_chain: Callable[..., Any], make_records: Callable[..., Any], tmp_path: Path
+) -> None:
     def records(i: int) -> list[dict[str, Any]]:
         out = make_records(i, 20)
         if i == 1:
             for j in (2, 9):
-                out[j]["text"] += " " + ITEMS[0]["text"]
+                out[j]["text"] += " " + eval_items[0]["text"]
         return out
 
     chain = build_chain(
@@ -170,14 +172,16 @@ def test_a_report_that_capped_hits_cannot_be_excluded(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def excluded_chain(tmp_path: Path) -> Any:
+def excluded_chain(
+    eval_items: list[dict[str, str]], build_chain: Callable[..., Any], make_records: Callable[..., Any], tmp_path: Path
+) -> Any:
     """Hits in the first, a middle and the last block of train/easy/s0, and train/easy/s1 wholly
     contaminated: 43 excluded records, approved under a policy that allows half."""
 
     def records(i: int) -> list[dict[str, Any]]:
         out = make_records(i, 40)
         for j in (0, 17, 39) if i == 0 else range(40) if i == 1 else ():
-            out[j]["text"] += " " + ITEMS[2]["text"]
+            out[j]["text"] += " " + eval_items[2]["text"]
         return out
 
     chain = build_chain(TrainVault(), str(tmp_path / "load"), shards=3, shard_records=records, block_bytes=512)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import ITEMS, build_chain
 
 from trainvault import ApprovalError, TrainVault
 from trainvault.approval import (
@@ -24,7 +24,7 @@ from trainvault.version import __version__
 
 
 @pytest.fixture
-def chain(tmp_path: Path) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     return build_chain(TrainVault(), str(tmp_path))
 
 
@@ -44,7 +44,9 @@ def shard_uri(chain: Any, key: str, split: str = "train") -> str:
     return manifest.splits[split].shard(key).uri
 
 
-def test_clean_chain_is_approved_on_every_store(vault_root: tuple[TrainVault, str]) -> None:
+def test_clean_chain_is_approved_on_every_store(
+    build_chain: Callable[..., Any], vault_root: tuple[TrainVault, str]
+) -> None:
     vault, root = vault_root
     chain = build_chain(vault, root, shards=2, records_per_shard=10)
     seen: list[HashProgress] = []
@@ -77,7 +79,7 @@ def test_swapped_shard_of_the_same_size(chain: Any) -> None:
     denied(chain.vault, chain.request(), r"easy/s1.*changed after it was scanned")
 
 
-def test_two_shards_exchanged(tmp_path: Path) -> None:
+def test_two_shards_exchanged(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     # Equal-sized shards: the same records in another order give another shard of one size.
     vault = TrainVault()
     chain = build_chain(vault, str(tmp_path), shards=3, records_per_shard=30)
@@ -113,7 +115,7 @@ def test_manifest_edited_and_rebound(chain: Any) -> None:
     denied(chain.vault, chain.request(data_manifest=ref), "training_scan_manifest was made for data manifest")
 
 
-def test_descriptor_edited(tmp_path: Path) -> None:
+def test_descriptor_edited(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     # A manifest written before descriptor packs binds each descriptor object itself.
     chain = build_chain(TrainVault(), str(tmp_path), packed=False)
     manifest = chain.vault.load_manifest(chain.manifest_uri)
@@ -123,7 +125,7 @@ def test_descriptor_edited(tmp_path: Path) -> None:
     denied(chain.vault, chain.request(), r"descriptor .*changed after it was scanned")
 
 
-def test_unpacked_manifest_is_approved_and_loads(tmp_path: Path) -> None:
+def test_unpacked_manifest_is_approved_and_loads(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), packed=False)
     approved = chain.vault.approve_dataset(chain.request())
     # 4 shards and their 4 descriptors hashed, one by one.
@@ -195,14 +197,16 @@ def test_scan_manifest_missing_a_file(chain: Any) -> None:
 # -- reports for something else --------------------------------------------------------------------
 
 
-def test_report_for_other_data(chain: Any, tmp_path: Path) -> None:
+def test_report_for_other_data(build_chain: Callable[..., Any], chain: Any, tmp_path: Path) -> None:
     other = build_chain(chain.vault, str(tmp_path / "other"), seed_offset=7)
     denied(chain.vault, chain.request(contamination_report=other.refs["contamination_report"]), "report for other data")
 
 
-def test_report_for_another_evaluation_release(chain: Any) -> None:
+def test_report_for_another_evaluation_release(eval_items: list[dict[str, str]], chain: Any) -> None:
     vault = chain.vault
-    items = b"".join(json.dumps({"id": f"x{i}", "text": ITEMS[i]["text"] + " zulu"}).encode() + b"\n" for i in range(3))
+    items = b"".join(
+        json.dumps({"id": f"x{i}", "text": eval_items[i]["text"] + " zulu"}).encode() + b"\n" for i in range(3)
+    )
     release = publish_release(vault.storage, f"{chain.root}/release2", "evals-other", [jsonl_benchmark("other", items)])
     index = load_index(vault, release_uri=release.uri, contract_uri=chain.refs["verifier_contract"].uri)
     _, report = chain.rescan("report-other-release.json", index=index)
@@ -220,7 +224,7 @@ def test_report_for_another_evaluation_release(chain: Any) -> None:
     )
 
 
-def test_forged_pass_flag(tmp_path: Path) -> None:
+def test_forged_pass_flag(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), contaminate=True)
     report = chain.extra["report"]
     assert report.passed is False and report.contaminated_items
@@ -232,7 +236,7 @@ def test_forged_pass_flag(tmp_path: Path) -> None:
     denied(chain.vault, chain.request(contamination_report=ref), r"tiny: 1 of 4 checkable items contaminated")
 
 
-def test_loosened_policy(tmp_path: Path) -> None:
+def test_loosened_policy(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), contaminate=True)
     report = chain.extra["report"]
     loose = Policy(max_contaminated_fraction={"*": [1, 1]})

@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import functools
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.utils.data
-from approval_chain import build_chain
-from conftest import s3_config
 
 from trainvault import IntegrityError, TrainVault
 from trainvault.approval import CustodyStorage
@@ -20,7 +19,7 @@ from trainvault.errors import CustodyError
 
 
 @pytest.fixture(scope="module")
-def approved_chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def approved_chain(build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
     # Worker processes read from a local folder (fork-safe); many small blocks per shard.
     chain = build_chain(
         TrainVault(), str(tmp_path_factory.mktemp("approved")), shards=4, records_per_shard=60, block_bytes=512
@@ -58,7 +57,9 @@ def test_stage_selection_and_finite(approved_chain: Any) -> None:
 
 
 @pytest.mark.parametrize("workers", [0])
-def test_block_changed_after_approval_yields_nothing_from_it(tmp_path: Path, workers: int) -> None:
+def test_block_changed_after_approval_yields_nothing_from_it(
+    build_chain: Callable[..., Any], tmp_path: Path, workers: int
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40, block_bytes=512)
     approved = chain.vault.approve_dataset(chain.request())
     entry = approved.manifest.splits["train"].shard("easy/s1")
@@ -78,7 +79,7 @@ def test_block_changed_after_approval_yields_nothing_from_it(tmp_path: Path, wor
         assert got == s0
 
 
-def test_shard_extended_after_approval_fails_before_any_block(tmp_path: Path) -> None:
+def test_shard_extended_after_approval_fails_before_any_block(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=20, block_bytes=512)
     approved = chain.vault.approve_dataset(chain.request())
     entry = approved.manifest.splits["train"].shard("easy/s0")
@@ -174,12 +175,14 @@ def check_workers_get_approved_objects_only(chain: Any, context: str | None) -> 
     assert {(b["custody"], b["manifest"]) for b in batches} == {(False, "refused")}
 
 
-def test_spawned_workers_read_approved_objects_only(tmp_path: Path) -> None:
+def test_spawned_workers_read_approved_objects_only(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=20, block_bytes=512)
     check_workers_get_approved_objects_only(chain, "spawn")
 
 
-def test_s3_workers_read_approved_objects_only(s3_server: str, s3_bucket: str) -> None:
+def test_s3_workers_read_approved_objects_only(
+    build_chain: Callable[..., Any], s3_config: Callable[..., Any], s3_server: str, s3_bucket: str
+) -> None:
     chain = build_chain(
         TrainVault(storage=s3_config(s3_server)), f"s3://{s3_bucket}", shards=2, records_per_shard=20, block_bytes=512
     )

@@ -4,10 +4,10 @@ are never dealt, and a PositionBudget per component counts what the mixture repo
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from approval_chain import ITEMS, build_chain, make_records
 
 torch = pytest.importorskip("torch")
 
@@ -20,13 +20,18 @@ MIX = Mixture("train", [MixtureComponent("easy", 1, "easy", run_out="drop"), Mix
 
 
 @pytest.fixture(scope="module")
-def approved(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def approved(
+    eval_items: list[dict[str, str]],
+    build_chain: Callable[..., Any],
+    make_records: Callable[..., Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Any:
     """easy = s0 + s1 (80 records, 43 excluded: hits in s0 0/17/39 and all of s1), hard = s2 (40)."""
 
     def records(i: int) -> list[dict[str, Any]]:
         out = make_records(i, 40)
         for j in (0, 17, 39) if i == 0 else range(40) if i == 1 else ():
-            out[j]["text"] += " " + ITEMS[2]["text"]
+            out[j]["text"] += " " + eval_items[2]["text"]
         return out
 
     chain = build_chain(

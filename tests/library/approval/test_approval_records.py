@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
 from pydantic import ValidationError
 
 from trainvault import ApprovalError, TrainVault
@@ -30,7 +30,7 @@ from trainvault.errors import CustodyError
 
 
 @pytest.fixture
-def chain(tmp_path: Path) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     return build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=10)
 
 
@@ -237,7 +237,7 @@ def test_custody_storage_reads_only_approved_objects(chain: Any) -> None:
 
 
 def test_with_record_opens_the_gates_result_from_its_record_without_a_second_hash_pass(
-    chain: Any, keys: list[SigningKey], tmp_path: Path
+    build_chain: Callable[..., Any], chain: Any, keys: list[SigningKey], tmp_path: Path
 ) -> None:
     from trainvault.approval import with_record
     from trainvault.storage import READS

@@ -5,43 +5,51 @@ the command line. Fields of short strings (ids, labels) cannot hide an item the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import ITEMS, build_chain, make_records
 
 from trainvault import ApprovalError, TrainVault, UnscannedFieldError
 from trainvault.approval import ApprovalPolicy, SigningKey
 from trainvault.cli import main
 from trainvault.contamination import VerifierContract
 
-#: A HumanEval-like item of the test release: 14 tokens, well past min_item_tokens (8).
-PLANT = ITEMS[1]["text"]
 
+@pytest.fixture(scope="session")
+def nested_records(
+    make_records: Callable[..., Any], eval_items: list[dict[str, str]]
+) -> Callable[[int], list[dict[str, Any]]]:
+    """`nested_records(shard)`: text in `text` (scanned), and text the default contract does not scan:
+    a nested mapping, a list of strings and a list of mappings; plus short labels and ids (not text)."""
+    #: A HumanEval-like item of the test release: 14 tokens, well past min_item_tokens (8).
+    plant = eval_items[1]["text"]
 
-def nested_records(shard: int) -> list[dict[str, Any]]:
-    """Text in `text` (scanned), and text the default contract does not scan: a nested mapping,
-    a list of strings and a list of mappings; plus short labels and ids (not text)."""
-    out = []
-    for i, r in enumerate(make_records(shard, 12)):
-        words = r["text"].split()
-        out.append(
-            {
-                **r,
-                "lang": "en",
-                "labels": ["a", "b"],
-                "meta": {"title": " ".join(words[:10]), "page": i},
-                "tags": words[:9],
-                "messages": [{"role": "user", "content": " ".join(words[-9:])}],
-            }
-        )
-    out[3]["meta"]["title"] = PLANT  # contaminated, but unscanned: the gate must not call this clean
-    return out
+    def make(shard: int) -> list[dict[str, Any]]:
+        out = []
+        for i, r in enumerate(make_records(shard, 12)):
+            words = r["text"].split()
+            out.append(
+                {
+                    **r,
+                    "lang": "en",
+                    "labels": ["a", "b"],
+                    "meta": {"title": " ".join(words[:10]), "page": i},
+                    "tags": words[:9],
+                    "messages": [{"role": "user", "content": " ".join(words[-9:])}],
+                }
+            )
+        out[3]["meta"]["title"] = plant  # contaminated, but unscanned: the gate must not call this clean
+        return out
+
+    return make
 
 
 @pytest.mark.parametrize("data_format", ["msgpack.zst", "jsonl.gz", "parquet"])
-def test_a_contract_that_skips_the_text_is_denied_under_the_default_policy(tmp_path: Path, data_format: str) -> None:
+def test_a_contract_that_skips_the_text_is_denied_under_the_default_policy(
+    build_chain: Callable[..., Any], tmp_path: Path, data_format: str
+) -> None:
     vault = TrainVault()
     chain = build_chain(
         vault, str(tmp_path), contaminate=True, data_format=data_format, contract=VerifierContract(fields=["id"])
@@ -56,7 +64,12 @@ def test_a_contract_that_skips_the_text_is_denied_under_the_default_policy(tmp_p
 
 
 @pytest.mark.parametrize("data_format", ["msgpack.zst", "jsonl.gz"])
-def test_nested_and_list_fields_are_surveyed_and_exempted_by_dotted_path(tmp_path: Path, data_format: str) -> None:
+def test_nested_and_list_fields_are_surveyed_and_exempted_by_dotted_path(
+    nested_records: Callable[[int], list[dict[str, Any]]],
+    build_chain: Callable[..., Any],
+    tmp_path: Path,
+    data_format: str,
+) -> None:
     vault = TrainVault()
     chain = build_chain(vault, str(tmp_path), data_format=data_format, shard_records=nested_records)
     with pytest.raises(UnscannedFieldError) as caught:
@@ -74,7 +87,7 @@ def test_nested_and_list_fields_are_surveyed_and_exempted_by_dotted_path(tmp_pat
         vault.approve_dataset(chain.request(), policy=ApprovalPolicy(unscanned_fields=["me", "ta", "messages.c"]))
 
 
-def test_scanner_signed_with_a_full_rescan_is_denied_too(tmp_path: Path) -> None:
+def test_scanner_signed_with_a_full_rescan_is_denied_too(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     vault, key = TrainVault(), SigningKey.generate()
     chain = build_chain(
         vault, str(tmp_path), contaminate=True, contract=VerifierContract(fields=["id"]), scanner_key=key
@@ -91,7 +104,9 @@ def test_unscanned_fields_must_be_a_list_of_names(bad: Any) -> None:
         ApprovalPolicy(unscanned_fields=bad)
 
 
-def test_the_command_line_takes_unscanned_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_line_takes_unscanned_fields(
+    build_chain: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chain = build_chain(
         TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10, contract=VerifierContract(fields=["id"])
     )

@@ -8,6 +8,7 @@ import json
 import math
 import random
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -15,7 +16,6 @@ from urllib.parse import unquote
 import numpy as np
 import pytest
 import zstandard
-from approval_chain import ITEMS, Chain, build_chain
 
 from trainvault import TrainVault
 from trainvault.approval import ApprovalPolicy, SigningKey, write_approval, write_keypair
@@ -70,30 +70,34 @@ def typed_records(shard: int, n: int = 12) -> list[dict[str, Any]]:
     ]
 
 
-def opened_chain(
-    tmp_path: Path,
-    data_format: str,
-    shard_records: Any = typed_records,
-    profile: bool = True,
-    vault: TrainVault | None = None,
-    root: str | None = None,
-) -> tuple[Chain, Any]:
-    """A signed approval of a 3-shard chain (metrics sidecars bound), opened as a trainer opens it."""
-    vault = vault or TrainVault()
-    chain = build_chain(
-        vault, root or str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=shard_records
-    )
-    sidecars = {}
-    if profile:
-        refs = write_metrics_sidecars(vault.storage, profile_publication(vault.storage, chain.manifest_uri))
-        sidecars = approval_sidecars(refs)
-    approved = vault.approve_dataset(chain.request(sidecars=sidecars))
-    write_keypair(str(tmp_path / "approver"))
-    record = write_approval(
-        vault, f"{chain.root}/ds/approval-v1.dsse.json", approved, signing_keys=str(tmp_path / "approver.key")
-    )
-    chain.extra.update(record=record, pub=str(tmp_path / "approver.pub"))
-    return chain, vault.open_approved(record.uri, record.sha256, trusted_keys=[chain.extra["pub"]])
+@pytest.fixture
+def opened_chain(build_chain: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+    def make(
+        tmp_path: Path,
+        data_format: str,
+        shard_records: Any = typed_records,
+        profile: bool = True,
+        vault: TrainVault | None = None,
+        root: str | None = None,
+    ) -> tuple[Any, Any]:
+        """A signed approval of a 3-shard chain (metrics sidecars bound), opened as a trainer opens it."""
+        vault = vault or TrainVault()
+        chain = build_chain(
+            vault, root or str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=shard_records
+        )
+        sidecars = {}
+        if profile:
+            refs = write_metrics_sidecars(vault.storage, profile_publication(vault.storage, chain.manifest_uri))
+            sidecars = approval_sidecars(refs)
+        approved = vault.approve_dataset(chain.request(sidecars=sidecars))
+        write_keypair(str(tmp_path / "approver"))
+        record = write_approval(
+            vault, f"{chain.root}/ds/approval-v1.dsse.json", approved, signing_keys=str(tmp_path / "approver.key")
+        )
+        chain.extra.update(record=record, pub=str(tmp_path / "approver.pub"))
+        return chain, vault.open_approved(record.uri, record.sha256, trusted_keys=[chain.extra["pub"]])
+
+    return make
 
 
 def issues(dataset: Any) -> tuple[set[str], set[str]]:
@@ -142,7 +146,7 @@ def croissant_records(dataset: Any, card: dict[str, Any], split: str) -> list[di
 # mlcroissant parses JSON Lines with pandas' fast float parser (precise_float off): off by up to ~1e-11 relative.
 @pytest.mark.parametrize("data_format, float_rel_tol", [("jsonl.gz", 1e-11), ("parquet", 0.0)])
 def test_mlcroissant_validates_the_card_and_reads_the_records_trainvault_yields(
-    tmp_path: Path, data_format: str, float_rel_tol: float
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path, data_format: str, float_rel_tol: float
 ) -> None:
     chain, approved = opened_chain(tmp_path, data_format)
     written = write_croissant(chain.vault, approved, **ABOUT)
@@ -172,7 +176,9 @@ def test_mlcroissant_validates_the_card_and_reads_the_records_trainvault_yields(
     }
 
 
-def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(tmp_path: Path) -> None:
+def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path
+) -> None:
     chain, approved = opened_chain(
         tmp_path, "parquet", shard_records=lambda i: [] if i == 1 else typed_records(i), profile=False
     )
@@ -185,7 +191,9 @@ def test_an_empty_shard_stays_out_of_the_file_set_parquet_readers_read(tmp_path:
     assert croissant_records(dataset, card, "train") == trainvault_records(approved, "train") != []
 
 
-def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path) -> None:
+def test_card_binds_shards_approval_stages_curricula_and_profile(
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path
+) -> None:
     chain, approved = opened_chain(tmp_path, "jsonl.gz")
     card = croissant_card(chain.vault, approved)
     by_id = {node["@id"]: node for node in card["distribution"]}
@@ -210,7 +218,9 @@ def test_card_binds_shards_approval_stages_curricula_and_profile(tmp_path: Path)
     assert not errors and {w.split('"')[1].rsplit("/", 1)[1] for w in warnings} == RECOMMENDED
 
 
-def test_every_file_object_states_the_sha256_and_size_of_its_bytes(tmp_path: Path) -> None:
+def test_every_file_object_states_the_sha256_and_size_of_its_bytes(
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path
+) -> None:
     chain, approved = opened_chain(tmp_path, "jsonl.gz", profile=False)
     card = croissant_card(chain.vault, approved)
     objects = [node for node in card["distribution"] if node["@type"] == "cr:FileObject"]
@@ -222,7 +232,9 @@ def test_every_file_object_states_the_sha256_and_size_of_its_bytes(tmp_path: Pat
         ]
 
 
-def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: Path) -> None:
+def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path
+) -> None:
     def records(shard: int) -> list[dict[str, Any]]:
         rng = np.random.default_rng(shard)
         return [
@@ -257,7 +269,7 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(tmp_path: 
         assert "source" not in field and "no type for this" in field["description"]
 
 
-def test_an_approval_without_a_signed_record_gets_no_card(tmp_path: Path) -> None:
+def test_an_approval_without_a_signed_record_gets_no_card(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     vault = TrainVault()
     chain = build_chain(vault, str(tmp_path / "data"), shards=2, data_format="jsonl.gz")
     with pytest.raises(ApprovalError, match="open_approved"):
@@ -283,7 +295,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_command_writes_the_card_of_a_verified_approval_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chain, approved = opened_chain(tmp_path, "parquet", profile=False)
     record, pub = chain.extra["record"], chain.extra["pub"]
@@ -330,7 +342,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
 
 
 def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
-    tmp_path: Path, s3_vault: TrainVault, s3_bucket: str
+    opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path, s3_vault: TrainVault, s3_bucket: str
 ) -> None:
     chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
     beside = write_croissant(s3_vault, approved, **ABOUT)
@@ -345,17 +357,26 @@ def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
         assert issues(mlc.Dataset(jsonld=card)) == (set(), set())
 
 
-def planted_records(shard: int) -> list[dict[str, Any]]:
-    """typed_records with a test-release item planted in some records of shards 0 and 2."""
-    records = typed_records(shard)
-    for i in {0: [2, 7], 2: [5]}.get(shard, []):
-        records[i]["text"] += " " + ITEMS[1]["text"]
-    return records
+@pytest.fixture
+def planted_records(eval_items: list[dict[str, str]]) -> Callable[..., list[dict[str, Any]]]:
+    def make(shard: int) -> list[dict[str, Any]]:
+        """typed_records with a test-release item planted in some records of shards 0 and 2."""
+        records = typed_records(shard)
+        for i in {0: [2, 7], 2: [5]}.get(shard, []):
+            records[i]["text"] += " " + eval_items[1]["text"]
+        return records
+
+    return make
 
 
 @pytest.mark.parametrize("data_format, float_rel_tol", [("jsonl.gz", 1e-11), ("parquet", 0.0), ("msgpack.zst", 0.0)])
 def test_a_card_of_an_approval_with_exclusions_hands_no_reader_an_excluded_record(
-    tmp_path: Path, data_format: str, float_rel_tol: float
+    planted_records: Callable[..., list[dict[str, Any]]],
+    eval_items: list[dict[str, str]],
+    build_chain: Callable[..., Any],
+    tmp_path: Path,
+    data_format: str,
+    float_rel_tol: float,
 ) -> None:
     vault = TrainVault()
     chain = build_chain(vault, str(tmp_path / "data"), shards=3, data_format=data_format, shard_records=planted_records)
@@ -385,7 +406,7 @@ def test_a_card_of_an_approval_with_exclusions_hands_no_reader_an_excluded_recor
     assert (train["tv:recordCount"], train["tv:excludedRecords"]) == (33, 3)
 
     expected = trainvault_records(opened, "train")
-    assert len(expected) == 33 and not any(ITEMS[1]["text"] in r["text"] for r in expected)
+    assert len(expected) == 33 and not any(eval_items[1]["text"] in r["text"] for r in expected)
     if data_format == "msgpack.zst":  # mlcroissant cannot decode it; the copies are what trainvault reads
         copy = card_path.parent / by_id["files/train/easy/s0"]["contentUrl"]
         assert b"alpha1" not in zstandard.ZstdDecompressor().decompressobj().decompress(copy.read_bytes())

@@ -8,19 +8,18 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
-from conftest import S3_KEY, S3_SECRET, closed_loopback_port, env_without_s3_settings, s3_config
 
 from trainvault import TrainVault
 from trainvault.cli import main
 
 
 @pytest.fixture
-def chain(tmp_path: Path) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     return build_chain(TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10)
 
 
@@ -118,7 +117,15 @@ def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_server: str, s3_bucket: str) -> None:
+def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(
+    s3_key_id: str,
+    s3_secret: str,
+    closed_loopback_port: Callable[[], int],
+    env_without_s3_settings: Callable[..., dict[str, str]],
+    s3_config: Callable[..., Any],
+    s3_server: str,
+    s3_bucket: str,
+) -> None:
     uri = f"s3://{s3_bucket}/ds/data-manifest-v1.json"
     saver = TrainVault(storage=s3_config(s3_server)).dataset_saver(uri)
     saver.save("train", None, [{"i": i} for i in range(3)], shard_id="0")
@@ -126,8 +133,8 @@ def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_s
     env = env_without_s3_settings(
         TRAINVAULT_S3_URL=s3_server,
         TRAINVAULT_S3_REGION="us-east-1",
-        TRAINVAULT_S3_KEY_ID=S3_KEY,
-        TRAINVAULT_S3_SECRET=S3_SECRET,
+        TRAINVAULT_S3_KEY_ID=s3_key_id,
+        TRAINVAULT_S3_SECRET=s3_secret,
     )
     proc = cli("inspect", uri, env=env)
     assert proc.returncode == 0 and "split train: 1 shards, 3 records" in proc.stdout, proc.stderr
@@ -140,10 +147,12 @@ def test_cli_reads_the_library_s3_variables_and_fails_promptly_without_them(s3_s
     dead = f"http://127.0.0.1:{closed_loopback_port()}"
     proc = cli("inspect", uri, env={**env, "TRAINVAULT_S3_URL": dead})
     assert proc.returncode == 1 and f"the S3 endpoint {dead} did not answer" in proc.stderr.splitlines()[-1]
-    assert S3_SECRET not in proc.stderr and S3_KEY not in proc.stderr
+    assert s3_secret not in proc.stderr and s3_key_id not in proc.stderr
 
 
-def test_cli_says_which_endpoint_it_is_still_connecting_to() -> None:
+def test_cli_says_which_endpoint_it_is_still_connecting_to(
+    env_without_s3_settings: Callable[..., dict[str, str]],
+) -> None:
     # A server that accepts connections (the kernel's backlog) and never answers.
     with socket.create_server(("127.0.0.1", 0)) as silent:
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
@@ -270,7 +279,9 @@ def test_output_into_a_closed_pipe_ends_quietly(chain: Any) -> None:
     assert first.startswith("manifest ") and err == "" and head.returncode in (0, EXIT_BROKEN_PIPE)
 
 
-def test_exclusions_then_approve_with_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exclusions_then_approve_with_them(
+    build_chain: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=2, records_per_shard=10, contaminate=True)
     request, bound = tmp_path / "request.json", str(tmp_path / "request-excl.json")
     request.write_bytes(chain.request().to_json_bytes())

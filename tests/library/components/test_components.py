@@ -4,14 +4,14 @@ refusals and the approved loader over logical records, on a real approval chain.
 from __future__ import annotations
 
 import json
-import random
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from approval_chain import Chain, build_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,81 +23,18 @@ from trainvault.components.custody import CompiledRecord, CompiledShard, check_r
 from trainvault.components.materializer import LazyRanges, group_sequences, materialize_record, read_record
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
 
-SENTINEL = 999_999
-P7 = [11, 12, 13, 14, 15, 21, 22, 23, 24, 25, 26, 0]
-P7_SPEC = [["A", 0, 5, 0, [[0, 5]]], ["B", 5, 11, 0, [[0, 3], [3, 3]]]]
-
-
-def declare(record: dict[str, Any]) -> list[Frame]:
-    # The declaration travels in the record, so declare() is a function of the record alone.
-    frames = []
-    for cid, start, end, cstart, ranges, *rest in record["spec"]:
-        frame = Frame(cid, start, end, cstart, tuple((c, n) for c, n in ranges))
-        frames.append(split_frame(frame, rest[0]) if rest else frame)
-    return frames
-
-
-def packed(pid: str, tokens: list[int], spec: list[Any], mask: list[bool] | None = None) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "packed_record_id": pid,
-        "input_ids": np.asarray(tokens, dtype=np.int32),
-        "text": f"packed record {pid}",
-        "spec": spec,
-    }
-    if mask is not None:
-        rec["loss_mask"] = np.asarray(mask, dtype=np.bool_)
-    return rec
-
-
-def random_record(rng: random.Random, pid: str) -> dict[str, Any]:
-    """Components back to back, token = 1000 * component + component offset; tokens that no
-    range emits (outside ranges and not a predecessor) are SENTINEL."""
-    tokens: list[int] = []
-    spec: list[Any] = []
-    keep: set[int] = set()
-    for k in range(rng.randrange(1, 5)):
-        cid, length = f"d{k}", rng.randrange(2, 14)
-        cstart = rng.choice([0, 0, rng.randrange(1, 9)]) if k == 0 else 0
-        start = len(tokens)
-        tokens.extend(1000 * (k + 1) + cstart + i for i in range(length))
-        if rng.random() < 0.5:  # whole frame, cut to rows
-            spec.append([cid, start, start + length, cstart, [], rng.randrange(2, 6)])
-            keep.update(range(start, start + length))  # every token: the first as context or predecessor
-        else:  # one explicit range inside the frame, ending before the frame does when it can
-            lo = rng.randrange(1 if cstart > 0 else 0, length)
-            n = rng.randrange(1, length - lo + 1)
-            c = cstart + lo
-            spec.append([cid, start, start + length, cstart, [[c, n]]])
-            keep.update(range(start + lo - (1 if c > 0 else 0), start + lo + n))
-    pad = rng.randrange(0, 3)
-    tokens.extend([0] * pad)
-    tokens = [t if i in keep else SENTINEL for i, t in enumerate(tokens)]
-    return packed(pid, tokens, spec)
-
-
-def shard_records(i: int) -> list[dict[str, Any]]:
-    rng = random.Random(7 + i)
-    out = [packed("p7", P7, P7_SPEC)] if i == 0 else []
-    out += [random_record(rng, f"s{i}-r{k}") for k in range(24)]
-    out.insert(5, packed(f"s{i}-empty", [SENTINEL] * 6, []))  # declares nothing to train on
-    out.insert(
-        9,
-        packed(
-            f"s{i}-masked",
-            list(range(1, 11)),
-            [["m", 0, 10, 0, [[0, 10]]]],
-            mask=[True, True, False, False, True, True, True, False, True, True],
-        ),
-    )
-    return out
+#: Tokens after the last frame of a hypothesis packing: never part of a range.
+PADDING = 999_999
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def world(
+    packed_records: ModuleType, build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     vault = TrainVault()
     root = str(tmp_path_factory.mktemp("components"))
-    chain = build_chain(vault, root, shards=2, block_bytes=512, shard_records=shard_records)
-    binding = vault.build_component_ledger(chain.manifest_uri, split="train", declare=declare)
+    chain = build_chain(vault, root, shards=2, block_bytes=512, shard_records=packed_records.shard_records)
+    binding = vault.build_component_ledger(chain.manifest_uri, split="train", declare=packed_records.declare)
     approved = vault.approve_dataset(chain.request(sidecars=binding.sidecars()))
     return {"vault": vault, "chain": chain, "binding": binding, "approved": approved}
 
@@ -144,12 +81,14 @@ def test_p7_table_group(world: dict[str, Any]) -> None:
     assert sum(int(s["loss_mask"].sum()) for s in first["component_sequences"]) == 9
 
 
-def test_sentinels_never_appear_and_group_is_unpack_regrouped(world: dict[str, Any]) -> None:
+def test_sentinels_never_appear_and_group_is_unpack_regrouped(
+    packed_records: ModuleType, world: dict[str, Any]
+) -> None:
     approved, chain = world["approved"], world["chain"]
     unpack = list(approved.component_range_materializer("train").iter_records())
     group = list(approved.component_range_materializer("train", mode="group").iter_records())
     for r in unpack:
-        assert SENTINEL not in r["input_ids"].tolist(), r["range_id"]
+        assert packed_records.SENTINEL not in r["input_ids"].tolist(), r["range_id"]
         assert not np.shares_memory(r["input_ids"], r["loss_mask"])
     assert [s["range_id"] for g in group for s in g["component_sequences"]] == [r["range_id"] for r in unpack]
     flat = [s for g in group for s in g["component_sequences"]]
@@ -182,7 +121,7 @@ def packings(draw: Any) -> tuple[list[int], list[Frame], int]:
         start = len(tokens)
         tokens.extend(100 * (k + 1) + cstart + i for i in range(n))
         frames.append(split_frame(Frame(f"c{k}", start, start + n, cstart), max_rows))
-    tokens.extend([SENTINEL] * draw(st.integers(0, 3)))
+    tokens.extend([PADDING] * draw(st.integers(0, 3)))
     return tokens, frames, max_rows
 
 
@@ -203,7 +142,7 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
         rows = len(r["input_ids"])
         assert rows <= max_rows and r["position_ids"].tolist() == list(range(rows))
         assert (r["input_ids"][r["target_row_indices"] + 1] == r["input_ids"][r["loss_mask"]]).all()
-        assert r["ce_valid"].all() and SENTINEL not in r["input_ids"].tolist()
+        assert r["ce_valid"].all() and PADDING not in r["input_ids"].tolist()
         lo, hi = r["record_range"]
         loss_positions += list(range(hi - int(r["loss_mask"].sum()), hi))
     # Every frame token bears loss exactly once, except each frame's first (context only).
@@ -228,13 +167,16 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
 # -- the builder ---------------------------------------------------------------------
 
 
-def test_builder_is_idempotent_and_create_only(world: dict[str, Any]) -> None:
+def test_builder_is_idempotent_and_create_only(packed_records: ModuleType, world: dict[str, Any]) -> None:
     vault, chain, binding = world["vault"], world["chain"], world["binding"]
-    again = vault.build_component_ledger(chain.manifest_uri, split="train", declare=declare)
+    again = vault.build_component_ledger(chain.manifest_uri, split="train", declare=packed_records.declare)
     assert (again.uri, again.sha256, again.written) == (binding.uri, binding.sha256, False)
 
     def shorter(record: dict[str, Any]) -> list[Frame]:
-        return [Frame(f.component_id, f.start, f.end, f.component_start, f.ranges[:1]) for f in declare(record)]
+        return [
+            Frame(f.component_id, f.start, f.end, f.component_start, f.ranges[:1])
+            for f in packed_records.declare(record)
+        ]
 
     with pytest.raises(ConflictError):
         vault.build_component_ledger(chain.manifest_uri, split="train", declare=shorter)
@@ -280,7 +222,7 @@ def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any
 
 
 def approve_with(world: dict[str, Any], ref: ArtifactRef) -> Any:
-    chain: Chain = world["chain"]
+    chain = world["chain"]
     return world["vault"].approve_dataset(chain.request(sidecars={"train_component_ledger": ref}))
 
 
@@ -294,10 +236,14 @@ def test_refuses_a_ledger_that_is_not_an_approval_sidecar(world: dict[str, Any])
         plain.component_range_materializer("train")
 
 
-def test_refuses_another_approvals_valid_ledger(world: dict[str, Any], tmp_path: Path) -> None:
+def test_refuses_another_approvals_valid_ledger(
+    packed_records: ModuleType, build_chain: Callable[..., Any], world: dict[str, Any], tmp_path: Path
+) -> None:
     vault = world["vault"]
-    other = build_chain(vault, str(tmp_path), shards=2, block_bytes=512, shard_records=lambda i: shard_records(i + 5))
-    theirs = vault.build_component_ledger(other.manifest_uri, split="train", declare=declare)
+    other = build_chain(
+        vault, str(tmp_path), shards=2, block_bytes=512, shard_records=lambda i: packed_records.shard_records(i + 5)
+    )
+    theirs = vault.build_component_ledger(other.manifest_uri, split="train", declare=packed_records.declare)
     assert vault.approve_dataset(other.request(sidecars=theirs.sidecars())).component_range_materializer("train")
     with pytest.raises(ApprovalError, match="another dataset's ledger"):
         approve_with(world, ArtifactRef(uri=theirs.uri, sha256=theirs.sha256))
@@ -397,10 +343,12 @@ def test_refuses_rows_above_max_rows(world: dict[str, Any]) -> None:
     assert world["approved"].component_range_materializer("train", max_rows=16).max_rows == 16
 
 
-def test_a_shard_altered_after_approval_fails_at_its_first_block(tmp_path: Path) -> None:
+def test_a_shard_altered_after_approval_fails_at_its_first_block(
+    packed_records: ModuleType, build_chain: Callable[..., Any], tmp_path: Path
+) -> None:
     vault = TrainVault()
-    chain = build_chain(vault, str(tmp_path), shards=2, block_bytes=512, shard_records=shard_records)
-    binding = vault.build_component_ledger(chain.manifest_uri, split="train", declare=declare)
+    chain = build_chain(vault, str(tmp_path), shards=2, block_bytes=512, shard_records=packed_records.shard_records)
+    binding = vault.build_component_ledger(chain.manifest_uri, split="train", declare=packed_records.declare)
     approved = vault.approve_dataset(chain.request(sidecars=binding.sidecars()))
     m = approved.component_range_materializer("train")
     shard = approved.manifest.splits["train"].shards[0]

@@ -32,7 +32,7 @@ from trainvault.contamination import (
 )
 from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map, format_characters
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 V2 = Normalizer()
 V1 = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 

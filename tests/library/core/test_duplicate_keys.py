@@ -6,12 +6,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
-from test_components import declare, shard_records
-from test_rollouts import make_samples
 
 from trainvault import ApprovalError, ManifestError, TrainVault
 from trainvault.approval import (
@@ -31,12 +29,17 @@ from trainvault.rollouts import RolloutArchive
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def world(
+    build_chain: Callable[..., Any],
+    packed_records: ModuleType,
+    make_samples: Callable[..., list[dict[str, Any]]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
     """One real publication with every document kind around it, on a local folder."""
     vault = TrainVault()
     root = str(tmp_path_factory.mktemp("dupkeys"))
-    chain = build_chain(vault, root, shards=2, block_bytes=512, shard_records=shard_records)
-    ledger = vault.build_component_ledger(chain.manifest_uri, split="train", declare=declare)
+    chain = build_chain(vault, root, shards=2, block_bytes=512, shard_records=packed_records.shard_records)
+    ledger = vault.build_component_ledger(chain.manifest_uri, split="train", declare=packed_records.declare)
     approved = vault.approve_dataset(chain.request(sidecars=ledger.sidecars()))
     key = SigningKey.generate()
     approval = write_approval(vault, f"{root}/approval-v1.dsse.json", approved, signing_keys=[key])

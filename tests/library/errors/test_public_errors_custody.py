@@ -1,5 +1,5 @@
 """Bad approval requests, URIs, pins, keys, policies and budgets raise typed errors (the
-property is in `bad_input`); a missing split is a SelectionError on every path that selects
+property is in `support.bad_input`, the `bad` fixture); a missing split is a SelectionError on every path that selects
 one; the command line answers bad arguments with one error line, never a traceback."""
 
 from __future__ import annotations
@@ -8,17 +8,20 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
-from bad_input import CHECK, JSON, outcome, refused
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainvault import ApprovalError, BudgetError, ResumeStateError, SelectionError, TrainVault
+
+#: The walks' hypothesis settings (tests/library/errors/conftest.py registers them).
+CHECK = settings.get_profile("bad-input")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def vault() -> TrainVault:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory, vault: TrainVault) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory, vault: TrainVault) -> Any:
     """A whole custody chain with a signed approval: (chain, approval uri, its sha256, public key path)."""
     from trainvault.approval import write_approval
     from trainvault.approval.keys import load_signing_key, write_keypair
@@ -48,63 +51,68 @@ def chain(tmp_path_factory: pytest.TempPathFactory, vault: TrainVault) -> Any:
 
 
 @CHECK
-@given(doc=JSON | st.binary(max_size=32))
-def test_approve_dataset_of_arbitrary_requests(vault: TrainVault, doc: Any) -> None:
-    refused(lambda: vault.approve_dataset(doc), ApprovalError)
+@given(data=st.data())
+def test_approve_dataset_of_arbitrary_requests(bad: ModuleType, vault: TrainVault, data: st.DataObject) -> None:
+    doc = data.draw(bad.JSON | st.binary(max_size=32))
+    bad.refused(lambda: vault.approve_dataset(doc), ApprovalError)
 
 
 @CHECK
 @given(data=st.data(), uri=st.text(max_size=24), sha256=st.text(max_size=70))
 def test_approve_dataset_with_damaged_bindings(
-    vault: TrainVault, chain: Any, data: st.DataObject, uri: str, sha256: str
+    bad: ModuleType, vault: TrainVault, chain: Any, data: st.DataObject, uri: str, sha256: str
 ) -> None:
     ch = chain[0]
     request = json.loads(ch.request().to_json_bytes())
     name = data.draw(st.sampled_from(sorted(ch.refs)))
     binding = dict(request[name])
     binding[data.draw(st.sampled_from(["uri", "sha256"]))] = uri if data.draw(st.booleans()) else sha256
-    refused(lambda: vault.approve_dataset({**request, name: binding}))
+    bad.refused(lambda: vault.approve_dataset({**request, name: binding}))
 
 
 @CHECK
 @given(uri=st.text(max_size=24), sha256=st.text(max_size=70) | st.just("0" * 64))
-def test_open_approved_of_arbitrary_uris_and_pins(vault: TrainVault, chain: Any, uri: str, sha256: str) -> None:
+def test_open_approved_of_arbitrary_uris_and_pins(
+    bad: ModuleType, vault: TrainVault, chain: Any, uri: str, sha256: str
+) -> None:
     _, approval_uri, approval_sha, public = chain
-    refused(lambda: vault.open_approved(uri, approval_sha, trusted_keys=[public]))
-    refused(lambda: vault.open_approved(approval_uri, sha256, trusted_keys=[public]))
+    bad.refused(lambda: vault.open_approved(uri, approval_sha, trusted_keys=[public]))
+    bad.refused(lambda: vault.open_approved(approval_uri, sha256, trusted_keys=[public]))
 
 
-def test_open_approved_with_bad_keys_and_thresholds(vault: TrainVault, chain: Any, tmp_path: Path) -> None:
+def test_open_approved_with_bad_keys_and_thresholds(
+    bad: ModuleType, vault: TrainVault, chain: Any, tmp_path: Path
+) -> None:
     _, approval_uri, approval_sha, public = chain
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        bad.refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
-        refused(
+        bad.refused(
             lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
             ApprovalError,
         )
-    refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
+    bad.refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
 
 
-def test_approval_policy_with_a_bad_pin() -> None:
+def test_approval_policy_with_a_bad_pin(bad: ModuleType) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    refused(lambda: ApprovalPolicy(evaluation_release_sha256="zz"))
+    bad.refused(lambda: ApprovalPolicy(evaluation_release_sha256="zz"))
 
 
-def test_approval_policy_with_a_string_of_versions() -> None:
+def test_approval_policy_with_a_string_of_versions(bad: ModuleType) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    refused(lambda: ApprovalPolicy(allowed_producers={"trainvault": "1.0"}))
+    bad.refused(lambda: ApprovalPolicy(allowed_producers={"trainvault": "1.0"}))
 
 
-def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
+def test_approval_policy_of_a_wrong_type(bad: ModuleType, vault: TrainVault, chain: Any) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)  # type: ignore[arg-type]
-    refused(lambda: vault.approve_dataset(chain[0].request(), policy=5), TypeError)
+    bad.refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: vault.approve_dataset(chain[0].request(), policy=5), TypeError)
 
 
 @CHECK
@@ -117,36 +125,38 @@ def test_approval_policy_of_a_wrong_type(vault: TrainVault, chain: Any) -> None:
     consume=st.lists(st.integers(-3, 200) | st.booleans(), max_size=4),
 )
 def test_position_budget_settings_and_consumption(
-    total: Any, every: Any, checkpoints: Any, stage_ends: Any, consume: list[Any]
+    bad: ModuleType, total: Any, every: Any, checkpoints: Any, stage_ends: Any, consume: list[Any]
 ) -> None:
     from trainvault.approval import PositionBudget
 
     budget: list[Any] = []
-    got = outcome(
+    got = bad.outcome(
         lambda: budget.append(
             PositionBudget(total, checkpoint_every=every, checkpoints=checkpoints, stage_ends=stage_ends)
         )
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = outcome(lambda: budget[0].consume(n))
+        got = bad.outcome(lambda: budget[0].consume(n))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
-        got = outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
+        got = bad.outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
         assert isinstance(got, ResumeStateError), got
 
 
-def test_position_budget_of_wrong_types() -> None:
+def test_position_budget_of_wrong_types(bad: ModuleType) -> None:
     from trainvault.approval import PositionBudget
 
-    refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
-    refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
 
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------
 
 
-def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain: Any, tmp_path: Path) -> None:
+def test_missing_split_is_a_selection_error_everywhere(
+    bad: ModuleType, vault: TrainVault, chain: Any, tmp_path: Path
+) -> None:
     pytest.importorskip("torch")
     from trainvault.profile import SourceDataset, collate_sources, profile_publication
 
@@ -170,7 +180,7 @@ def test_missing_split_is_a_selection_error_everywhere(vault: TrainVault, chain:
         ),
     }
     for name, call in paths_that_select.items():
-        got = outcome(call)
+        got = bad.outcome(call)
         assert isinstance(got, SelectionError), f"{name}: {got!r}"
 
 
@@ -200,7 +210,7 @@ def test_cli_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_", "AWS_"))}
     env.update(
-        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        PYTHONPATH=str(Path(__file__).resolve().parents[3]),
         TRAINVAULT_S3_URL="not a url",
         TRAINVAULT_S3_KEY_ID="key",
         TRAINVAULT_S3_SECRET="secret",

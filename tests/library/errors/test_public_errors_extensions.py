@@ -1,4 +1,4 @@
-"""Bad settings of the extensions raise typed errors (the property is in `bad_input`): the
+"""Bad settings of the extensions raise typed errors (the property is in `support.bad_input`, the `bad` fixture): the
 component materializer and `split_frame`, the representation writer, the rollout pool's
 collector and archive selections. A value out of range is a `ConfigurationError`, a wrong
 type a `TypeError`, a selection of nothing a `SelectionError`."""
@@ -6,13 +6,13 @@ type a `TypeError`, a selection of nothing a `SelectionError`."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
-from bad_input import refused
 
 from trainvault import ConfigurationError, SampleNotFoundError, SelectionError, StorageError, TrainVault
 from trainvault.components import Frame, split_frame
@@ -30,26 +30,28 @@ def vault() -> TrainVault:
 
 
 @pytest.mark.parametrize("max_rows", [1, 0, -3])
-def test_split_frame_below_two_rows_is_a_configuration_error(max_rows: int) -> None:
-    got = refused(lambda: split_frame(Frame("c", 0, 10), max_rows), ConfigurationError)
+def test_split_frame_below_two_rows_is_a_configuration_error(bad: ModuleType, max_rows: int) -> None:
+    got = bad.refused(lambda: split_frame(Frame("c", 0, 10), max_rows), ConfigurationError)
     assert isinstance(got, ValueError) and f"got {max_rows}" in str(got)
     assert split_frame(Frame("c", 0, 10), 2).ranges  # two rows are enough
 
 
-def test_split_frame_of_a_wrong_type(vault: TrainVault) -> None:
+def test_split_frame_of_a_wrong_type(bad: ModuleType, vault: TrainVault) -> None:
     for max_rows in ("8", 8.0, True, None):
-        refused(lambda: split_frame(Frame("c", 0, 10), max_rows), TypeError)  # type: ignore[arg-type]
+        bad.refused(lambda: split_frame(Frame("c", 0, 10), max_rows), TypeError)  # type: ignore[arg-type]
 
 
-def test_materializer_settings(vault: TrainVault, tmp_path: Path) -> None:
+def test_materializer_settings(
+    build_chain: Callable[..., Any], bad: ModuleType, vault: TrainVault, tmp_path: Path
+) -> None:
     # The settings are checked before the ledger is looked for: this approval binds none.
     chain = build_chain(vault, str(tmp_path / "data"), shards=1, records_per_shard=5)
     approved = vault.approve_dataset(chain.request())
     for kwargs in ({"mode": "bogus"}, {"mode": "UNPACK"}, {"max_rows": 0}, {"max_rows": -1}):
-        got = refused(lambda: approved.component_range_materializer("train", **kwargs), ConfigurationError)
+        got = bad.refused(lambda: approved.component_range_materializer("train", **kwargs), ConfigurationError)
         assert isinstance(got, ValueError), got
     for max_rows in ("8", 8.0, True):
-        refused(lambda: approved.component_range_materializer("train", max_rows=max_rows), TypeError)
+        bad.refused(lambda: approved.component_range_materializer("train", max_rows=max_rows), TypeError)
 
 
 # -- representations ------------------------------------------------------------------------
@@ -71,11 +73,11 @@ PROJECTION = {"method": "gaussian", "dim": 4, "seed": 1}
         {"state_kinds": ["k", "k"]},
     ],
 )
-def test_representation_writer_settings(vault: TrainVault, kwargs: dict[str, Any]) -> None:
+def test_representation_writer_settings(bad: ModuleType, vault: TrainVault, kwargs: dict[str, Any]) -> None:
     pytest.importorskip("torch")
     settings = {"layers": [1], "state_kinds": ["k"], **kwargs}
     root = f"memory://{uuid.uuid4().hex}"
-    got = refused(
+    got = bad.refused(
         lambda: vault.representation_writer(root, teacher=TEACHER, projection=PROJECTION, **settings),
         ConfigurationError,
     )
@@ -86,10 +88,12 @@ def test_representation_writer_settings(vault: TrainVault, kwargs: dict[str, Any
 @pytest.mark.parametrize(
     "kwargs", [{"part_rows": "8"}, {"part_rows": 8.0}, {"part_rows": True}, {"layers": ["1"]}, {"layers": [1.0]}]
 )
-def test_representation_writer_settings_of_a_wrong_type(vault: TrainVault, kwargs: dict[str, Any]) -> None:
+def test_representation_writer_settings_of_a_wrong_type(
+    bad: ModuleType, vault: TrainVault, kwargs: dict[str, Any]
+) -> None:
     pytest.importorskip("torch")
     settings = {"layers": [1], "state_kinds": ["k"], **kwargs}
-    refused(
+    bad.refused(
         lambda: vault.representation_writer("memory://x", teacher=TEACHER, projection=PROJECTION, **settings), TypeError
     )
 
@@ -104,31 +108,33 @@ def archive(vault: TrainVault) -> RolloutArchive:
     return RolloutArchive.save(f"memory://{uuid.uuid4().hex}/a.json", SAMPLES, rollout_id=1, storage=vault)
 
 
-def test_gc_grace_out_of_range_deletes_nothing(vault: TrainVault, archive: RolloutArchive) -> None:
+def test_gc_grace_out_of_range_deletes_nothing(bad: ModuleType, vault: TrainVault, archive: RolloutArchive) -> None:
     pool = archive.index.pool
     archive.release()  # every object is unowned: only the grace check keeps them
     before = vault.storage.list(pool)
     for grace in (-1, -0.5, float("nan"), timedelta(seconds=-1)):
-        got = refused(lambda: gc(pool, grace=grace, storage=vault.storage), ConfigurationError)
+        got = bad.refused(lambda: gc(pool, grace=grace, storage=vault.storage), ConfigurationError)
         assert isinstance(got, ValueError) and "grace" in str(got), got
     assert vault.storage.list(pool) == before  # not even a gc marker
     for grace in ("1h", None, True):
-        refused(lambda: gc(pool, grace=grace, storage=vault.storage), TypeError)  # type: ignore[arg-type]
+        bad.refused(lambda: gc(pool, grace=grace, storage=vault.storage), TypeError)  # type: ignore[arg-type]
     assert len(gc(pool, grace=timedelta(0), storage=vault.storage).deleted) == len(archive.index.chunks)
 
 
-def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(archive: RolloutArchive) -> None:
+def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(
+    bad: ModuleType, archive: RolloutArchive
+) -> None:
     for keys in ({"sample_key": "sample:9"}, {"task_key": "task-7"}, {"sample_key": "sample:0", "task_key": "task-1"}):
-        got = refused(lambda: archive.load_samples(**keys), SampleNotFoundError)
+        got = bad.refused(lambda: archive.load_samples(**keys), SampleNotFoundError)
         assert isinstance(got, SelectionError) and isinstance(got, KeyError) and isinstance(got, ValueError)
         assert str(got).startswith(f"rollout archive {archive.uri} has no sample"), str(got)  # not quoted
     assert len(archive.load_samples(sample_key="sample:0", task_key="task-0")) == 1
 
 
-def test_archive_save_settings(vault: TrainVault) -> None:
+def test_archive_save_settings(bad: ModuleType, vault: TrainVault) -> None:
     uri = f"memory://{uuid.uuid4().hex}/a.json"
     for chunk_size in (0, -1):
-        got = refused(
+        got = bad.refused(
             lambda: RolloutArchive.save(uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
             ConfigurationError,
         )
@@ -141,13 +147,13 @@ def test_archive_save_settings(vault: TrainVault) -> None:
         {"rollout_id": 1.5},
         {"rollout_id": True},
     ):
-        refused(lambda: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault), TypeError)
+        bad.refused(lambda: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault), TypeError)
     assert not vault.storage.exists(uri)
 
 
-def test_an_archive_storage_of_a_wrong_type(archive: RolloutArchive) -> None:
+def test_an_archive_storage_of_a_wrong_type(bad: ModuleType, archive: RolloutArchive) -> None:
     for storage in (5, "memory://x", object()):
-        refused(lambda: RolloutArchive(archive.uri, storage=storage), TypeError)
+        bad.refused(lambda: RolloutArchive(archive.uri, storage=storage), TypeError)
     assert RolloutArchive(archive.uri, storage=Storage()).keys() == archive.keys()
 
 

@@ -44,7 +44,9 @@ STAGES = [
     {"name": "hard", "family": "composition", "weight": 3.0},
 ]
 BENCHMARK = b"".join(
-    json.dumps({"id": f"item-{i}", "text": f"def solve_{i}(values): return sorted(set(values))[{i}] + {i * 7}"}).encode()
+    json.dumps(
+        {"id": f"item-{i}", "text": f"def solve_{i}(values): return sorted(set(values))[{i}] + {i * 7}"}
+    ).encode()
     + b"\n"
     for i in range(3)
 )
@@ -64,8 +66,9 @@ def save_readme_dataset(vault: TrainVault, root: str, data_format: str, train_sh
     for split in ("valid", "test"):
         for shard_id in range(4):
             saver.save(split, None, generate_data(split, None, shard_id), shard_id=str(shard_id))
-    saver.register_curriculum("train", "early", [saver.recover("train", "easy", shard_id="0"),
-                                                 saver.recover("train", "medium", shard_id="0")])
+    saver.register_curriculum(
+        "train", "early", [saver.recover("train", "easy", shard_id="0"), saver.recover("train", "medium", shard_id="0")]
+    )
     saver.commit_manifest()
     # The manifest as trainvault wrote it before descriptor packs: its bytes must not drift either.
     unpacked = saver.build_manifest().model_copy(update={"descriptor_pack": None})
@@ -75,27 +78,37 @@ def save_readme_dataset(vault: TrainVault, root: str, data_format: str, train_sh
 
 def write_chain(vault: TrainVault, manifest_uri: str, root: str) -> None:
     ref = lambda bound: ArtifactRef(uri=bound.uri, sha256=bound.sha256)  # noqa: E731
-    scan = write_training_scan_manifest(vault, f"{root}/training-scan-manifest-v1.json",
-                                        build_training_scan_manifest(vault, manifest_uri))
-    pins = ProducerPins(packages=[PackagePin(name="trainvault", version="0.1.0")], code_revision="golden",
-                        python="3.11.7")
+    scan = write_training_scan_manifest(
+        vault, f"{root}/training-scan-manifest-v1.json", build_training_scan_manifest(vault, manifest_uri)
+    )
+    pins = ProducerPins(
+        packages=[PackagePin(name="trainvault", version="0.1.0")], code_revision="golden", python="3.11.7"
+    )
     pins_b = write_producer_pins(vault, f"{root}/producer-pins-v1.json", pins)
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-evals", [jsonl_benchmark("tiny", BENCHMARK)])
     contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", V1_CONTRACT)
-    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri,
-                       release_sha256=release.sha256, contract_sha256=contract.sha256)
-    report = scan_dataset(vault, manifest_uri, index, scan_manifest_sha256=scan.sha256,
-                          producer_pins_sha256=pins_b.sha256, progress=False)
+    index = load_index(
+        vault,
+        release_uri=release.uri,
+        contract_uri=contract.uri,
+        release_sha256=release.sha256,
+        contract_sha256=contract.sha256,
+    )
+    report = scan_dataset(
+        vault, manifest_uri, index, scan_manifest_sha256=scan.sha256, producer_pins_sha256=pins_b.sha256, progress=False
+    )
     report_b = write_report(vault, f"{root}/contamination-report-v1.json", report)
     request = ApprovalRequest(
         data_manifest=ArtifactRef(uri=manifest_uri, sha256=sha256_hex(vault.storage.get(manifest_uri))),
-        training_scan_manifest=ref(scan), evaluation_release=ref(release), contamination_report=ref(report_b),
-        verifier_contract=ref(contract), producer_pins=ref(pins_b),
+        training_scan_manifest=ref(scan),
+        evaluation_release=ref(release),
+        contamination_report=ref(report_b),
+        verifier_contract=ref(contract),
+        producer_pins=ref(pins_b),
     )
     approved = vault.approve_dataset(request)
     key = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
-    write_approval(vault, f"{root}/approval-v1.dsse.json", approved, signing_keys=key,
-                   provenance={"run": "golden"})
+    write_approval(vault, f"{root}/approval-v1.dsse.json", approved, signing_keys=key, provenance={"run": "golden"})
 
 
 def main() -> None:

@@ -27,13 +27,13 @@ from trainvault.contamination import (
 
 ROOT = "memory://golden-v1"
 ITEMS = [
-    "def rolling_max(numbers: List[int]) -> List[int]:\n    \"\"\" From a given list of integers, generate a "
+    'def rolling_max(numbers: List[int]) -> List[int]:\n    """ From a given list of integers, generate a '
     "list of rolling maximum element found until given moment in the sequence.\n    >>> rolling_max([1, 2, 3, 2, 3, "
-    "4, 2])\n    [1, 2, 3, 3, 3, 4, 4]\n    \"\"\"\n",
-    "def below_zero(operations: List[int]) -> bool:\n    \"\"\" You're given a list of deposit and withdrawal "
+    '4, 2])\n    [1, 2, 3, 3, 3, 4, 4]\n    """\n',
+    'def below_zero(operations: List[int]) -> bool:\n    """ You\'re given a list of deposit and withdrawal '
     "operations on a bank account that starts with\n    zero balance. Your task is to detect if at any point the "
     "balance of account fallls below zero, and\n    at that point function should return True.\n",
-    "def truncate_number(number: float) -> float:\n    \"\"\" Given a positive floating point number, it can be "
+    'def truncate_number(number: float) -> float:\n    """ Given a positive floating point number, it can be '
     "decomposed into\n    and integer part (largest integer smaller than given number) and decimals\n",
 ]
 BENCHMARK = b"".join(json.dumps({"id": f"item-{i}", "text": t}).encode() + b"\n" for i, t in enumerate(ITEMS))
@@ -63,11 +63,13 @@ def main() -> None:
     unpacked = saver.build_manifest().model_copy(update={"descriptor_pack": None})
     vault.storage.put_create(saver.manifest_uri, unpacked.to_json_bytes())
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-v1-evals", [jsonl_benchmark("tiny", BENCHMARK)])
-    contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json",
-                                VerifierContract.model_validate(CONTRACT))
+    contract = publish_document(
+        vault.storage, f"{ROOT}/verifier-contract-v1.json", VerifierContract.model_validate(CONTRACT)
+    )
     index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
-    report = scan_dataset(vault, saver.manifest_uri, index, scan_manifest_sha256="1" * 64,
-                          producer_pins_sha256="2" * 64, progress=False)
+    report = scan_dataset(
+        vault, saver.manifest_uri, index, scan_manifest_sha256="1" * 64, producer_pins_sha256="2" * 64, progress=False
+    )
     bound = write_report(vault, f"{ROOT}/dataset/contamination-report-v1.json", report)
     sys.stdout.buffer.write(vault.storage.get(bound.uri))
 

@@ -12,7 +12,9 @@ import logging
 import multiprocessing
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -20,8 +22,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import s3_config  # noqa: E402
-from faultproxy import FaultProxy, Rule  # noqa: E402
 
 from trainvault import ConfigurationError, LoaderStallError, TrainVault  # noqa: E402
 from trainvault.loading import Observability, SplitDataLoader  # noqa: E402
@@ -57,14 +57,14 @@ def local_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
-def proxy(s3_server: str):
-    px = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
+def proxy(faults: ModuleType, s3_server: str):
+    px = faults.FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
     yield px
     px.stop()
 
 
 @pytest.fixture
-def s3_uri(s3_server: str, s3_bucket: str) -> str:
+def s3_uri(s3_config: Callable[..., Any], s3_server: str, s3_bucket: str) -> str:
     uri = f"s3://{s3_bucket}/observe/data-manifest-v1.json"
     _save(TrainVault(storage=s3_config(s3_server)), uri)
     return uri
@@ -132,11 +132,13 @@ def test_the_window_keeps_only_its_last_steps(local_uri: str) -> None:
     assert figures[-1]["window"]["data_wait_s"] == pytest.approx(sum(f["data_wait_s"] for f in figures[-3:]))
 
 
-def test_data_wait_grows_when_storage_stalls(s3_server: str, s3_uri: str, proxy: FaultProxy, local_uri: str) -> None:
+def test_data_wait_grows_when_storage_stalls(
+    faults: ModuleType, s3_config: Callable[..., Any], s3_server: str, s3_uri: str, proxy: Any, local_uri: str
+) -> None:
     vault = TrainVault(storage=s3_config(proxy.endpoint))
     window = Observability(window_steps=1000)
     clean_batches, clean = _epoch(_loader(vault.storage, s3_uri, window))
-    proxy.arm(Rule(mode="stall", path_contains="s1.msgpack.zst", cut_after=64, stall_s=1.5))
+    proxy.arm(faults.Rule(mode="stall", path_contains="s1.msgpack.zst", cut_after=64, stall_s=1.5))
     stalled_batches, stalled = _epoch(_loader(vault.storage, s3_uri, window))
     assert proxy.fired == 1
     assert stalled_batches == clean_batches
@@ -150,11 +152,11 @@ def test_data_wait_grows_when_storage_stalls(s3_server: str, s3_uri: str, proxy:
 
 
 def test_watchdog_logs_every_stack_naming_the_stalled_read(
-    s3_uri: str, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+    faults: ModuleType, s3_config: Callable[..., Any], s3_uri: str, proxy: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     vault = TrainVault(storage=s3_config(proxy.endpoint))
     clean, _ = _epoch(_loader(vault.storage, s3_uri))
-    proxy.arm(Rule(mode="stall", path_contains="s0.msgpack.zst", cut_after=64, stall_s=3.0))
+    proxy.arm(faults.Rule(mode="stall", path_contains="s0.msgpack.zst", cut_after=64, stall_s=3.0))
     with caplog.at_level(logging.WARNING, logger="trainvault.loading"):
         batches, _ = _epoch(_loader(vault.storage, s3_uri, Observability(watchdog_s=0.5, on_stall="log")))
     assert batches == clean  # "log" keeps waiting, and the read completes
@@ -171,11 +173,13 @@ def _log_to(path: str, worker_id: int) -> None:
     logging.getLogger("trainvault.loading").addHandler(logging.FileHandler(path))
 
 
-def test_watchdog_raises_in_a_stalled_worker(s3_uri: str, proxy: FaultProxy, tmp_path: Path) -> None:
+def test_watchdog_raises_in_a_stalled_worker(
+    faults: ModuleType, s3_config: Callable[..., Any], s3_uri: str, proxy: Any, tmp_path: Path
+) -> None:
     vault = TrainVault(storage=s3_config(proxy.endpoint))
     log = tmp_path / "worker.log"
     # Every read of s0 stalls, so the first batch cannot form (its blocks may be in either run in flight).
-    proxy.arm(Rule(mode="stall", path_contains="s0.msgpack.zst", cut_after=64, stall_s=8.0, times=100))
+    proxy.arm(faults.Rule(mode="stall", path_contains="s0.msgpack.zst", cut_after=64, stall_s=8.0, times=100))
     loader = _loader(
         vault.storage,
         s3_uri,
@@ -257,7 +261,9 @@ def test_prometheus_export_without_the_package_names_it(monkeypatch: pytest.Monk
         PrometheusExport()
 
 
-def test_block_runs_are_read_with_one_request_each(s3_uri: str, proxy: FaultProxy) -> None:
+def test_block_runs_are_read_with_one_request_each(
+    faults: ModuleType, s3_config: Callable[..., Any], s3_uri: str, proxy: Any
+) -> None:
     """Consecutive blocks of a shard come in one coalesced ranged GET per run, not one per block."""
     from trainvault.loading.fetch import block_runs
     from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from approval_chain import build_chain  # noqa: E402
 
 from trainvault import TrainVault  # noqa: E402
 from trainvault.cli import main  # noqa: E402
@@ -30,7 +30,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("trace-cli")
     return build_chain(TrainVault(), str(root / "data"), shards=3, records_per_shard=20, block_bytes=600)
 
@@ -244,7 +244,9 @@ def test_trace_of_an_approval_needs_the_run_s_batch_size(
     assert (code, out) == (1, "") and "--batch-size describe a run without a state" in err
 
 
-def test_trace_argument_errors_come_before_any_data_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_trace_argument_errors_come_before_any_data_is_read(
+    build_chain: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10)
     pinned = _approved(chain, tmp_path, capsys)
     shard = next((tmp_path / "data").rglob("*.msgpack.zst"))

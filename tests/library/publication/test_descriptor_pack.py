@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import unpacked_manifest
 
 from trainvault import ConflictError, IntegrityError, ManifestError, ObjectNotFoundError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
@@ -65,16 +65,20 @@ class CountingStorage(Storage):
         return sum(self.calls.values())
 
 
-def publish(vault: TrainVault, root: str, shards: int, *, packed: bool = True) -> str:
-    uri = join_uri(root, "data-manifest-v1.json")
-    saver = vault.dataset_saver(uri)
-    for i in range(shards):
-        saver.save("train", None, [{"i": i, "j": j} for j in range(3)], shard_id=str(i))
-    if packed:
-        saver.commit_manifest()
-    else:
-        vault.storage.put_create(uri, unpacked_manifest(saver))
-    return uri
+@pytest.fixture
+def publish(unpacked_manifest: Callable[[Any], bytes]) -> Callable[..., str]:
+    def make(vault: TrainVault, root: str, shards: int, *, packed: bool = True) -> str:
+        uri = join_uri(root, "data-manifest-v1.json")
+        saver = vault.dataset_saver(uri)
+        for i in range(shards):
+            saver.save("train", None, [{"i": i, "j": j} for j in range(3)], shard_id=str(i))
+        if packed:
+            saver.commit_manifest()
+        else:
+            vault.storage.put_create(uri, unpacked_manifest(saver))
+        return uri
+
+    return make
 
 
 def open_loader(storage: Storage, uri: str) -> list[Any]:
@@ -83,7 +87,9 @@ def open_loader(storage: Storage, uri: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("shards", [3, 300])
-def test_loader_opens_with_two_requests_whatever_the_shard_count(tmp_path: Path, shards: int) -> None:
+def test_loader_opens_with_two_requests_whatever_the_shard_count(
+    publish: Callable[..., str], tmp_path: Path, shards: int
+) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), shards)
     pack = vault.load_manifest(uri).descriptor_pack
@@ -96,7 +102,9 @@ def test_loader_opens_with_two_requests_whatever_the_shard_count(tmp_path: Path,
     assert first == [{"i": 0, "j": 0}, {"i": 0, "j": 1}, {"i": 0, "j": 2}, {"i": 1, "j": 0}]
 
 
-def test_manifest_without_a_pack_still_loads_reading_each_descriptor(tmp_path: Path) -> None:
+def test_manifest_without_a_pack_still_loads_reading_each_descriptor(
+    publish: Callable[..., str], tmp_path: Path
+) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 5, packed=False)
     manifest = vault.load_manifest(uri)
@@ -131,7 +139,7 @@ def test_commit_reads_no_descriptor_its_saver_holds(tmp_path: Path) -> None:
     assert sum(n for (op, u), n in storage.calls.items() if op == "get" and u.endswith(".complete.json")) == 4
 
 
-def test_pack_is_canonical_deterministic_and_bound(tmp_path: Path) -> None:
+def test_pack_is_canonical_deterministic_and_bound(publish: Callable[..., str], tmp_path: Path) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
     manifest = vault.load_manifest(uri)
@@ -152,7 +160,9 @@ def test_pack_is_canonical_deterministic_and_bound(tmp_path: Path) -> None:
     )
 
 
-def test_recommitting_other_shards_conflicts_on_the_manifest_not_the_pack(tmp_path: Path) -> None:
+def test_recommitting_other_shards_conflicts_on_the_manifest_not_the_pack(
+    publish: Callable[..., str], tmp_path: Path
+) -> None:
     vault = TrainVault()
     root = str(tmp_path / "ds")
     uri = publish(vault, root, 2)
@@ -181,7 +191,9 @@ def damage(storage: Storage, ref: ObjectRef, how: str) -> None:
         ("flip", IntegrityError, "altered"),
     ],
 )
-def test_damaged_pack_is_refused_by_the_loader(tmp_path: Path, how: str, error: type, match: str) -> None:
+def test_damaged_pack_is_refused_by_the_loader(
+    publish: Callable[..., str], tmp_path: Path, how: str, error: type, match: str
+) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
     ref = vault.load_manifest(uri).descriptor_pack
@@ -243,7 +255,9 @@ def _newer(doc: dict[str, Any]) -> dict[str, Any]:
         (_newer, ManifestError, r"version 2 is not supported.*upgrade trainvault"),
     ],
 )
-def test_pack_that_disagrees_with_its_manifest_is_refused(tmp_path: Path, edit: Any, error: type, match: str) -> None:
+def test_pack_that_disagrees_with_its_manifest_is_refused(
+    publish: Callable[..., str], tmp_path: Path, edit: Any, error: type, match: str
+) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
     pub = forged(vault, uri, edit)
@@ -257,7 +271,9 @@ def _recodec(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Path) -> None:
+def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(
+    publish: Callable[..., str], tmp_path: Path
+) -> None:
     # Agrees with every entry field, yet is not the descriptor the manifest binds by digest.
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
@@ -277,7 +293,7 @@ def test_gate_binds_each_packed_descriptor_to_its_descriptor_sha256(tmp_path: Pa
     }
 
 
-def test_non_canonical_descriptor_is_not_packed(tmp_path: Path) -> None:
+def test_non_canonical_descriptor_is_not_packed(publish: Callable[..., str], tmp_path: Path) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 2, packed=False)
     pub = Publication.load(vault.storage, uri)

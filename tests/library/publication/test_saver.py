@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
 import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +28,9 @@ from trainvault import (
 from trainvault.canonical import sha256_hex
 from trainvault.publication.saver import DatasetSaver
 from trainvault.storage import join_uri, normalize_uri
+
+#: This folder (test_saver) and tests/ (support.s3): the path of the fresh interpreter below.
+HERE = Path(__file__).resolve().parent
 
 
 def records_for(split: str, stage: str | None, shard_id: str, n: int = 20) -> list[dict]:
@@ -364,14 +367,14 @@ def _pool_example_in_fresh_process(root: str, endpoint: str) -> str:
     """Run the example as a user's script would: a new interpreter whose parent has not
     touched object storage before the pool forks (see storage.py on fork safety)."""
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from conftest import s3_config; from test_saver import run_pool_example, manifest_uri;"
+        "import sys; sys.path[:0] = sys.argv[1].split(':');"
+        "from support.s3 import s3_config; from test_saver import run_pool_example, manifest_uri;"
         "from trainvault import TrainVault;"
         "vault = TrainVault(storage=s3_config(sys.argv[3]));"
         "print(run_pool_example(vault.dataset_saver(manifest_uri(sys.argv[2]))).document_sha256())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script, os.path.dirname(__file__), root, endpoint],
+        [sys.executable, "-c", script, f"{HERE}:{HERE.parents[1]}", root, endpoint],
         capture_output=True,
         text=True,
         timeout=300,

@@ -13,12 +13,13 @@ import os
 import subprocess
 import sys
 import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from conftest import s3_config
-from faultproxy import FaultProxy, Rule
 
 from trainvault import ConflictError, EncodeError, IntegrityError, ManifestError, SelectionError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
@@ -534,11 +535,13 @@ def test_artifacts_read_with_plain_safetensors(tmp_path) -> None:
 # -- reads through faults ----------------------------------------------------------------
 
 
-def test_reads_through_the_fault_proxy_give_identical_examples(s3_server, s3_bucket) -> None:
+def test_reads_through_the_fault_proxy_give_identical_examples(
+    faults: ModuleType, s3_config: Callable[..., Any], s3_server, s3_bucket
+) -> None:
     clean = TrainVault(storage=s3_config(s3_server))
     uri, sha = publish(clean, f"s3://{s3_bucket}/rep")
     want = [key(e) for e in read(clean, uri, sha)]
-    proxy = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
+    proxy = faults.FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
     try:
         faulty = TrainVault(
             storage=s3_config(
@@ -551,9 +554,9 @@ def test_reads_through_the_fault_proxy_give_identical_examples(s3_server, s3_buc
             )
         )
         for rule in (
-            Rule(mode="fin", path_contains=".safetensors", cut_after=64, times=3),
-            Rule(mode="rst", path_contains="layer-31", cut_after=100, times=2),
-            Rule(mode="503", path_contains="indexes", times=2),
+            faults.Rule(mode="fin", path_contains=".safetensors", cut_after=64, times=3),
+            faults.Rule(mode="rst", path_contains="layer-31", cut_after=100, times=2),
+            faults.Rule(mode="503", path_contains="indexes", times=2),
         ):
             fired = proxy.fired
             proxy.arm(rule)

@@ -11,12 +11,12 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import s3_config
 
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
 from trainvault.errors import ArchiveExistsError, ConfigurationError, ConflictError, StorageError
@@ -52,34 +52,13 @@ class CountingStorage(Storage):
 
 
 @pytest.fixture(params=["local", "s3"])
-def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[CountingStorage, str]:
+def place(s3_config: Callable[..., Any], request: pytest.FixtureRequest, tmp_path: Path) -> tuple[CountingStorage, str]:
     """(counting storage, empty folder URI) on a local folder and on the S3 test server."""
     if request.param == "local":
         return CountingStorage(), normalize_uri(str(tmp_path / "rl"))
     server = request.getfixturevalue("s3_server")
     bucket = request.getfixturevalue("s3_bucket")
     return CountingStorage(s3_config(server)), f"s3://{bucket}/rl"
-
-
-def make_samples(
-    n: int, *, seed: int = 0, index_mod: int | None = None, tasks: int = 3, first: int = 0
-) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        length = int(rng.integers(3, 12))
-        out.append(
-            {
-                "index": i % index_mod if index_mod else first + i,
-                "task_id": f"task-{i % tasks}",
-                "tokens": rng.integers(0, 50_000, length).astype(np.int32),
-                "logprobs": rng.standard_normal(length).astype(np.float32).tolist(),
-                "reward": float(i % 10) / 10,
-                "status": "completed" if i % 4 else "truncated",
-                "_queue_lease": {"task_id": "live", "lock": object()},  # transport state: never archived
-            }
-        )
-    return out
 
 
 def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -95,7 +74,9 @@ def pool_objects(storage: Storage, pool: str) -> list[str]:
     return [o.uri for o in storage.list(join_uri(pool, "objects", "sha256"))]
 
 
-def test_save_open_and_round_trip(place: tuple[CountingStorage, str]) -> None:
+def test_save_open_and_round_trip(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     samples = make_samples(150)
     uri = join_uri(root, "run-1.json")
@@ -119,7 +100,9 @@ def test_save_open_and_round_trip(place: tuple[CountingStorage, str]) -> None:
     assert "live" not in json.dumps(raw)
 
 
-def test_archives_are_immutable(place: tuple[CountingStorage, str]) -> None:
+def test_archives_are_immutable(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     uri = join_uri(root, "run.json")
     RolloutArchive.save(uri, make_samples(5), rollout_id=1, storage=st)
@@ -131,7 +114,9 @@ def test_archives_are_immutable(place: tuple[CountingStorage, str]) -> None:
     assert len(RolloutArchive(uri, storage=st).load_samples()) == 5
 
 
-def test_keys_duplicates_intersection_and_keyerror(place: tuple[CountingStorage, str]) -> None:
+def test_keys_duplicates_intersection_and_keyerror(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     samples = make_samples(20, index_mod=4)  # several samples share each index
     samples[3]["index"] = None  # no index: keyed by position
@@ -166,7 +151,9 @@ def test_keys_duplicates_intersection_and_keyerror(place: tuple[CountingStorage,
         archive.load_samples(sample_key="sample:999")
 
 
-def test_metadata_and_keys_read_no_chunk(place: tuple[CountingStorage, str]) -> None:
+def test_metadata_and_keys_read_no_chunk(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     uri = join_uri(root, "meta.json")
     RolloutArchive.save(uri, make_samples(100), rollout_id=3, chunk_size=16, storage=st)
@@ -200,7 +187,9 @@ def test_metadata_and_keys_read_no_chunk(place: tuple[CountingStorage, str]) -> 
     assert next(iter(st.object_reads(pool))) == object_uri(pool, archive.index.chunks[2].sha256)
 
 
-def test_metadata_sidecar_bound_to_its_archive(place: tuple[CountingStorage, str]) -> None:
+def test_metadata_sidecar_bound_to_its_archive(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     a = join_uri(root, "a.json")
     b = join_uri(root, "b.json")
@@ -220,7 +209,9 @@ def test_metadata_sidecar_bound_to_its_archive(place: tuple[CountingStorage, str
         RolloutArchive.check_metadata(a, storage=st)
 
 
-def test_identical_chunks_are_stored_once(place: tuple[CountingStorage, str]) -> None:
+def test_identical_chunks_are_stored_once(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     pool = join_uri(root, "shared-pool")
     common = make_samples(32, seed=1)
@@ -235,7 +226,9 @@ def test_identical_chunks_are_stored_once(place: tuple[CountingStorage, str]) ->
     assert len(b.load_samples()) == 48
 
 
-def test_release_then_gc_frees_exactly_the_unshared_chunks(place: tuple[CountingStorage, str]) -> None:
+def test_release_then_gc_frees_exactly_the_unshared_chunks(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     pool = join_uri(root, "pool")
     common = make_samples(16, seed=1)
@@ -289,7 +282,9 @@ class GcDuringOwnerWrite(Storage):
         return super().put_create(uri, data)
 
 
-def test_gc_racing_a_writer_loses_nothing(place: tuple[CountingStorage, str]) -> None:
+def test_gc_racing_a_writer_loses_nothing(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     pool = join_uri(root, "pool")
     samples = make_samples(40)
@@ -310,7 +305,9 @@ def test_gc_racing_a_writer_loses_nothing(place: tuple[CountingStorage, str]) ->
     assert gc(pool, grace=0, storage=st).deleted == []
 
 
-def test_writer_waits_for_a_running_collector(tmp_path: Path) -> None:
+def test_writer_waits_for_a_running_collector(
+    make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path
+) -> None:
     st = Storage()
     pool = normalize_uri(str(tmp_path / "pool"))
     marker = join_uri(pool, "gc", "manual.json")
@@ -321,7 +318,7 @@ def test_writer_waits_for_a_running_collector(tmp_path: Path) -> None:
     assert time.monotonic() - t0 >= 0.5
 
 
-def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
+def test_concurrent_writers_and_collector(make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path) -> None:
     st = Storage()
     pool = normalize_uri(str(tmp_path / "pool"))
     common = make_samples(24, seed=9)
@@ -361,7 +358,9 @@ def test_concurrent_writers_and_collector(tmp_path: Path) -> None:
         assert len(RolloutArchive(uri, storage=st).load_samples()) == 32
 
 
-def test_gc_deletes_nothing_unless_it_reads_every_owner(tmp_path: Path) -> None:
+def test_gc_deletes_nothing_unless_it_reads_every_owner(
+    make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path
+) -> None:
     st = Storage()
     pool = normalize_uri(str(tmp_path / "pool"))
     common = make_samples(16, seed=1)
@@ -384,7 +383,9 @@ def test_gc_deletes_nothing_unless_it_reads_every_owner(tmp_path: Path) -> None:
     assert len(gc(pool, grace=0, storage=st).deleted) == 1  # b's own chunk, now that every owner was read
 
 
-def test_corrupted_chunk_is_refused(place: tuple[CountingStorage, str]) -> None:
+def test_corrupted_chunk_is_refused(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     archive = RolloutArchive.save(join_uri(root, "a.json"), make_samples(20), rollout_id=1, chunk_size=10, storage=st)
     target = object_uri(archive.pool, archive.index.chunks[1].sha256)
@@ -398,7 +399,9 @@ def test_corrupted_chunk_is_refused(place: tuple[CountingStorage, str]) -> None:
         archive.load_samples()
 
 
-def test_unknown_index_format_or_version(place: tuple[CountingStorage, str]) -> None:
+def test_unknown_index_format_or_version(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     uri = join_uri(root, "a.json")
     RolloutArchive.save(uri, make_samples(3), rollout_id=1, storage=st)
@@ -413,7 +416,9 @@ def test_unknown_index_format_or_version(place: tuple[CountingStorage, str]) -> 
         RolloutArchive(join_uri(root, "missing.json"), storage=st)
 
 
-def test_export_pt_round_trip(place: tuple[CountingStorage, str], tmp_path: Path) -> None:
+def test_export_pt_round_trip(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str], tmp_path: Path
+) -> None:
     torch = pytest.importorskip("torch")
     st, root = place
     samples = make_samples(12)
@@ -430,7 +435,9 @@ def test_export_pt_round_trip(place: tuple[CountingStorage, str], tmp_path: Path
         RolloutArchive(archive.uri, storage=st).export_pt(str(tmp_path / "export" / "a.pt"))
 
 
-def test_export_pt_without_torch_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_pt_without_torch_names_the_extra(
+    make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     archive = RolloutArchive.save(str(tmp_path / "a.json"), make_samples(2), rollout_id=1)
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails, as without the extra
     with pytest.raises(ImportError, match=r"pip install 'trainvault\[torch\]'"):
@@ -447,7 +454,9 @@ def test_export_pt_without_torch_names_the_extra(tmp_path: Path, monkeypatch: py
         (lambda s: s[:2] + [{**s[2], 7: "non-str field"}] + s[3:], "record 2"),
     ],
 )
-def test_bad_input_writes_no_index(place: tuple[CountingStorage, str], bad: Any, message: str) -> None:
+def test_bad_input_writes_no_index(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str], bad: Any, message: str
+) -> None:
     st, root = place
     uri = join_uri(root, "bad.json")
     with pytest.raises(EncodeError, match=message):
@@ -456,7 +465,7 @@ def test_bad_input_writes_no_index(place: tuple[CountingStorage, str], bad: Any,
     assert st.list(root) == []  # encoding fails before the first write: not even pool objects
 
 
-def test_bad_metadata_hook_and_arguments(tmp_path: Path) -> None:
+def test_bad_metadata_hook_and_arguments(make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path) -> None:
     uri = str(tmp_path / "a.json")
     with pytest.raises(EncodeError, match="sample 0: metadata must be JSON-compatible"):
         RolloutArchive.save(uri, make_samples(2), rollout_id=1, describe_sample=lambda s: {"x": float("nan")})
@@ -469,7 +478,9 @@ def test_bad_metadata_hook_and_arguments(tmp_path: Path) -> None:
     assert not Path(uri).exists()
 
 
-def test_archives_feed_the_saver(place: tuple[CountingStorage, str]) -> None:
+def test_archives_feed_the_saver(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     st, root = place
     uris = [
         RolloutArchive.save(join_uri(root, f"r{i}.json"), make_samples(30, seed=i), rollout_id=i, storage=st).uri
@@ -485,7 +496,9 @@ def test_archives_feed_the_saver(place: tuple[CountingStorage, str]) -> None:
     assert isinstance(records[0]["tokens"], np.ndarray)
 
 
-def test_cli_inspect_and_gc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_inspect_and_gc(
+    make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from trainvault.cli import main
 
     archive = RolloutArchive.save(str(tmp_path / "a.json"), make_samples(30), rollout_id=4, chunk_size=8)
@@ -527,7 +540,7 @@ def test_import_trainvault_loads_neither_torch_nor_numpy() -> None:
     assert out.split() == ["False", "False"]
 
 
-def test_unique_owner_per_save(tmp_path: Path) -> None:
+def test_unique_owner_per_save(make_samples: Callable[..., list[dict[str, Any]]], tmp_path: Path) -> None:
     # Two archives of identical samples share every object, yet each keeps its own claim.
     pool = str(tmp_path / "pool")
     a = RolloutArchive.save(str(tmp_path / "a.json"), make_samples(8), rollout_id=1, pool=pool)
@@ -550,7 +563,15 @@ def _race_pool(root: str, trial: int) -> str:
 
 
 def _race_writer(
-    root: str, config: Any, seed: int, runs: tuple[int, int], current: Any, start: Any, done: Any, results: Any
+    root: str,
+    config: Any,
+    seed: int,
+    runs: tuple[int, int],
+    make_samples: Callable[..., list[dict[str, Any]]],
+    current: Any,
+    start: Any,
+    done: Any,
+    results: Any,
 ) -> None:
     """Save archives that reuse a released archive's chunks and release some of them, trial by trial."""
     import random
@@ -607,7 +628,9 @@ def _race_collector(
     results.put((f"collector-{rank}", runs, error))
 
 
-def _run_race(root: str, config: Any, seed: int, runs: tuple[int, int]) -> dict[str, tuple[Any, str | None]]:
+def _run_race(
+    root: str, config: Any, seed: int, runs: tuple[int, int], make_samples: Callable[..., list[dict[str, Any]]]
+) -> dict[str, tuple[Any, str | None]]:
     """Start the writer and two collectors as spawned processes; {name: (result, first error)}."""
     import multiprocessing
     import queue
@@ -615,7 +638,7 @@ def _run_race(root: str, config: Any, seed: int, runs: tuple[int, int]) -> dict[
     ctx = multiprocessing.get_context("spawn")  # obstore does not survive fork
     current, start, done, results = ctx.Value("i", 0), ctx.Barrier(3, timeout=60), ctx.Event(), ctx.Queue()
     shared = (current, start, done, results)
-    procs = [ctx.Process(target=_race_writer, args=(root, config, seed, runs, *shared), daemon=True)]
+    procs = [ctx.Process(target=_race_writer, args=(root, config, seed, runs, make_samples, *shared), daemon=True)]
     procs += [
         ctx.Process(target=_race_collector, args=(root, config, seed + 1 + rank, rank, *shared), daemon=True)
         for rank in range(2)
@@ -641,14 +664,16 @@ def _run_race(root: str, config: Any, seed: int, runs: tuple[int, int]) -> dict[
     return outcome
 
 
-def test_gc_in_other_processes_never_collects_owned_chunks(place: tuple[CountingStorage, str]) -> None:
+def test_gc_in_other_processes_never_collects_owned_chunks(
+    make_samples: Callable[..., list[dict[str, Any]]], place: tuple[CountingStorage, str]
+) -> None:
     # Owner records are released while one or two collectors (separate processes) list and
     # read them: every archive never released must still read back whole.
     import random
 
     st, root = place
     seed, runs = random.randrange(1 << 30), RACE_RUNS[root.split(":")[0]]
-    outcome = _run_race(root, st.config, seed, runs)
+    outcome = _run_race(root, st.config, seed, runs, make_samples)
     assert outcome["writer"][1] is None, f"seed {seed}"
     kept = outcome["writer"][0]
     lost = []

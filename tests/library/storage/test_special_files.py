@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
 
 from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, StorageError, TrainVault
 from trainvault.approval import SigningKey, write_approval, write_keypair
@@ -89,7 +88,7 @@ def local_path(uri: str) -> str:
 
 def run_isolated(case: str, *args: str) -> dict[str, Any]:
     """Run ``CASES[case](*args)`` in a fresh interpreter; what it raised (or "no error")."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parents[2]), str(TESTS)])}
     code = f"import test_special_files as t; t.child({case!r}, {list(args)!r})"
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -158,17 +157,21 @@ CASES: dict[str, Callable[..., None]] = {
 # -- fixtures ---------------------------------------------------------------------------------------
 
 
-def signed_chain(root: Path, target: str = "shard") -> tuple[Any, tuple[str, str, str]]:
-    """A chain with a signed approval record: (chain, open_approved arguments). A loose descriptor
-    is read only for a manifest written without a descriptor pack, so that target gets one."""
-    chain = build_chain(
-        TrainVault(), str(root / "chain"), shards=3, records_per_shard=20, packed=target != "descriptor"
-    )
-    approved = chain.vault.approve_dataset(chain.request())
-    key = SigningKey.generate()
-    _, public, _ = write_keypair(root / "approver", key)
-    written = write_approval(chain.vault, f"{chain.root}/approval.json", approved, signing_keys=[key])
-    return chain, (written.uri, written.sha256, str(public))
+@pytest.fixture
+def signed_chain(build_chain: Callable[..., Any]) -> Callable[..., tuple[Any, tuple[str, str, str]]]:
+    def make(root: Path, target: str = "shard") -> tuple[Any, tuple[str, str, str]]:
+        """A chain with a signed approval record: (chain, open_approved arguments). A loose descriptor
+        is read only for a manifest written without a descriptor pack, so that target gets one."""
+        chain = build_chain(
+            TrainVault(), str(root / "chain"), shards=3, records_per_shard=20, packed=target != "descriptor"
+        )
+        approved = chain.vault.approve_dataset(chain.request())
+        key = SigningKey.generate()
+        _, public, _ = write_keypair(root / "approver", key)
+        written = write_approval(chain.vault, f"{chain.root}/approval.json", approved, signing_keys=[key])
+        return chain, (written.uri, written.sha256, str(public))
+
+    return make
 
 
 def target_uri(chain: Any, target: str) -> str:
@@ -194,7 +197,9 @@ def refused(result: dict[str, Any], kinds: tuple[str, ...], uri: str) -> None:
 
 @pytest.mark.parametrize("target", ["shard", "descriptor", "descriptor-pack"])
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "loop", "socket"])
-def test_gate_refuses_special_files(tmp_path: Path, kind: str, target: str) -> None:
+def test_gate_refuses_special_files(
+    signed_chain: Callable[..., tuple[Any, tuple[str, str, str]]], tmp_path: Path, kind: str, target: str
+) -> None:
     chain, args = signed_chain(tmp_path, target)
     uri = target_uri(chain, target)
     SWAPS[kind](local_path(uri))
@@ -205,7 +210,9 @@ def test_gate_refuses_special_files(tmp_path: Path, kind: str, target: str) -> N
 
 
 @pytest.mark.parametrize("target", ["shard", "descriptor", "descriptor-pack", "release-item"])
-def test_gate_reads_no_further_than_the_bound_size(tmp_path: Path, target: str) -> None:
+def test_gate_reads_no_further_than_the_bound_size(
+    signed_chain: Callable[..., tuple[Any, tuple[str, str, str]]], tmp_path: Path, target: str
+) -> None:
     chain, args = signed_chain(tmp_path, target)
     uri = target_uri(chain, target)
     swap_sparse(local_path(uri))
@@ -226,7 +233,9 @@ def test_gate_reads_no_further_than_the_bound_size(tmp_path: Path, target: str) 
 
 @pytest.mark.parametrize("target", ["descriptor", "descriptor-pack"])
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "loop", "socket", "sparse"])
-def test_plain_loader_refuses_a_special_descriptor(tmp_path: Path, kind: str, target: str) -> None:
+def test_plain_loader_refuses_a_special_descriptor(
+    build_chain: Callable[..., Any], tmp_path: Path, kind: str, target: str
+) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=10, packed=target != "descriptor")
     uri = target_uri(chain, target)
     SWAPS[kind](local_path(uri))
@@ -246,7 +255,7 @@ def test_plain_loader_refuses_a_special_descriptor(tmp_path: Path, kind: str, ta
 
 
 @pytest.fixture(scope="module")
-def loader_request(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def loader_request(build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A chain with many small blocks per shard, shared by the mid-epoch tests (each restores it)."""
     root = tmp_path_factory.mktemp("special-loader")
     chain = build_chain(TrainVault(), str(root / "chain"), shards=3, records_per_shard=120, block_bytes=512)
@@ -275,7 +284,7 @@ def test_loader_refuses_a_shard_swapped_mid_epoch(
 # -- oversized documents ----------------------------------------------------------------------------
 
 
-def test_document_larger_than_the_cap_is_refused(tmp_path: Path) -> None:
+def test_document_larger_than_the_cap_is_refused(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), shards=2, records_per_shard=10)
     size = chain.vault.storage.head(chain.manifest_uri).size
     small = TrainVault(storage=StorageConfig(max_document_bytes=size - 1))

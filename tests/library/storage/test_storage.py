@@ -8,9 +8,11 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import pytest
-from conftest import S3_KEY, S3_SECRET, closed_loopback_port, env_without_s3_settings, s3_config
 
 from trainvault import (
     ConflictError,
@@ -151,20 +153,20 @@ def test_default_timeouts() -> None:
     assert (cfg.connect_timeout_s, cfg.read_timeout_s, cfg.request_timeout_s) == (10.0, 60.0, 600.0)
 
 
-def test_credentials_never_shown(s3_server) -> None:
-    vault = TrainVault(s3_server, "us-east-1", S3_KEY, S3_SECRET)
+def test_credentials_never_shown(s3_key_id: str, s3_secret: str, s3_server) -> None:
+    vault = TrainVault(s3_server, "us-east-1", s3_key_id, s3_secret)
     for text in (repr(vault), repr(vault.storage_config), repr(vault.storage), str(vault.storage_config)):
-        assert S3_SECRET not in text and S3_KEY not in text
+        assert s3_secret not in text and s3_key_id not in text
     # Errors name the object, never the keys.
     with pytest.raises(ObjectNotFoundError) as info:
         vault.storage.get(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/x")
-    assert S3_SECRET not in str(info.value) and S3_KEY not in str(info.value)
+    assert s3_secret not in str(info.value) and s3_key_id not in str(info.value)
     # Picklable: configuration travels, clients do not.
     clone = pickle.loads(pickle.dumps(vault))
     assert clone.storage_config == vault.storage_config
 
 
-def test_s3_create_only_is_exclusive(s3_server, s3_bucket) -> None:
+def test_s3_create_only_is_exclusive(s3_config: Callable[..., Any], s3_server, s3_bucket) -> None:
     st = Storage(s3_config(s3_server))
     uri = f"s3://{s3_bucket}/m.json"
     assert st.put_create(uri, b"a")
@@ -189,20 +191,22 @@ def test_unreachable_endpoint_fails_with_storage_error() -> None:
         st.get("s3://b/x")
 
 
-def test_s3_settings_come_from_the_documented_variables_and_their_absence_fails_at_once() -> None:
+def test_s3_settings_come_from_the_documented_variables_and_their_absence_fails_at_once(
+    s3_key_id: str, s3_secret: str, env_without_s3_settings: Callable[..., dict[str, str]]
+) -> None:
     env = {
         "TRAINVAULT_S3_URL": "http://127.0.0.1:1",
         "TRAINVAULT_S3_REGION": "",
-        "TRAINVAULT_S3_KEY_ID": S3_KEY,
-        "TRAINVAULT_S3_SECRET": S3_SECRET,
+        "TRAINVAULT_S3_KEY_ID": s3_key_id,
+        "TRAINVAULT_S3_SECRET": s3_secret,
         "AWS_ENDPOINT_URL": "http://elsewhere",
         "AWS_REGION": "eu-west-1",
     }
     assert StorageConfig.from_env(env) == StorageConfig(
-        s3_base_url="http://127.0.0.1:1", access_key_id=S3_KEY, secret_access_key=S3_SECRET
+        s3_base_url="http://127.0.0.1:1", access_key_id=s3_key_id, secret_access_key=s3_secret
     )
     assert TrainVault.from_env(env).storage_config == StorageConfig.from_env(env)
-    assert S3_SECRET not in repr(TrainVault.from_env(env))
+    assert s3_secret not in repr(TrainVault.from_env(env))
     # No endpoint or keys: a StorageError naming what to set, before any network call (the
     # client would otherwise try a public cloud endpoint and credential service, and hang).
     script = textwrap.dedent(
@@ -238,9 +242,9 @@ except StorageError as exc:
 """
 
 
-def test_an_endpoint_that_never_answered_fails_after_its_first_contact_attempts(s3_server, s3_bucket) -> None:
-    from faultproxy import FaultProxy
-
+def test_an_endpoint_that_never_answered_fails_after_its_first_contact_attempts(
+    faults: ModuleType, closed_loopback_port: Callable[[], int], s3_config: Callable[..., Any], s3_server, s3_bucket
+) -> None:
     # Refused on first contact: a StorageError naming the endpoint, not 15 minutes of retries.
     endpoint = f"http://127.0.0.1:{closed_loopback_port()}"
     dead = Storage(StorageConfig(s3_base_url=endpoint, region="us-east-1", access_key_id="k", secret_access_key="s"))
@@ -255,7 +259,7 @@ def test_an_endpoint_that_never_answered_fails_after_its_first_contact_attempts(
     )
     # An endpoint that answered keeps the recovery window when it goes away: here, and in a
     # process handed the pickled Storage (a loader worker).
-    proxy = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
+    proxy = faults.FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
     storage = Storage(s3_config(proxy.endpoint, client_retries=0, first_contact_attempts=1, recovery_window_s=2.0))
     uri = f"s3://{s3_bucket}/x"
     storage.put(uri, b"1")
@@ -318,7 +322,7 @@ def test_missing_extra_names_it() -> None:
     assert "pip install 'trainvault[parquet]'" in out.stdout
 
 
-def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_server) -> None:
+def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_config: Callable[..., Any], s3_server) -> None:
     from trainvault.storage import STATS
 
     bucket = f"missing-{uuid.uuid4().hex[:12]}"
@@ -342,7 +346,9 @@ def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_server) -> None:
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_reads_count_the_bytes_and_requests_every_read_returns(tmp_path, request, where) -> None:
+def test_reads_count_the_bytes_and_requests_every_read_returns(
+    s3_config: Callable[..., Any], tmp_path, request, where
+) -> None:
     from trainvault.storage import READS
 
     if where == "s3":

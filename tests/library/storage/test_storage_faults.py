@@ -11,10 +11,11 @@ import random
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import pytest
-from conftest import s3_config
-from faultproxy import FaultProxy, Rule
 
 from trainvault import (
     ConflictError,
@@ -36,19 +37,25 @@ def records(shard_id: str) -> list[dict]:
 
 
 @pytest.fixture
-def proxy(s3_server):
-    px = FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
+def proxy(faults: ModuleType, s3_server):
+    px = faults.FaultProxy(int(s3_server.rsplit(":", 1)[1])).start()
     yield px
     px.stop()
 
 
-def faulty_vault(proxy: FaultProxy, **overrides) -> TrainVault:
-    # obstore's own retries off: every fault reaches trainvault's recovery.
-    settings = dict(
-        client_retries=0, read_timeout_s=2.0, recovery_window_s=20.0, backoff_initial_s=0.01, backoff_max_s=0.2
-    )
-    settings.update(overrides)
-    return TrainVault(storage=s3_config(proxy.endpoint, **settings))
+@pytest.fixture
+def faulty_vault(s3_config: Callable[..., Any]) -> Callable[..., TrainVault]:
+    """`faulty_vault(proxy, **overrides)`: a vault that reaches S3 through `proxy`."""
+
+    def make(proxy: Any, **overrides: Any) -> TrainVault:
+        # obstore's own retries off: every fault reaches trainvault's recovery.
+        settings = dict(
+            client_retries=0, read_timeout_s=2.0, recovery_window_s=20.0, backoff_initial_s=0.01, backoff_max_s=0.2
+        )
+        settings.update(overrides)
+        return TrainVault(storage=s3_config(proxy.endpoint, **settings))
+
+    return make
 
 
 def publish(vault: TrainVault, root: str, shard_ids=("a", "b")):
@@ -65,23 +72,30 @@ def fingerprint(manifest) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def baseline(s3_server):
+def baseline(s3_config: Callable[..., Any], s3_server):
     """One fault-free publication, shared by the read tests (they never write to it)."""
     bucket = f"clean-{uuid.uuid4().hex[:12]}"
     urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{bucket}", method="PUT"), timeout=5).read()
     return publish(TrainVault(storage=s3_config(s3_server)), f"s3://{bucket}/clean")
 
 
-def test_saver_commits_through_lost_responses_and_503s(proxy, baseline, s3_bucket) -> None:
+def test_saver_commits_through_lost_responses_and_503s(
+    faulty_vault: Callable[..., TrainVault],
+    faults: ModuleType,
+    s3_config: Callable[..., Any],
+    proxy,
+    baseline,
+    s3_bucket,
+) -> None:
     vault = faulty_vault(proxy)
     root = f"s3://{s3_bucket}/faulty"
     # The first data object's PUT lands but its response is lost; then a burst of 503s.
-    proxy.arm(Rule(mode="drop", method="PUT", path_contains="a.msgpack.zst"))
+    proxy.arm(faults.Rule(mode="drop", method="PUT", path_contains="a.msgpack.zst"))
     saver = vault.dataset_saver(f"{root}/data-manifest-v1.json", block_bytes=16 << 10)
     saver.save("train", None, records("a"), shard_id="a")
-    proxy.arm(Rule(mode="503", method="PUT", times=2))  # the data PUT, then the descriptor PUT
+    proxy.arm(faults.Rule(mode="503", method="PUT", times=2))  # the data PUT, then the descriptor PUT
     saver.save("train", None, records("b"), shard_id="b")
-    proxy.arm(Rule(mode="drop", method="PUT", path_contains="data-manifest"))
+    proxy.arm(faults.Rule(mode="drop", method="PUT", path_contains="data-manifest"))
     manifest = saver.commit_manifest()
     assert proxy.fired == 4
     assert fingerprint(manifest) == fingerprint(baseline)
@@ -89,10 +103,12 @@ def test_saver_commits_through_lost_responses_and_503s(proxy, baseline, s3_bucke
     assert TrainVault(storage=s3_config(proxy.endpoint)).load_manifest(f"{root}/data-manifest-v1.json") == manifest
 
 
-def test_lost_create_response_over_someone_elses_object_is_a_conflict(proxy, s3_vault, s3_bucket) -> None:
+def test_lost_create_response_over_someone_elses_object_is_a_conflict(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, s3_vault, s3_bucket
+) -> None:
     uri = f"s3://{s3_bucket}/obj"
     s3_vault.storage.put_create(uri, b"theirs")
-    proxy.arm(Rule(mode="503", method="PUT"))
+    proxy.arm(faults.Rule(mode="503", method="PUT"))
     with pytest.raises(ConflictError):
         faulty_vault(proxy).storage.put_create(uri, b"ours")
     assert s3_vault.storage.get(uri) == b"theirs"
@@ -102,21 +118,25 @@ CUTS = [1, 100, 1000, 4095, 4096, 16_000, 16_385, 65_536, 100_000, 131_072, 150_
 
 
 @pytest.mark.parametrize("offset", CUTS)
-def test_reads_survive_a_cut_body(proxy, baseline, offset) -> None:
+def test_reads_survive_a_cut_body(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, baseline, offset
+) -> None:
     vault = faulty_vault(proxy)
     shard = baseline.splits["train"].shard("_/a")
     assert shard.size_bytes > max(CUTS)
-    proxy.arm(Rule(mode="rst" if offset % 2 else "fin", cut_after=offset, path_contains="a.msgpack.zst"))
+    proxy.arm(faults.Rule(mode="rst" if offset % 2 else "fin", cut_after=offset, path_contains="a.msgpack.zst"))
     got = list(iter_shard(baseline.data_format, shard, storage=vault.storage))
     assert proxy.fired == 1
     assert got == records("a")
 
 
-def test_stream_resumes_at_the_last_byte_and_logs_it(proxy, baseline, caplog) -> None:
+def test_stream_resumes_at_the_last_byte_and_logs_it(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, baseline, caplog
+) -> None:
     vault = faulty_vault(proxy)
     shard = baseline.splits["train"].shard("_/b")
     before = STATS.snapshot()
-    proxy.arm(Rule(mode="fin", cut_after=20_000, times=3, path_contains="b.msgpack.zst"))
+    proxy.arm(faults.Rule(mode="fin", cut_after=20_000, times=3, path_contains="b.msgpack.zst"))
     with caplog.at_level(logging.INFO, logger="trainvault.storage"):
         data = b"".join(vault.storage.stream(shard.uri, chunk_size=8192))
     assert len(data) == shard.size_bytes
@@ -130,20 +150,24 @@ def test_stream_resumes_at_the_last_byte_and_logs_it(proxy, baseline, caplog) ->
     assert len(ranges) == 4
 
 
-def test_object_replaced_mid_stream_is_refused(proxy, s3_vault, s3_bucket) -> None:
+def test_object_replaced_mid_stream_is_refused(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, s3_vault, s3_bucket
+) -> None:
     uri = f"s3://{s3_bucket}/replaced.bin"
     original = bytes(range(256)) * 2048  # 512 KiB
     s3_vault.storage.put(uri, original)
     replace = lambda: s3_vault.storage.put(uri, original[::-1])  # noqa: E731
-    proxy.arm(Rule(mode="fin", cut_after=200_000, on_fire=replace))
+    proxy.arm(faults.Rule(mode="fin", cut_after=200_000, on_fire=replace))
     with pytest.raises(IntegrityError, match="changed while it was being read"):
         b"".join(faulty_vault(proxy).storage.stream(uri, chunk_size=4096))
 
 
-def test_a_read_that_never_progresses_ends_with_a_timeout(proxy, s3_vault, s3_bucket) -> None:
+def test_a_read_that_never_progresses_ends_with_a_timeout(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, s3_vault, s3_bucket
+) -> None:
     uri = f"s3://{s3_bucket}/stalled.bin"
     s3_vault.storage.put(uri, b"x" * 100_000)
-    proxy.arm(Rule(mode="stall", cut_after=10, times=1000, stall_s=10))
+    proxy.arm(faults.Rule(mode="stall", cut_after=10, times=1000, stall_s=10))
     vault = faulty_vault(proxy, read_timeout_s=0.5, recovery_window_s=2.0)
     started = time.monotonic()
     with pytest.raises(StorageTimeoutError, match=r"no progress for \d+ s .*recovery window 2 s"):
@@ -151,7 +175,9 @@ def test_a_read_that_never_progresses_ends_with_a_timeout(proxy, s3_vault, s3_bu
     assert time.monotonic() - started < 15
 
 
-def test_missing_objects_fail_at_once_through_the_proxy(proxy, s3_bucket) -> None:
+def test_missing_objects_fail_at_once_through_the_proxy(
+    faulty_vault: Callable[..., TrainVault], proxy, s3_bucket
+) -> None:
     from trainvault import ObjectNotFoundError
 
     st: Storage = faulty_vault(proxy, recovery_window_s=60).storage
@@ -162,17 +188,21 @@ def test_missing_objects_fail_at_once_through_the_proxy(proxy, s3_bucket) -> Non
 
 
 @pytest.mark.slow
-def test_reads_survive_cuts_at_100_random_offsets(proxy, baseline) -> None:
+def test_reads_survive_cuts_at_100_random_offsets(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, proxy, baseline
+) -> None:
     vault = faulty_vault(proxy)
     shard = baseline.splits["train"].shard("_/a")
     rng = random.Random(20261129)
     for offset in sorted(rng.randrange(1, shard.size_bytes) for _ in range(100)):
-        proxy.arm(Rule(mode=rng.choice(["fin", "rst"]), cut_after=offset, path_contains="a.msgpack.zst"))
+        proxy.arm(faults.Rule(mode=rng.choice(["fin", "rst"]), cut_after=offset, path_contains="a.msgpack.zst"))
         assert list(iter_shard(baseline.data_format, shard, storage=vault.storage)) == records("a"), offset
 
 
 @pytest.mark.parametrize("mode", ["fin", "rst"])
-def test_training_loader_reads_every_record_through_cut_bodies(proxy, baseline, mode) -> None:
+def test_training_loader_reads_every_record_through_cut_bodies(
+    faulty_vault: Callable[..., TrainVault], faults: ModuleType, s3_config: Callable[..., Any], proxy, baseline, mode
+) -> None:
     uri = baseline.splits["train"].shards[0].uri.rsplit("/shards/", 1)[0] + "/data-manifest-v1.json"
 
     def read(vault: TrainVault) -> list[str]:
@@ -188,6 +218,6 @@ def test_training_loader_reads_every_record_through_cut_bodies(proxy, baseline, 
     clean = read(TrainVault(storage=s3_config(proxy.endpoint)))
     assert sorted(clean) == sorted(r["id"] for sid in ("a", "b") for r in records(sid))
     # Cut every data-object response, three times over, at different depths.
-    proxy.arm(Rule(mode=mode, cut_after=3_000, times=3, path_contains=".msgpack.zst"))
+    proxy.arm(faults.Rule(mode=mode, cut_after=3_000, times=3, path_contains=".msgpack.zst"))
     assert read(faulty_vault(proxy)) == clean
     assert proxy.fired == 3

@@ -4,11 +4,11 @@ read and refused when damaged; the scan manifest and the gate's re-scan read no 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approval_chain import build_chain
 
 from trainvault import TrainVault
 from trainvault.approval import build_training_scan_manifest
@@ -27,7 +27,7 @@ RECORDS_OF = {"v0": "valid"}
 
 
 @pytest.fixture
-def chain(tmp_path: Path) -> Any:
+def chain(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
     return build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40, contaminate=True)
 
 
@@ -111,7 +111,7 @@ def test_the_scan_manifest_lists_verified_shards_without_reading_them(chain) -> 
     assert streamed_full - streamed == sum(e.size_bytes for _, e in entries(chain))
 
 
-def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(tmp_path) -> None:
+def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(build_chain: Callable[..., Any], tmp_path) -> None:
     from trainvault.approval import ApprovalPolicy
 
     clean = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40)
@@ -122,7 +122,9 @@ def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(tmp_path) -
     assert approved.summary.shards == len(entries(clean)) and approved.summary.files_hashed > len(entries(clean))
 
 
-def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_record(tmp_path) -> None:
+def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_record(
+    build_chain: Callable[..., Any], tmp_path
+) -> None:
     from trainvault.approval import SigningKey, with_record, write_approval
     from trainvault.cards import croissant_card
 
