@@ -12,31 +12,18 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 dg = pytest.importorskip("dagster")
 pytest.importorskip("dagster_celery")
 pytest.importorskip("dagster_postgres")
-
-from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
-from deployment import DEPLOY, REPO, Deployment, children, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
-from gated_records import GATE_ENV  # noqa: E402
-from services import (  # noqa: E402
-    Processes,
-    base_env,
-    free_port,
-    port_open,
-    postgres_db,
-    processes,
-    rabbitmq_vhost,
-    require_services,
-    wait_for,
-)
 
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.celery_app import LOST_KEY  # noqa: E402
@@ -48,7 +35,7 @@ from trainvault.approval import write_keypair  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
 
 PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
-GENERATOR = "gated_records:generate_records"
+GENERATOR = "support.gated_records:generate_records"
 RECORDS = 20
 #: The catalog: each check builds its own dataset (3 train stages x N shards + valid + test).
 MAIN, KILL, RESTART, PAIR = "deploy_main", "deploy_kill", "deploy_restart", "deploy_pair"
@@ -73,8 +60,8 @@ CHROMIUM_FLAGS = [
 class Celery:
     """The deployment, its datasets, where their data lives, and how to reach it."""
 
-    deployment: Deployment
-    procs: Processes
+    deployment: Any  # support.deployment.Deployment
+    procs: Any  # support.services.Processes
     specs: dict
     s3: TrainVault
     reference_s3: TrainVault
@@ -83,44 +70,53 @@ class Celery:
 
 @dataclass
 class Site:
-    """What a deployment's processes share: a catalog on S3 (a bucket of its own), a key pair, a gate."""
+    """What a deployment's processes share: a catalog on S3 (a bucket of its own), a key pair, a gate,
+    and their environment (less the database and the S3 endpoint)."""
 
     tmp: Path
     catalog: Path
     bucket: str
     gate: Path
+    base_env: dict[str, str]
 
     def env(self, s3_server: str, db: str) -> dict[str, str]:
-        return base_env(
-            DAGSTER_HOME=str(self.tmp / "home"),
-            PYTHONPATH=f"{REPO}:{REPO / 'tests'}",
-            **PG,
-            DAGSTER_PG_DB=db,
-            TRAINVAULT_DATASETS=str(self.catalog),
-            TRAINVAULT_EXECUTOR="celery",
-            TRAINVAULT_S3_URL=s3_server,
-            TRAINVAULT_S3_REGION="us-east-1",
-            TRAINVAULT_S3_KEY_ID=S3_KEY,
-            TRAINVAULT_S3_SECRET=S3_SECRET,
-            **{GATE_ENV: str(self.gate)},
+        return {**self.base_env, "DAGSTER_PG_DB": db, "TRAINVAULT_S3_URL": s3_server}
+
+
+@pytest.fixture(scope="module")
+def make_site(
+    services: ModuleType, dagster_deploy: ModuleType, gated: ModuleType, s3_key_id: str, s3_secret: str
+) -> Callable[[Path, dict[str, int]], Site]:
+    """`make_site(tmp, shards_per_stage)`: a Site in `tmp` serving those datasets."""
+
+    def make(tmp: Path, shards_per_stage: dict[str, int]) -> Site:
+        keys = tmp / "approver"
+        write_keypair(keys)
+        bucket = dagster_deploy.unique_name("deploy").replace("_", "-")
+        root = f"s3://{bucket}/publications"
+        catalog = dagster_deploy.write_catalog(
+            tmp / "datasets.yaml",
+            [
+                dagster_deploy.dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
+                for name, n in shards_per_stage.items()
+            ],
         )
+        gate = tmp / "gate"
+        gate.touch()
+        env = services.base_env(
+            DAGSTER_HOME=str(tmp / "home"),
+            PYTHONPATH=f"{dagster_deploy.REPO}:{dagster_deploy.REPO / 'tests'}",
+            **PG,
+            TRAINVAULT_DATASETS=str(catalog),
+            TRAINVAULT_EXECUTOR="celery",
+            TRAINVAULT_S3_REGION="us-east-1",
+            TRAINVAULT_S3_KEY_ID=s3_key_id,
+            TRAINVAULT_S3_SECRET=s3_secret,
+            **{gated.GATE_ENV: str(gate)},
+        )
+        return Site(tmp, catalog, bucket, gate, env)
 
-
-def make_site(tmp: Path, shards_per_stage: dict[str, int]) -> Site:
-    keys = tmp / "approver"
-    write_keypair(keys)
-    bucket = unique_name("deploy").replace("_", "-")
-    root = f"s3://{bucket}/publications"
-    catalog = write_catalog(
-        tmp / "datasets.yaml",
-        [
-            dataset_entry(name, root, keys, shards_per_stage=n, records=RECORDS, generator=GENERATOR)
-            for name, n in shards_per_stage.items()
-        ],
-    )
-    gate = tmp / "gate"
-    gate.touch()
-    return Site(tmp, catalog, bucket, gate)
+    return make
 
 
 def make_bucket(server: str, bucket: str) -> None:
@@ -128,23 +124,31 @@ def make_bucket(server: str, bucket: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
-    require_services("PostgreSQL", "RabbitMQ")
+def celery(
+    make_site: Callable[[Path, dict[str, int]], Site],
+    s3_config: Callable[..., Any],
+    dagster_deploy: ModuleType,
+    services: ModuleType,
+    s3_server,
+    tmp_path_factory,
+    request,
+) -> Iterator[Celery]:
+    services.require_services("PostgreSQL", "RabbitMQ")
     site = make_site(tmp_path_factory.mktemp("deploy"), SHARDS_PER_STAGE)
-    home = write_home(site.tmp / "home", DEPLOY / "dagster-celery.yaml")
-    name = unique_name("trainvault_deploy")  # the database's and the vhost's, as local.sh names them
+    home = dagster_deploy.write_home(site.tmp / "home", dagster_deploy.DEPLOY / "dagster-celery.yaml")
+    name = dagster_deploy.unique_name("trainvault_deploy")  # the database's and the vhost's, as local.sh names them
     with (
-        postgres_db(name) as db,
-        rabbitmq_vhost(name) as broker,
-        processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
+        services.postgres_db(name) as db,
+        services.rabbitmq_vhost(name) as broker,
+        services.processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
     ):
-        reference = start_moto(procs)
+        reference = start_moto(procs, services)
         for server in (s3_server, reference):
             make_bucket(server, site.bucket)
-        deployment = Deployment(procs, home, site.tmp / "workspace.yaml", broker=broker)
+        deployment = dagster_deploy.Deployment(procs, home, site.tmp / "workspace.yaml", broker=broker)
         deployment.start_code_server()
         for name in ("w1", "w2"):
-            deployment.start_worker(name, DEPLOY / "celery-worker.yaml")
+            deployment.start_worker(name, dagster_deploy.DEPLOY / "celery-worker.yaml")
         deployment.start_webserver()
         deployment.start_daemon()
         yield Celery(
@@ -157,18 +161,20 @@ def celery(s3_server, tmp_path_factory, request) -> Iterator[Celery]:
         )
 
 
-def start_moto(procs: Processes) -> str:
+def start_moto(procs: Any, services: ModuleType) -> str:
     """A second S3 server for in-process reference runs: same bucket and URIs, other bytes store."""
-    port = free_port()
-    procs.start("reference-s3", ["moto_server", "-H", "127.0.0.1", "-p", str(port)], ready=lambda p: port_open(port))
+    port = services.free_port()
+    procs.start(
+        "reference-s3", ["moto_server", "-H", "127.0.0.1", "-p", str(port)], ready=lambda p: services.port_open(port)
+    )
     return f"http://127.0.0.1:{port}"
 
 
-def reference_run(celery: Celery, name: str) -> dict[str, bytes]:
+def reference_run(celery: Celery, name: str, s3_key_id: str, s3_secret: str) -> dict[str, bytes]:
     """The same spec at the same URIs, in process on the reference S3: {uri: bytes} of its data."""
     spec = celery.specs[name]
     server = celery.reference_s3.storage.config.s3_base_url
-    store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=S3_KEY, secret_access_key=S3_SECRET)
+    store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=s3_key_id, secret_access_key=s3_secret)
     result = (
         build_definitions([spec], store)
         .resolve_job_def(f"lifecycle_{name}")
@@ -205,7 +211,7 @@ def entry_id(entry) -> tuple:
 
 
 @contextmanager
-def instance_of(deployment: Deployment) -> Iterator[dg.DagsterInstance]:
+def instance_of(deployment: Any) -> Iterator[dg.DagsterInstance]:
     """A deployment's instance read from this process (same dagster.yaml, same database)."""
     with pytest.MonkeyPatch.context() as mp:
         for name, value in deployment.procs.env.items():
@@ -247,7 +253,9 @@ def shard_step(name: str) -> str:
     return f"{name}__dataset_shards"
 
 
-def test_lifecycle_through_celery_workers_to_an_approval(celery, instance, main_run) -> None:
+def test_lifecycle_through_celery_workers_to_an_approval(
+    s3_secret: str, s3_key_id: str, celery, instance, main_run
+) -> None:
     spec = celery.specs[MAIN]
     assert len(spec.partition_keys()) >= 32
     materialized = celery.deployment.materialized(main_run)
@@ -259,7 +267,7 @@ def test_lifecycle_through_celery_workers_to_an_approval(celery, instance, main_
     assert {h.split("@")[0] for hs in hosts.values() for h in hs} == {"w1", "w2"}, hosts
     deployed = data_objects(celery.s3, spec)
     assert spec.publication().manifest_uri in deployed
-    assert deployed == reference_run(celery, MAIN)  # the manifest and every shard, byte for byte
+    assert deployed == reference_run(celery, MAIN, s3_key_id, s3_secret)  # the manifest and every shard, byte for byte
 
 
 @pytest.fixture
@@ -339,16 +347,18 @@ def test_the_ui_shows_the_assets_the_check_and_the_approval(celery, instance, ma
         expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
 
 
-def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, instance, main_run) -> None:
+def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(
+    s3_secret: str, s3_key_id: str, dagster_deploy: ModuleType, services: ModuleType, celery, instance, main_run
+) -> None:
     spec = celery.specs[KILL]
     celery.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
     try:
         run_id = celery.deployment.launch_run(KILL)
-        hosts = wait_for(
+        hosts = services.wait_for(
             lambda: celery_hosts(instance, run_id).get(shard_step(KILL)), 300, "a worker to take the shard step", 1
         )
         (victim,) = hosts
-        wait_for(
+        services.wait_for(
             lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
             120,
             "the first shards to be written",
@@ -365,17 +375,21 @@ def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(celery, in
     assert [kind for kind, _ in story] == ["start", "lost", "start"], story
     assert story[1][1][LOST_KEY] == victim and story[1][1]["Redelivered to"] == (shard_hosts - {victim}).pop()
     # Same objects, same bytes, nothing extra (no half-published shard) as the in-process run.
-    assert data_objects(celery.s3, spec) == reference_run(celery, KILL)
+    assert data_objects(celery.s3, spec) == reference_run(celery, KILL, s3_key_id, s3_secret)
     # The killed worker comes back for the checks after this one.
-    celery.deployment.start_worker(victim.split("@")[0], DEPLOY / "celery-worker.yaml")
+    celery.deployment.start_worker(victim.split("@")[0], dagster_deploy.DEPLOY / "celery-worker.yaml")
 
 
-def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance, main_run) -> None:
+def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(
+    services: ModuleType, celery, instance, main_run
+) -> None:
     deployment = celery.deployment
     celery.gate.unlink()
     try:
         run_id = deployment.launch_run(RESTART)
-        wait_for(lambda: celery_hosts(instance, run_id).get(shard_step(RESTART)), 300, "the shard step to start", 1)
+        services.wait_for(
+            lambda: celery_hosts(instance, run_id).get(shard_step(RESTART)), 300, "the shard step to start", 1
+        )
         before = [entry_id(r) for r in instance.all_logs(run_id)]
         for name in ("daemon", "webserver"):
             celery.procs.get(name).kill9()
@@ -392,13 +406,17 @@ def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(celery, instance
     assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
-def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery, instance, main_run) -> None:
+def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(
+    services: ModuleType, celery, instance, main_run
+) -> None:
     spec = celery.specs[MAIN]
     before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)}
     deployment = celery.deployment
     deployment.start_schedule(MAIN)  # cron every minute: the daemon's next tick is at most a minute away
     try:
-        runs = wait_for(lambda: deployment.scheduled_runs(MAIN), 150, "a run launched by the schedule's tick", 2)
+        runs = services.wait_for(
+            lambda: deployment.scheduled_runs(MAIN), 150, "a run launched by the schedule's tick", 2
+        )
     finally:
         deployment.stop_schedule(MAIN)
     run_id = runs[-1]["runId"]
@@ -424,25 +442,35 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(celery,
 class Local:
     """The local.sh deployment: its site, its instance, local.sh's own output up to ready."""
 
-    deployment: Deployment
+    deployment: Any  # support.deployment.Deployment
     site: Site
     instance: dg.DagsterInstance
     startup_log: str
 
 
 @pytest.fixture(scope="module")
-def local(celery, s3_server, tmp_path_factory, request) -> Iterator[Local]:
+def local(
+    make_site: Callable[[Path, dict[str, int]], Site],
+    dagster_deploy: ModuleType,
+    services: ModuleType,
+    celery,
+    s3_server,
+    tmp_path_factory,
+    request,
+) -> Iterator[Local]:
     """local.sh on free ports, a fresh database and a vhost of its own, on the same broker and
     S3 server as `celery` (both deployments run at once)."""
     site = make_site(tmp_path_factory.mktemp("local"), LOCAL_SHARDS_PER_STAGE)
     make_bucket(s3_server, site.bucket)
-    name = unique_name("trainvault_local")  # the database's and the vhost's, as local.sh names them
+    name = dagster_deploy.unique_name("trainvault_local")  # the database's and the vhost's, as local.sh names them
     with (
-        postgres_db(name) as db,
-        rabbitmq_vhost(name) as broker,
-        processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
+        services.postgres_db(name) as db,
+        services.rabbitmq_vhost(name) as broker,
+        services.processes(site.tmp / "logs", site.env(s3_server, db), request) as procs,
     ):
-        deployment = Deployment(procs, site.tmp / "home", site.tmp / "home" / "workspace.yaml", broker=broker)
+        deployment = dagster_deploy.Deployment(
+            procs, site.tmp / "home", site.tmp / "home" / "workspace.yaml", broker=broker
+        )
         script = deployment.start_local()
         try:
             with instance_of(deployment) as inst:
@@ -475,20 +503,22 @@ def test_two_deployments_on_one_broker_run_steps_only_on_their_own_workers(celer
     assert set() < workers_of(local.instance, runs[1]) <= {f"w1.{vhost}", f"w2.{vhost}"}
 
 
-def test_local_sh_restarts_a_killed_worker_and_the_run_completes(celery, local) -> None:
+def test_local_sh_restarts_a_killed_worker_and_the_run_completes(
+    dagster_deploy: ModuleType, services: ModuleType, celery, local
+) -> None:
     deployment, spec = local.deployment, load_datasets(local.site.catalog)[1]
     assert spec.name == LOCAL_KILL
     script = deployment.procs.get("local.sh")
     local.site.gate.unlink()  # hard shards wait: the shard step is mid-way when its worker dies
     try:
         run_id = deployment.launch_run(LOCAL_KILL)
-        (victim,) = wait_for(
+        (victim,) = services.wait_for(
             lambda: celery_hosts(local.instance, run_id).get(shard_step(LOCAL_KILL)),
             300,
             "a worker to take the shard step",
             1,
         )
-        wait_for(
+        services.wait_for(
             lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
             120,
             "the first shards to be written",
@@ -496,9 +526,9 @@ def test_local_sh_restarts_a_killed_worker_and_the_run_completes(celery, local) 
         )
         name = victim.split(".")[0]
         wrapper, main = deployment.local_worker(name)
-        others = {pid for pid, _ in children(script.pid)} - {wrapper}
+        others = {pid for pid, _ in dagster_deploy.children(script.pid)} - {wrapper}
         os.kill(main, signal.SIGKILL)  # the Celery worker's main process, as a crash would
-        wait_for(
+        services.wait_for(
             lambda: f"worker {name} (pid {wrapper}) exited; starting it again" in script.log_tail(100_000),
             60,
             "local.sh to start the killed worker again",
@@ -513,6 +543,6 @@ def test_local_sh_restarts_a_killed_worker_and_the_run_completes(celery, local) 
     # Nothing else stopped: local.sh, its code server, daemon, webserver and the other worker
     # are the processes they were, and the killed worker runs again.
     assert script.alive()
-    now = {pid for pid, _ in children(script.pid)}
+    now = {pid for pid, _ in dagster_deploy.children(script.pid)}
     assert others <= now and len(now - others) == 1
     deployment.local_worker(name)

@@ -6,13 +6,12 @@ partition selection, and a partition backfill of every shard (the UI's "Material
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 dg = pytest.importorskip("dagster")
-
-from deployment import REPO, Deployment, dataset_entry, write_catalog, write_home  # noqa: E402
-from services import base_env, processes, wait_for  # noqa: E402
 
 from pipelines.catalog import load_datasets  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
@@ -25,8 +24,11 @@ LAUNCHED, TICKED, BACKFILLED = "launched", "ticked", "backfilled"
 
 @pytest.fixture(scope="module")
 def location(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[tuple[Deployment, dict, str]]:
+    dagster_deploy: ModuleType,
+    services: ModuleType,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[Any, dict, str]]:
     """Code server, webserver and daemon on a sqlite instance; three datasets of 8 shards of 20
     records in a local store: one launched by hand, one rebuilt every minute from the start, and
     one backfilled from the start (the backfill daemon acts every 30 s, so its five waves of
@@ -35,19 +37,23 @@ def location(
     keys = tmp / "approver"
     write_keypair(keys)
     store = str(tmp / "store")
-    catalog = write_catalog(
+    catalog = dagster_deploy.write_catalog(
         tmp / "datasets.yaml",
         [
-            dataset_entry(LAUNCHED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
-            dataset_entry(TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True),
-            dataset_entry(BACKFILLED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
+            dagster_deploy.dataset_entry(LAUNCHED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
+            dagster_deploy.dataset_entry(
+                TICKED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR, enabled=True
+            ),
+            dagster_deploy.dataset_entry(BACKFILLED, store, keys, shards_per_stage=2, records=20, generator=GENERATOR),
         ],
     )
     specs = {s.name: s for s in load_datasets(catalog)}
-    home = write_home(tmp / "home", None)
-    env = base_env(DAGSTER_HOME=str(home), PYTHONPATH=str(REPO), TRAINVAULT_DATASETS=str(catalog))
-    with processes(tmp / "logs", env, request) as procs:
-        deployment = Deployment(procs, home, tmp / "workspace.yaml")
+    home = dagster_deploy.write_home(tmp / "home", None)
+    env = services.base_env(
+        DAGSTER_HOME=str(home), PYTHONPATH=str(dagster_deploy.REPO), TRAINVAULT_DATASETS=str(catalog)
+    )
+    with services.processes(tmp / "logs", env, request) as procs:
+        deployment = dagster_deploy.Deployment(procs, home, tmp / "workspace.yaml")
         deployment.start_code_server()
         deployment.start_webserver()
         deployment.start_daemon()
@@ -55,7 +61,7 @@ def location(
         yield deployment, specs, backfill_id
 
 
-def shard_partitions(deployment: Deployment, run_id: str) -> list[str]:
+def shard_partitions(deployment: Any, run_id: str) -> list[str]:
     # A run over every shard also records the asset once without a partition (its run totals).
     return sorted(p for key, p in deployment.materialized(run_id) if key.endswith("/dataset_shards") and p)
 
@@ -64,10 +70,10 @@ def shard_descriptors(spec) -> list[str]:
     return [o.uri for o in TrainVault().storage.list(spec.publication().data_root) if o.uri.endswith(".complete.json")]
 
 
-def test_the_daemon_s_schedule_tick_launches_a_run_that_completes(location) -> None:
+def test_the_daemon_s_schedule_tick_launches_a_run_that_completes(services: ModuleType, location) -> None:
     deployment, specs, _ = location
     # One-minute cron, enabled in the catalog: the daemon's first tick is at most a minute away.
-    runs = wait_for(lambda: deployment.scheduled_runs(TICKED), 150, "a run launched by the schedule's tick", 2)
+    runs = services.wait_for(lambda: deployment.scheduled_runs(TICKED), 150, "a run launched by the schedule's tick", 2)
     deployment.stop_schedule(TICKED)  # one tick is the test; no more runs competing for the CPUs
     run_id = runs[-1]["runId"]
     assert deployment.wait_run(run_id) == "SUCCESS"
@@ -85,11 +91,11 @@ def test_launch_run_without_partitions_builds_every_shard(location) -> None:
     assert f"{LAUNCHED}/approved_dataset" in {key for key, _ in deployment.materialized(run_id)}
 
 
-def test_materialize_all_backfill_completes_in_as_few_runs_as_the_policy_allows(location) -> None:
+def test_materialize_all_backfill_completes_in_as_few_runs_as_the_policy_allows(services: ModuleType, location) -> None:
     deployment, specs, backfill_id = location
     spec = specs[BACKFILLED]
     keys = deployment.asset_keys(BACKFILLED)
-    final = wait_for(
+    final = services.wait_for(
         lambda: (b := deployment.backfill(backfill_id))["status"] not in ("REQUESTED", "CANCELING", "FAILING") and b,
         300,
         f"backfill {backfill_id} to finish",

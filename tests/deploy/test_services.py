@@ -3,19 +3,20 @@ reason naming it, or fails them when TRAINVAULT_REQUIRE_SERVICES=1 (as `.ci/run`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
 import pytest
-import services
-from conftest import closed_loopback_port
 
 
 @pytest.fixture
-def missing(monkeypatch) -> str:
+def missing(closed_loopback_port: Callable[[], int], services: ModuleType, monkeypatch) -> str:
     port = closed_loopback_port()
     monkeypatch.setitem(services.SERVICES, "Nothing", port)
     return f"Nothing (127.0.0.1:{port})"
 
 
-def test_a_missing_service_skips_naming_it(missing, monkeypatch) -> None:
+def test_a_missing_service_skips_naming_it(services: ModuleType, missing, monkeypatch) -> None:
     monkeypatch.delenv(services.REQUIRE_ENV, raising=False)
     with pytest.raises(
         pytest.skip.Exception, match=rf"service not running: {missing.replace('(', '[(]').replace(')', '[)]')}"
@@ -23,13 +24,13 @@ def test_a_missing_service_skips_naming_it(missing, monkeypatch) -> None:
         services.require_services("Nothing")
 
 
-def test_a_missing_service_fails_when_services_are_required(missing, monkeypatch) -> None:
+def test_a_missing_service_fails_when_services_are_required(services: ModuleType, missing, monkeypatch) -> None:
     monkeypatch.setenv(services.REQUIRE_ENV, "1")
     with pytest.raises(pytest.fail.Exception, match="TRAINVAULT_REQUIRE_SERVICES is set"):
         services.require_services("Nothing")
 
 
-def test_a_running_service_passes(monkeypatch) -> None:
+def test_a_running_service_passes(services: ModuleType, monkeypatch) -> None:
     monkeypatch.setenv(services.REQUIRE_ENV, "1")
     with services.socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -38,7 +39,9 @@ def test_a_running_service_passes(monkeypatch) -> None:
         services.require_services("Listener")
 
 
-def test_stopping_a_process_stops_its_children_and_a_failed_start_names_it(tmp_path, request) -> None:
+def test_stopping_a_process_stops_its_children_and_a_failed_start_names_it(
+    services: ModuleType, tmp_path, request
+) -> None:
     import os
 
     pid_file = tmp_path / "child.pid"

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import S3_KEY, S3_SECRET
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 #: `<!-- readme-test skips this block: why -->` or `<!-- readme-test skips `line`, `line`: why -->`
 #: on the line before a fence: the only way a Python or shell block escapes this test.
@@ -197,7 +196,9 @@ def repository_copy(dest: Path) -> Path:
     return dest
 
 
-def test_readme_blocks_run_as_written_in_order(tmp_path, s3_server, s3_bucket, monkeypatch) -> None:
+def test_readme_blocks_run_as_written_in_order(
+    tmp_path, s3_server, s3_bucket, s3_key_id: str, s3_secret: str, monkeypatch
+) -> None:
     repo = repository_copy(tmp_path / "repo")
     blocks = readme_blocks()
     program, shells = readme_program(blocks)
@@ -208,8 +209,8 @@ def test_readme_blocks_run_as_written_in_order(tmp_path, s3_server, s3_bucket, m
             "PYTHONPATH": str(repo),
             "TRAINVAULT_S3_URL": s3_server,
             "TRAINVAULT_S3_REGION": "us-east-1",
-            "TRAINVAULT_S3_KEY_ID": S3_KEY,
-            "TRAINVAULT_S3_SECRET": S3_SECRET,
+            "TRAINVAULT_S3_KEY_ID": s3_key_id,
+            "TRAINVAULT_S3_SECRET": s3_secret,
             "TRAINVAULT_S3_BUCKET": s3_bucket,
             # Every Dagster step in one process: the same job and assets, without a process per step.
             "TRAINVAULT_DEMO_EXECUTOR": "in_process",

@@ -18,7 +18,7 @@ from pipelines.definitions import build_definitions  # noqa: E402
 from trainvault.errors import ConfigurationError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def entry(name: str = "tiny", **fields) -> dict:

@@ -23,7 +23,7 @@ from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
 from trainvault.errors import ConfigurationError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOUND = {
     "data_manifest": "data_manifest",
     "training_scan": "training_scan_manifest",

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Parameter `data_version`"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIFECYCLE = {
     "producer_pins",
     "dataset_shards",
@@ -387,18 +387,19 @@ def test_the_library_imports_without_dagster() -> None:
     assert out.returncode == 0, out.stderr
 
 
-def test_lifecycle_against_s3_with_credentials_from_env_vars(s3_server, s3_bucket, keys, monkeypatch) -> None:
+def test_lifecycle_against_s3_with_credentials_from_env_vars(
+    s3_server, s3_bucket, s3_config, s3_key_id, s3_secret, keys, monkeypatch
+) -> None:
     """The same code location against an S3 server: credentials come in as EnvVars and never
     show in the run's events; a trainer opens the approval from S3."""
-    from conftest import S3_KEY, S3_SECRET, s3_config
 
     from resources.storage import object_store_from_env
 
     for name, value in (
         ("TRAINVAULT_S3_URL", s3_server),
         ("TRAINVAULT_S3_REGION", "us-east-1"),
-        ("TRAINVAULT_S3_KEY_ID", S3_KEY),
-        ("TRAINVAULT_S3_SECRET", S3_SECRET),
+        ("TRAINVAULT_S3_KEY_ID", s3_key_id),
+        ("TRAINVAULT_S3_SECRET", s3_secret),
     ):
         monkeypatch.setenv(name, value)
     store = object_store_from_env()
@@ -415,7 +416,7 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(s3_server, s3_bucke
     assert approval["uri"].startswith(f"s3://{s3_bucket}/publications/demo_curriculum/v-")
     assert "TRAINVAULT_S3_SECRET" in approval["open it (trainer)"]
     events = "\n".join(str(e) for e in instance.all_logs(result.run_id))
-    assert S3_SECRET not in events and S3_KEY not in events
+    assert s3_secret not in events and s3_key_id not in events
     approved = TrainVault(storage=s3_config(s3_server)).open_approved(
         approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")]
     )

@@ -20,7 +20,7 @@ import dagster as dg
 
 from trainvault.approval import write_keypair
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def demo_env(tmp_path: Path, **settings: str) -> dict[str, str]:

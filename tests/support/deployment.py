@@ -19,11 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from services import BIN, Process, Processes, free_port, port_open, wait_for
+from support.services import BIN, Process, Processes, free_port, port_open, wait_for
 
 from pipelines.examples.spec import key_fields
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "pipelines" / "deploy"
 LOCATION = "trainvault"
 REPOSITORY = "__repository__"  # the repository a Definitions object is served as

@@ -28,7 +28,7 @@ import pytest
 SERVICES = {"PostgreSQL": 5432, "Redis": 6379, "RabbitMQ": 5672}
 REQUIRE_ENV = "TRAINVAULT_REQUIRE_SERVICES"
 BIN = Path(sys.executable).parent
-VHOST_SCRIPT = Path(__file__).resolve().parent.parent / "pipelines" / "deploy" / "rabbitmq-vhost.sh"
+VHOST_SCRIPT = Path(__file__).resolve().parents[2] / "pipelines" / "deploy" / "rabbitmq-vhost.sh"
 T = TypeVar("T")
 
 
