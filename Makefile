@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv test test-fast demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -27,10 +27,18 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y chromium
 
 # The import contracts first (.importlinter: the layers, no Dagster in the library): an upward import fails CI.
+# Then the library's tests spread over the machine's cores (pytest-xdist; each worker has its own S3 server),
+# then everything else (the code location, the deployments, the docs) one at a time: they share the machine's services.
 # The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
+TEST_WORKERS ?= auto
 test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS)
+	$(PY) -m pytest -q --ignore=tests/library $(PYTEST_ARGS)
+
+# The inner loop: the library's tests alone (no Dagster, no services), on every core.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS)
 
 # The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
 # modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).

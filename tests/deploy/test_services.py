@@ -45,16 +45,18 @@ def test_stopping_a_process_stops_its_children_and_a_failed_start_names_it(
     import os
 
     pid_file = tmp_path / "child.pid"
-    with pytest.raises(TimeoutError, match="never to be ready"):
-        with services.processes(tmp_path / "logs", services.base_env(), request) as procs:
-            shell = procs.start(
-                "shell",
-                ["/bin/bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"],
-                ready=lambda p: pid_file.exists() and pid_file.read_text().strip() != "",
-            )
-            child = int(pid_file.read_text())
-            # A second process that never gets ready: the start fails on its deadline, naming it.
-            procs.start("never", ["/bin/sleep", "300"], ready=lambda p: False, timeout=1)
+    with (
+        pytest.raises(TimeoutError, match="never to be ready"),
+        services.processes(tmp_path / "logs", services.base_env(), request) as procs,
+    ):
+        shell = procs.start(
+            "shell",
+            ["/bin/bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"],
+            ready=lambda p: pid_file.exists() and pid_file.read_text().strip() != "",
+        )
+        child = int(pid_file.read_text())
+        # A second process that never gets ready: the start fails on its deadline, naming it.
+        procs.start("never", ["/bin/sleep", "300"], ready=lambda p: False, timeout=1)
     assert not shell.alive()
 
     def gone() -> bool:  # the orphaned child is reaped by init shortly after its group was killed

@@ -138,7 +138,7 @@ def excluded(tmp_path_factory, keys):
 
 
 def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> None:
-    spec, instance, result = clean
+    spec, _instance, result = clean
     assert result.success
     assert materialized(result) >= LIFECYCLE
     assert {"within_contract": True, "approval_opens": True}.items() <= checks(result).items()
@@ -266,7 +266,7 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
-    spec, instance, result = planted
+    spec, _instance, result = planted
     assert not result.success
     assert checks(result)["within_contract"] is False
     assert "approval_opens" not in checks(result)

@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from support.services import BIN, Process, Processes, free_port, port_open, wait_for
 
 from pipelines.examples.spec import key_fields
+from support.services import BIN, Process, Processes, free_port, port_open, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "pipelines" / "deploy"

@@ -8,6 +8,7 @@ replace it with a 503. Loopback only; every connection ends when the test stops 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import socket
@@ -62,16 +63,12 @@ class FaultProxy:
 
     def stop(self) -> None:
         # shutdown() wakes the blocked accept(); close() alone leaves the port listening until then.
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._sock.close()
         for c in list(self._conns):
-            try:
+            with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             c.close()
 
     def _take(self, method: str, target: str, status: int, body: int | None) -> Rule | None:
@@ -121,20 +118,16 @@ class FaultProxy:
         except OSError:
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 upstream.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
 
     @staticmethod
     def _abort(client: socket.socket, upstream: socket.socket, mode: str, reader: threading.Thread) -> None:
         # close() from another thread would not wake a blocked recv(): shut down first.
         if mode == "rst":
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        try:
+        with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_RD if mode == "rst" else socket.SHUT_RDWR)
-        except OSError:
-            pass
         reader.join(5)
         client.close()
         upstream.close()

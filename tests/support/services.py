@@ -107,10 +107,8 @@ class Process:
         """SIGTERM to the group, SIGKILL after `grace` s; then the group's stragglers too."""
         if self.alive():
             self.signal_group(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         self.signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=10)

@@ -111,7 +111,7 @@ def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(
     build_chain: Callable[..., Any], tmp_path: Path
 ) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "plain"), shards=2)
-    with pytest.raises(UntrustedSignerError, match="training_scan_manifest .* is not signed"):
+    with pytest.raises(UntrustedSignerError, match=r"training_scan_manifest .* is not signed"):
         approve_dataset(chain.vault, chain.request(), policy=trusting())
     scan = chain.attest(
         "scan.dsse.json",
@@ -119,7 +119,7 @@ def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(
         SCANNER,
     )
     report, report_ref = chain.rescan("report.json", scan_sha256=scan.sha256)
-    with pytest.raises(UntrustedSignerError, match="contamination_report .* is not signed"):
+    with pytest.raises(UntrustedSignerError, match=r"contamination_report .* is not signed"):
         approve_dataset(
             chain.vault, chain.request(training_scan_manifest=scan, contamination_report=report_ref), policy=trusting()
         )
@@ -314,7 +314,7 @@ def test_a_report_whose_contaminated_item_is_not_the_release_s_is_refused(
         obj["contaminated_items"][0][field] = value
         ref = chain.publish(f"{field}.json", ContaminationReport.from_obj(obj))
         with pytest.raises(
-            ApprovalError, match="lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"
+            ApprovalError, match=r"lists tiny item 'tiny-1' .* as contaminated, which is not a checkable"
         ):
             approve_dataset(chain.vault, chain.request(contamination_report=ref))
 
@@ -352,7 +352,7 @@ def test_duplicate_keys_in_a_signed_report_or_in_exclusions_are_refused(dirty: A
     report = dirty.refs["contamination_report"]
     excl = exclusions_from_report(dirty.extra["report"], report_sha256=report.sha256).to_json_bytes()
     hidden = dirty.put_raw("dup-exclusions.json", excl[:-1] + b',"records":[]}')
-    with pytest.raises(ApprovalError, match="exclusions is not a readable .*key 'records' appears more than once"):
+    with pytest.raises(ApprovalError, match=r"exclusions is not a readable .*key 'records' appears more than once"):
         approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": hidden}), policy=policy)
     # Signed by the trusted scanner key: the signature holds, the statement still means two things.
     payload = base64.b64decode(json.loads(dirty.vault.storage.get(report.uri))["payload"])

@@ -52,7 +52,7 @@ def test_exclusions_from_a_report_name_every_hit_record(dirty: Any) -> None:
 
 
 def test_the_gate_approves_what_remains_and_records_the_exclusions(dirty: Any, tmp_path: Path) -> None:
-    with pytest.raises(ApprovalError, match="fails under the contract's policy .*or bind exclusions"):
+    with pytest.raises(ApprovalError, match=r"fails under the contract's policy .*or bind exclusions"):
         approve_dataset(dirty.vault, dirty.request(), policy=ALLOW)
     request = dirty.with_exclusions(exclusions_of(dirty))
     approved = approve_dataset(dirty.vault, request, policy=ALLOW)
@@ -125,7 +125,7 @@ def test_malformed_exclusions_are_refused(dirty: Any) -> None:
         with pytest.raises(ManifestError):
             Exclusions.from_obj({**base, "records": records})
     raw = dirty.put_raw("not-exclusions.json", b'{"format": "trainvault.exclusions", "version": 2}')
-    with pytest.raises(ApprovalError, match="exclusions is not a readable trainvault.exclusions"):
+    with pytest.raises(ApprovalError, match=r"exclusions is not a readable trainvault.exclusions"):
         approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": raw}), policy=ALLOW)
     with pytest.raises(ContaminationError, match="report_sha256"):
         exclusions_from_report(dirty.extra["report"], report_sha256="nope")

@@ -255,7 +255,7 @@ def test_with_record_opens_the_gates_result_from_its_record_without_a_second_has
     assert opened.manifest_sha256 == approved.manifest_sha256
     assert opened.approval is not None and opened.approval.sha256 == written.sha256
     assert opened.approval.provenance == {"dagster_run_id": "run-1"} and opened.approval.signers == (keys[0].keyid,)
-    with pytest.raises(ApprovalError, match="not signed by|signed by none|trusted"):
+    with pytest.raises(ApprovalError, match=r"not signed by|signed by none|trusted"):
         with_record(vault, approved, written.uri, written.sha256, trusted_keys=[keys[1].public_key])
     with pytest.raises(ApprovalError, match="pinned"):
         with_record(vault, approved, written.uri, "0" * 64, trusted_keys=[keys[0].public_key])

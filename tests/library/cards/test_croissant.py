@@ -344,7 +344,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
 def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(
     opened_chain: Callable[..., tuple[Any, Any]], tmp_path: Path, s3_vault: TrainVault, s3_bucket: str
 ) -> None:
-    chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
+    _chain, approved = opened_chain(tmp_path, "jsonl.gz", vault=s3_vault, root=f"s3://{s3_bucket}/data", profile=False)
     beside = write_croissant(s3_vault, approved, **ABOUT)
     assert beside.uri == f"s3://{s3_bucket}/data/ds/croissant.json"
     local = write_croissant(s3_vault, approved, str(tmp_path / "croissant.json"), **ABOUT)

@@ -63,7 +63,7 @@ def test_p7_table_unpack(world: dict[str, Any]) -> None:
         assert r["target_row_indices"].tolist() == targets and r["target_row_indices"].dtype == np.int64
         assert r["ce_valid"].all() and len(r["ce_valid"]) == len(targets)
         assert (r["input_ids"][r["target_row_indices"] + 1] == r["input_ids"][r["loss_mask"]]).all()
-    a0, b0, b1 = got
+    a0, _b0, b1 = got
     assert (a0["component_range"], a0["record_range"]) == ((0, 5), (0, 5))
     assert (b1["component_range"], b1["record_range"]) == ((3, 6), (8, 11))
     # 23 bears loss once (b0) and is context in b1; the pad is never read.
@@ -143,7 +143,7 @@ def test_packings(packing: tuple[list[int], list[Frame], int]) -> None:
         assert rows <= max_rows and r["position_ids"].tolist() == list(range(rows))
         assert (r["input_ids"][r["target_row_indices"] + 1] == r["input_ids"][r["loss_mask"]]).all()
         assert r["ce_valid"].all() and PADDING not in r["input_ids"].tolist()
-        lo, hi = r["record_range"]
+        _lo, hi = r["record_range"]
         loss_positions += list(range(hi - int(r["loss_mask"].sum()), hi))
     # Every frame token bears loss exactly once, except each frame's first (context only).
     expected = [p for f in frames for p in range(f.start + 1, f.end)]
@@ -308,7 +308,7 @@ def test_refuses_a_continuation_range_at_its_frame_start(world: dict[str, Any]) 
         frame["ranges"] = [{"range_id": "p7:A:40", "component_offset": 40, "length": 5, "sha256": "0" * 64}]
 
     ref = forge(world, "continuation", edit_part=first_shard(edit))
-    with pytest.raises(CustodyError, match="range p7:A:40 of record 0 .* shard easy/s0.*predecessor"):
+    with pytest.raises(CustodyError, match=r"range p7:A:40 of record 0 .* shard easy/s0.*predecessor"):
         approve_with(world, ref)
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -362,7 +363,7 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     k = np.array([p[0] for p in pairs], dtype=np.uint64)
     ukeys, ustarts = np.unique(k, return_index=True)
     index.tables[13] = (ukeys, np.append(ustarts, len(k)), np.array([p[1] for p in pairs], dtype=np.int64))
-    stream = list(other) + [b""] + list(gram) + [b""]
+    stream = [*list(other), b"", *list(gram), b""]
     ids = index.token_ids(stream)
     assert index.find(stream, ids) == [(14, 0)]  # only the true window; the forged candidate is rejected
     # The pre-filtered stream search agrees, on the same stream as a token batch.
@@ -416,9 +417,9 @@ def test_scan_fails_closed(tmp_path: Any, corpus: dict[str, Any]) -> None:
         scan_shard(vault.storage, bad.data_format, bad.splits["train"].shards[0], env["index"])
     # A shard changed after publication is refused before any of it is trusted.
     path = s1.uri.removeprefix("file://")
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="changed after it was published"):
         scan_shard(vault.storage, manifest.data_format, s1, env["index"])
 

@@ -88,7 +88,7 @@ def test_token_spans_index_the_original_text() -> None:
                 "Σ",
                 "ß",
                 "İ",
-                "１",
+                "\uff11",
                 "😀",
                 "\u2028",
                 ".",
@@ -136,8 +136,8 @@ def contract_with(**changes: Any) -> bytes:
 
 @pytest.mark.parametrize(
     "data, message",
-    CONTRACT_CASES
-    + [
+    [
+        *CONTRACT_CASES,
         (contract_with(method__id="ngram-fuzzy-v9"), "field method.id"),
         (contract_with(method__min_item_tokens=20), "min_item_tokens"),
         (contract_with(method__n="13"), "field method.n"),
@@ -312,14 +312,14 @@ def test_malformed_release_raises_clear_error(
                     "x—y",
                     ".",
                     "ß",
-                    "ı",
+                    "\u0131",
                     "İ",
                     "中",
                     "ж",
                     "Σ",
                     "e\u0301",
                     "\u1100\u1161",
-                    "１",
+                    "\uff11",
                     "٤",
                 ]
             ),

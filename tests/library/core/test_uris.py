@@ -41,5 +41,5 @@ def test_references_that_stay_resolve(ref: str, absolute: str, expected: str) ->
     ],
 )
 def test_references_that_would_leave_are_refused_naming_the_document(ref: str, absolute: str) -> None:
-    with pytest.raises(ManifestError, match="^doc.json: "):
+    with pytest.raises(ManifestError, match=r"^doc.json: "):
         resolve_uri(ref, ROOT, absolute=absolute, where="doc.json")  # type: ignore[arg-type]

@@ -87,10 +87,12 @@ def test_open_approved_with_bad_keys_and_thresholds(
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        bad.refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        bad.refused(lambda keys=keys: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         bad.refused(
-            lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
+            lambda threshold=threshold: vault.open_approved(
+                approval_uri, approval_sha, trusted_keys=[public], threshold=threshold
+            ),
             ApprovalError,
         )
     bad.refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -137,7 +139,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = bad.outcome(lambda: budget[0].consume(n))
+        got = bad.outcome(lambda n=n: budget[0].consume(n))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = bad.outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))

@@ -38,7 +38,7 @@ def test_split_frame_below_two_rows_is_a_configuration_error(bad: ModuleType, ma
 
 def test_split_frame_of_a_wrong_type(bad: ModuleType, vault: TrainVault) -> None:
     for max_rows in ("8", 8.0, True, None):
-        bad.refused(lambda: split_frame(Frame("c", 0, 10), max_rows), TypeError)  # type: ignore[arg-type]
+        bad.refused(lambda max_rows=max_rows: split_frame(Frame("c", 0, 10), max_rows), TypeError)  # type: ignore[arg-type]
 
 
 def test_materializer_settings(
@@ -48,10 +48,14 @@ def test_materializer_settings(
     chain = build_chain(vault, str(tmp_path / "data"), shards=1, records_per_shard=5)
     approved = vault.approve_dataset(chain.request())
     for kwargs in ({"mode": "bogus"}, {"mode": "UNPACK"}, {"max_rows": 0}, {"max_rows": -1}):
-        got = bad.refused(lambda: approved.component_range_materializer("train", **kwargs), ConfigurationError)
+        got = bad.refused(
+            lambda kwargs=kwargs: approved.component_range_materializer("train", **kwargs), ConfigurationError
+        )
         assert isinstance(got, ValueError), got
     for max_rows in ("8", 8.0, True):
-        bad.refused(lambda: approved.component_range_materializer("train", max_rows=max_rows), TypeError)
+        bad.refused(
+            lambda max_rows=max_rows: approved.component_range_materializer("train", max_rows=max_rows), TypeError
+        )
 
 
 # -- representations ------------------------------------------------------------------------
@@ -113,11 +117,11 @@ def test_gc_grace_out_of_range_deletes_nothing(bad: ModuleType, vault: TrainVaul
     archive.release()  # every object is unowned: only the grace check keeps them
     before = vault.storage.list(pool)
     for grace in (-1, -0.5, float("nan"), timedelta(seconds=-1)):
-        got = bad.refused(lambda: gc(pool, grace=grace, storage=vault.storage), ConfigurationError)
+        got = bad.refused(lambda grace=grace: gc(pool, grace=grace, storage=vault.storage), ConfigurationError)
         assert isinstance(got, ValueError) and "grace" in str(got), got
     assert vault.storage.list(pool) == before  # not even a gc marker
     for grace in ("1h", None, True):
-        bad.refused(lambda: gc(pool, grace=grace, storage=vault.storage), TypeError)  # type: ignore[arg-type]
+        bad.refused(lambda grace=grace: gc(pool, grace=grace, storage=vault.storage), TypeError)  # type: ignore[arg-type]
     assert len(gc(pool, grace=timedelta(0), storage=vault.storage).deleted) == len(archive.index.chunks)
 
 
@@ -125,7 +129,7 @@ def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(
     bad: ModuleType, archive: RolloutArchive
 ) -> None:
     for keys in ({"sample_key": "sample:9"}, {"task_key": "task-7"}, {"sample_key": "sample:0", "task_key": "task-1"}):
-        got = bad.refused(lambda: archive.load_samples(**keys), SampleNotFoundError)
+        got = bad.refused(lambda keys=keys: archive.load_samples(**keys), SampleNotFoundError)
         assert isinstance(got, SelectionError) and isinstance(got, KeyError) and isinstance(got, ValueError)
         assert str(got).startswith(f"rollout archive {archive.uri} has no sample"), str(got)  # not quoted
     assert len(archive.load_samples(sample_key="sample:0", task_key="task-0")) == 1
@@ -135,7 +139,9 @@ def test_archive_save_settings(bad: ModuleType, vault: TrainVault) -> None:
     uri = f"memory://{uuid.uuid4().hex}/a.json"
     for chunk_size in (0, -1):
         got = bad.refused(
-            lambda: RolloutArchive.save(uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
+            lambda chunk_size=chunk_size: RolloutArchive.save(
+                uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault
+            ),
             ConfigurationError,
         )
         assert isinstance(got, ValueError) and "chunk_size" in str(got)
@@ -147,13 +153,16 @@ def test_archive_save_settings(bad: ModuleType, vault: TrainVault) -> None:
         {"rollout_id": 1.5},
         {"rollout_id": True},
     ):
-        bad.refused(lambda: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault), TypeError)
+        bad.refused(
+            lambda kwargs=kwargs: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault),
+            TypeError,
+        )
     assert not vault.storage.exists(uri)
 
 
 def test_an_archive_storage_of_a_wrong_type(bad: ModuleType, archive: RolloutArchive) -> None:
     for storage in (5, "memory://x", object()):
-        bad.refused(lambda: RolloutArchive(archive.uri, storage=storage), TypeError)
+        bad.refused(lambda storage=storage: RolloutArchive(archive.uri, storage=storage), TypeError)
     assert RolloutArchive(archive.uri, storage=Storage()).keys() == archive.keys()
 
 

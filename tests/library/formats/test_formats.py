@@ -156,7 +156,7 @@ def test_parquet_reads_with_pyarrow_one_row_group_per_block() -> None:
 def test_unencodable_record_names_its_index(fmt: str, bad: dict) -> None:
     good = [{"x": i} for i in range(50)]
     with pytest.raises(EncodeError, match=r"records? [\d-]*5\d"):
-        encode_shard(get_format(fmt), good + [bad] + good, block_bytes=64 if fmt == "parquet" else 1 << 20)
+        encode_shard(get_format(fmt), [*good, bad, *good], block_bytes=64 if fmt == "parquet" else 1 << 20)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

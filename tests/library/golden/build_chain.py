@@ -1,10 +1,10 @@
 """Write the README's dataset and a whole custody chain into memory:// with fixed inputs and
 a fixed signing key, then print ``{uri: sha256}`` of every object written, as JSON.
 
-Run in a fresh process (the memory store is per process) by tests/test_golden_bytes.py.
+Run in a fresh process (the memory store is per process) by tests/library/test_golden_bytes.py.
 Refresh the expected digests only for an intended change of bytes on storage:
 
-    .venv/bin/python tests/golden/build_chain.py > tests/golden/chain-digests.json
+    .venv/bin/python tests/library/golden/build_chain.py > tests/library/golden/chain-digests.json
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Write a small dataset, an evaluation release, an ngram-exact-v1 contract and its
 contamination report into memory://, then print the report's bytes.
 
-tests/golden/contamination-report-v1.json holds these bytes as written by the code of
-main before tvnorm-v2 existed (issue 19); tests/test_contamination_v2.py checks that
+tests/library/golden/contamination-report-v1.json holds these bytes as written by the code of
+main before tvnorm-v2 existed (issue 19); tests/library/contamination/test_contamination_v2.py checks that
 today's code still reads that report and writes it byte for byte. Never refresh it.
 
-    .venv/bin/python tests/golden/build_v1_report.py > tests/golden/contamination-report-v1.json
+    .venv/bin/python tests/library/golden/build_v1_report.py > tests/library/golden/contamination-report-v1.json
 """
 
 from __future__ import annotations

@@ -67,6 +67,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainVault, str, 
     return vault, uri, _save(vault, uri)
 
 
+def flat(batches: Any) -> list[Any]:
+    """The records of `batches` (lists of records), in order."""
+    return [record for batch in batches for record in batch]
+
+
 def _loader(
     ds: Any,
     *,
@@ -115,7 +120,7 @@ def test_shuffle_mixes_shards_and_reshuffles_each_epoch(dataset: Any) -> None:
     shard_of = {i: key for key, v in dataset[2].items() for i in v}
     loader = _loader(dataset)
     epoch0, epoch1 = list(loader), list(loader)
-    assert epoch0 != epoch1 and sorted(sum(epoch0, [])) == sorted(sum(epoch1, []))
+    assert epoch0 != epoch1 and sorted(flat(epoch0)) == sorted(flat(epoch1))
     shards_per_batch = [len({shard_of[i] for i in b}) for b in epoch0]
     assert min(shards_per_batch) >= 2 and np.mean(shards_per_batch) >= 3
     again = _loader(dataset)
@@ -210,10 +215,10 @@ def test_curriculum_stages(dataset: Any) -> None:
     by_shard = dataset[2]
     easy = sorted(i for k, v in by_shard.items() if k.startswith("easy/") for i in v)
     hard = sorted(i for k, v in by_shard.items() if k.startswith("hard/") for i in v)
-    assert sorted(sum(_loader(dataset, stage="easy", workers=2), [])) == easy
-    union = sum(_loader(dataset, stages=["hard", "easy"], workers=2), [])
+    assert sorted(flat(_loader(dataset, stage="easy", workers=2))) == easy
+    union = flat(_loader(dataset, stages=["hard", "easy"], workers=2))
     assert sorted(union) == sorted(easy + hard)
-    ordered = sum(_loader(dataset, stages=["hard", "easy"], shuffle=False), [])
+    ordered = flat(_loader(dataset, stages=["hard", "easy"], shuffle=False))
     assert ordered == [i for k in ("hard/s0", "hard/s1", "easy/s0", "easy/s1", "easy/s2") for i in by_shard[k]]
     with pytest.raises(SelectionError, match="known stages: easy, hard"):
         _loader(dataset, stage="medium")

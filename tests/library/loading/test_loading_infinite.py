@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
+import contextlib
+
 from trainvault import SelectionError, TrainVault
 from trainvault.loading import SplitDataLoader
 
@@ -91,10 +93,8 @@ def _within_deadline(fn: Callable[..., Any], *args: Any) -> Any:
         except EOFError:
             pytest.fail(f"{fn.__name__}{args[1:]} died without an answer")
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.join()
     if not ok:
         pytest.fail(value)

@@ -153,7 +153,7 @@ def test_drop_renormalises_and_a_dropped_component_stays_out() -> None:
     tl = Timeline(
         [10, 1 << 60], [True, False], [(0, {0: Fraction(1), 1: Fraction(1)}), (100, {0: Fraction(1), 1: Fraction(1)})]
     )
-    comps, draws, revs = tl.assign(0, 200)
+    comps, _draws, revs = tl.assign(0, 200)
     assert (comps == 0).sum() == 10  # one pass, then out: also under the later revision that lists it
     assert comps[20:].tolist() == [1] * 180
     assert revs[99] == 0 and revs[100] == 1

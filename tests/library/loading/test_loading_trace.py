@@ -172,7 +172,7 @@ def test_trace_names_what_every_step_yielded(tmp_path_factory: pytest.TempPathFa
     for step in range(cut):
         for r in range(world):
             assert tracer.trace(step, rank=r) == expected(got[r][step], keys), ("before", step, r)
-    for k, batches in enumerate(after[0]):
+    for k, _batches in enumerate(after[0]):
         for r in range(world2):
             assert tracer.trace(cut + k, rank=r) == expected(after[r][k], keys), ("after", cut + k, r)
     # The state of the resumed run carries its history: a loader built from it alone traces the same.

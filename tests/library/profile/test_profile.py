@@ -148,7 +148,7 @@ numbers = st.one_of(finite, st.integers(min_value=-(10**6), max_value=10**6))
 def split_at(values: list[Any], cuts: list[int]) -> list[list[Any]]:
     points = sorted({min(c, len(values)) for c in cuts})
     out, start = [], 0
-    for p in points + [len(values)]:
+    for p in [*points, len(values)]:
         out.append(values[start:p])
         start = p
     return out
@@ -291,7 +291,7 @@ def test_chat_and_agent_metrics_are_exact() -> None:
     out = m.to_json()
     assert out["number_of_examples"] == 9 and out["number_of_tasks"] == 9 and out["number_of_responses_rows"] == 9
     chat_turns = [1 + i % 3 for i in range(6)]
-    turns = chat_turns + [2, 2, 2]  # an agent row has two user turns; function calls are not turns
+    turns = [*chat_turns, 2, 2, 2]  # an agent row has two user turns; function calls are not turns
     assert out["number_of_turns"]["mean"] == pytest.approx(statistics.fmean(turns))
     assert (out["number_of_turns"]["min"], out["number_of_turns"]["max"]) == (1, 3)
     tools = [0] * 6 + [1, 2, 3]

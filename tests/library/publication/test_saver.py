@@ -319,7 +319,7 @@ def test_mixing_formats_in_one_publication_is_refused(tmp_path) -> None:
     uri = str(tmp_path / "m.json")
     vault.dataset_saver(uri).save("train", None, [{"a": 1}], shard_id="0")
     other = vault.dataset_saver(uri, data_format="jsonl.gz")
-    with pytest.raises(ConflictError, match="msgpack.zst"):
+    with pytest.raises(ConflictError, match=r"msgpack.zst"):
         other.save("train", None, untouchable(), shard_id="0")
     other.save("train", None, [{"a": 1}], shard_id="1")
     with pytest.raises(ConflictError, match="one publication holds one format"):

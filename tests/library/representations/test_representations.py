@@ -262,7 +262,7 @@ def test_forge_without_hooks_reads_the_same(published) -> None:
 
 
 def test_manifest_not_matching_the_pin_reads_nothing_else(published) -> None:
-    vault, root, uri, sha = published
+    vault, _root, uri, _sha = published
     store = counting(vault)
     with pytest.raises(IntegrityError, match="pinned by the caller"):
         read(vault, uri, "0" * 64)
@@ -466,7 +466,7 @@ def test_artifact_far_larger_than_pinned_is_refused_unread(tmp_path) -> None:
     ],
 )
 def test_bad_selection_reads_no_artifact(published, overrides, fragment) -> None:
-    vault, root, uri, sha = published
+    vault, _root, uri, sha = published
     store = counting(vault)
     with pytest.raises(SelectionError, match=fragment) as err:
         vault.iter_representation_examples(uri, sha, **{**SELECT, **overrides})
@@ -524,7 +524,7 @@ def test_artifacts_read_with_plain_safetensors(tmp_path) -> None:
     from safetensors.torch import load
 
     vault = TrainVault()
-    uri, sha = publish(vault, str(tmp_path / "p"))
+    _uri, _sha = publish(vault, str(tmp_path / "p"))
     tensors = load(
         vault.storage.get(str(tmp_path / "p/artifacts/analysis/dolmino/part-00000/layer-31.post_mlp.safetensors"))
     )

@@ -107,7 +107,7 @@ def test_archives_are_immutable(
     uri = join_uri(root, "run.json")
     RolloutArchive.save(uri, make_samples(5), rollout_id=1, storage=st)
     before = st.get(uri)
-    with pytest.raises(ArchiveExistsError, match="immutable.*choose a new path") as info:
+    with pytest.raises(ArchiveExistsError, match=r"immutable.*choose a new path") as info:
         RolloutArchive.save(uri, make_samples(6, seed=1), rollout_id=2, storage=st)
     assert isinstance(info.value, ConflictError) and isinstance(info.value, FileExistsError)
     assert st.get(uri) == before
@@ -195,7 +195,7 @@ def test_metadata_sidecar_bound_to_its_archive(
     b = join_uri(root, "b.json")
     RolloutArchive.save(a, make_samples(10), rollout_id=1, describe_sample=None, storage=st)
     RolloutArchive.save(b, make_samples(10, seed=5), rollout_id=2, describe_sample=None, storage=st)
-    with pytest.raises(ObjectNotFoundError, match="without sample metadata.*write_metadata_sidecar"):
+    with pytest.raises(ObjectNotFoundError, match=r"without sample metadata.*write_metadata_sidecar"):
         RolloutArchive.check_metadata(a, storage=st)
 
     side_b = RolloutArchive.write_metadata_sidecar(b, storage=st)
@@ -375,7 +375,7 @@ def test_gc_deletes_nothing_unless_it_reads_every_owner(
         gc(pool, grace=0, storage=st)
     (owners / "dangling.json").unlink()
     (owners / "garbled.json").write_bytes(b"{not json")
-    with pytest.raises(ManifestError, match="garbled.json"):
+    with pytest.raises(ManifestError, match=r"garbled.json"):
         gc(pool, grace=0, storage=st)
     assert pool_objects(st, pool) == before and st.list(join_uri(pool, "gc")) == []
     assert len(a.load_samples()) == 16
@@ -408,7 +408,7 @@ def test_unknown_index_format_or_version(
     raw = json.loads(st.get(uri))
     st.put(join_uri(root, "v2.json"), json.dumps({**raw, "version": 2}).encode())
     st.put(join_uri(root, "other.json"), json.dumps({**raw, "format": "slime.straw-debug"}).encode())
-    with pytest.raises(ManifestError, match="version 2 is not supported.*upgrade"):
+    with pytest.raises(ManifestError, match=r"version 2 is not supported.*upgrade"):
         RolloutArchive(join_uri(root, "v2.json"), storage=st)
     with pytest.raises(ManifestError, match="'format'"):
         RolloutArchive.check_metadata(join_uri(root, "other.json"), storage=st)
@@ -447,11 +447,11 @@ def test_export_pt_without_torch_names_the_extra(
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (lambda s: s[:7] + [["not", "a", "mapping"]] + s[7:], "sample 7 is a list, not a mapping"),
-        (lambda s: s[:5] + [{**s[5], "extra": {1, 2}}] + s[6:], "chunk 0 .samples 0-7.: record 5"),
-        (lambda s: s[:9] + [{**s[9], "extra": object()}] + s[10:], "chunk 1 .samples 8-10.: record 1"),
-        (lambda s: s[:2] + [{**s[2], "index": 1.5}] + s[3:], "sample 2: .*'index'"),
-        (lambda s: s[:2] + [{**s[2], 7: "non-str field"}] + s[3:], "record 2"),
+        (lambda s: [*s[:7], ["not", "a", "mapping"], *s[7:]], "sample 7 is a list, not a mapping"),
+        (lambda s: [*s[:5], {**s[5], "extra": {1, 2}}, *s[6:]], "chunk 0 .samples 0-7.: record 5"),
+        (lambda s: [*s[:9], {**s[9], "extra": object()}, *s[10:]], "chunk 1 .samples 8-10.: record 1"),
+        (lambda s: [*s[:2], {**s[2], "index": 1.5}, *s[3:]], "sample 2: .*'index'"),
+        (lambda s: [*s[:2], {**s[2], 7: "non-str field"}, *s[3:]], "record 2"),
     ],
 )
 def test_bad_input_writes_no_index(
