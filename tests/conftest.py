@@ -1,5 +1,13 @@
 """Fixtures every layer shares: real stores only (a temp folder, memory://, and a moto S3 server
-on 127.0.0.1), the S3 test settings, and the `slow` marker's --runslow switch."""
+on 127.0.0.1), the S3 test settings, and the `slow` marker's --runslow switch.
+
+The tests follow the code's layers. `library/<package>/` tests one package of trainvault (the
+lowest package a test is about; `library/` itself holds the cross-package checks: public surface,
+golden bytes); it never imports Dagster and runs under pytest-xdist (`make test-fast`), so it uses
+no fixed port or shared folder. `location/` is the code location in process, `deploy/` the
+deployments, services and launch paths, `docs/` the README. Code that is not a fixture lives in
+`support/`; the conftest of the layer that needs it hands it to tests as a fixture.
+"""
 
 from __future__ import annotations
 
