@@ -27,9 +27,9 @@ from trainvault import (
 )
 from trainvault.canonical import sha256_hex
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import join_uri, normalize_uri
+from trainvault.storage import StorageConfig, join_uri, normalize_uri
 
-#: This folder (test_saver) and tests/ (support.s3): the path of the fresh interpreter below.
+#: This folder: where the fresh interpreter below finds test_saver.
 HERE = Path(__file__).resolve().parent
 
 
@@ -363,18 +363,18 @@ def run_pool_example(saver: DatasetSaver) -> DataManifest:
     return saver.commit_manifest()
 
 
-def _pool_example_in_fresh_process(root: str, endpoint: str) -> str:
+def _pool_example_in_fresh_process(root: str, config: StorageConfig) -> str:
     """Run the example as a user's script would: a new interpreter whose parent has not
     touched object storage before the pool forks (see storage.py on fork safety)."""
     script = (
-        "import sys; sys.path[:0] = sys.argv[1].split(':');"
-        "from support.s3 import s3_config; from test_saver import run_pool_example, manifest_uri;"
+        "import pickle, sys; sys.path.insert(0, sys.argv[1]);"
+        "from test_saver import run_pool_example, manifest_uri;"
         "from trainvault import TrainVault;"
-        "vault = TrainVault(storage=s3_config(sys.argv[3]));"
+        "vault = TrainVault(storage=pickle.loads(bytes.fromhex(sys.argv[3])));"
         "print(run_pool_example(vault.dataset_saver(manifest_uri(sys.argv[2]))).document_sha256())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script, f"{HERE}:{HERE.parents[1]}", root, endpoint],
+        [sys.executable, "-c", script, str(HERE), root, pickle.dumps(config).hex()],
         capture_output=True,
         text=True,
         timeout=300,
@@ -403,8 +403,8 @@ def test_process_pool_example_local(tmp_path) -> None:
 
 def test_process_pool_example_s3(s3_server, s3_bucket, s3_vault) -> None:
     root = f"s3://{s3_bucket}/path/to/dataset"
-    digest = _pool_example_in_fresh_process(root, s3_server)
+    digest = _pool_example_in_fresh_process(root, s3_vault.storage.config)
     manifest = s3_vault.load_manifest(manifest_uri(root))
     assert manifest.document_sha256() == digest
     check_pool_manifest(manifest)
-    assert _pool_example_in_fresh_process(root, s3_server) == digest
+    assert _pool_example_in_fresh_process(root, s3_vault.storage.config) == digest
