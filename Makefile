@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv lint test test-fast docs demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -26,20 +26,32 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) apt-get install -y chromium
 
-# The import contracts first (.importlinter: the layers, no Dagster in the library): an upward import fails CI.
-# Then the library's tests spread over the machine's cores (pytest-xdist; each worker has its own S3 server),
-# then everything else (the code location, the deployments, the docs) one at a time: they share the machine's services.
+# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/
+# (pyproject [tool.mypy]) and the import contracts (.importlinter: the layers, no Dagster in the library).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# The static checks first (a finding fails in seconds), then every test: the library's spread over the
+# machine's cores (pytest-xdist; each worker has its own S3 server), then everything else (the code location,
+# the deployments, the docs) one at a time, as they share the machine's services.
 # The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
 # A PYTEST_ARGS selection (-k) may leave one half empty: pytest's "no tests collected" (5) is not a failure.
 TEST_WORKERS ?= auto
-test: $(STAMP) $(CHROMIUM)
-	$(VENV)/bin/lint-imports
+test: lint $(CHROMIUM)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q --ignore=tests/library $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The inner loop: the library's tests alone (no Dagster, no services), on every core.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS)
+
+# The documentation site (mkdocs.yml, docs/) into site/; strict: a broken link, a page left out of the nav
+# or an API reference that does not resolve fails the build (tests/docs/test_readme.py builds it in `make test` too).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
 # modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
@@ -92,4 +104,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info site

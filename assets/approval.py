@@ -120,7 +120,7 @@ def trace_command(
 ) -> str:
     """The ``trainvault trace`` command for step 0 of a run over the approval's train split."""
     paths = spec.scanner_key_paths()
-    words = ["trainvault", "trace", uri, "--sha256", sha256, "--key", spec.trusted_keys_path or "approver.pub"]
+    words = ["trainvault", "trace", uri, "--sha256", sha256, "--trusted-key", spec.trusted_keys_path or "approver.pub"]
     words += [w for p in paths for w in ("--scanner-key", p)]
     if exclusions:
         words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
@@ -273,7 +273,8 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
 
 def excluded_records(vault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
-    from trainvault.contamination import Exclusions, read_document
+    from trainvault.contamination import Exclusions
+    from trainvault.publication.bound import read_document
 
     return len(
         read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records

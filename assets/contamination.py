@@ -37,13 +37,12 @@ from trainvault.contamination import (
     VerifierContract,
     exclusions_from_report,
     load_index,
-    publish_document,
-    read_document,
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
 from trainvault.errors import IntegrityError
-from trainvault.publication.pinned import Publication as PinnedManifest
+from trainvault.publication.bound import publish_document, read_document
+from trainvault.publication.pinned import Publication
 from trainvault.verification import VerifiedShard, verify_shard
 
 SCAN_DESCRIPTION = (
@@ -143,7 +142,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
     ) -> None:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
-        manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
+        manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
 
@@ -194,7 +193,7 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
     ) -> dg.Output[Handoff]:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
-        manifest = PinnedManifest.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
+        manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         # Each shard's result by the digest this run's scan step recorded (any shard scanned in an

@@ -14,7 +14,8 @@ from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.contamination import MethodSpec, VerifierContract, publish_document, publish_release
+from trainvault.contamination import MethodSpec, VerifierContract, publish_release
+from trainvault.publication.bound import publish_document
 from trainvault.refs import ObjectRef
 
 DESCRIPTION = (

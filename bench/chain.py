@@ -25,11 +25,11 @@ from trainvault.contamination import (
     VerifierContract,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_dataset,
     write_report,
 )
+from trainvault.publication.bound import publish_document
 
 #: Benchmark items whose words never occur in the synthetic corpus: the report passes.
 ITEMS = b"".join(

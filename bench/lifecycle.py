@@ -95,13 +95,13 @@ def library_only(spec, keys: Path) -> float:
         MethodSpec,
         VerifierContract,
         load_index,
-        publish_document,
         publish_release,
         reduce_report,
         scan_shard,
         write_report,
     )
     from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
+    from trainvault.publication.bound import publish_document
     from trainvault.publication.pinned import Publication
 
     start = time.perf_counter()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import statistics
 import subprocess
@@ -120,7 +121,7 @@ def child(mode: str, args: argparse.Namespace) -> None:
                 del data
                 name = "input_ids" if entry["kind"] == "tokens" else "rows"
                 offsets = tensors["row_offsets"].tolist()
-                out.append([tensors[name][a:b].clone() for a, b in zip(offsets, offsets[1:], strict=False)])
+                out.append([tensors[name][a:b].clone() for a, b in itertools.pairwise(offsets)])
                 del tensors
             n += len(out[1])
             del out

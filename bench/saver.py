@@ -172,7 +172,7 @@ def _stub_torchvision() -> None:
         stub = types.ModuleType(mod)
         stub.__spec__ = importlib.machinery.ModuleSpec(mod, None, is_package=True)  # find_spec callers need one
         stub.__path__ = []
-        stub.__getattr__ = _placeholder(mod)  # type: ignore[method-assign]
+        stub.__getattr__ = _placeholder(mod)
         sys.modules[mod] = stub
 
 

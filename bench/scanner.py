@@ -37,6 +37,7 @@ import sys
 import time
 import unicodedata
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,13 @@ from trainvault.contamination import (
     V1_CONTRACT,
     humaneval_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_records,
     scan_shard,
 )
 from trainvault.contamination.escapes import decode
 from trainvault.contamination.normalize import unicode_table
+from trainvault.publication.bound import publish_document
 
 DATA = Path(__file__).resolve().parent / ".data" / "scanner"
 PLANTED = 12
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     checks: dict[str, Callable[[], set[str]]] = {}
     for method, contract_doc in METHODS.items():
         contract = publish_document(vault.storage, str(DATA / f"verifier-contract-{method}.json"), contract_doc)
-        _, w0, index = timed(lambda: load_index(vault, release_uri=release.uri, contract_uri=contract.uri))
+        _, w0, index = timed(partial(load_index, vault, release_uri=release.uri, contract_uri=contract.uri))
         index.normalizer.tokenize_batch(["é".encode()])  # builds the per-process tables outside the timings
         print(
             f"index {contract_doc.method.id}: {len(index.grams):,} n-grams of {len(bench.items)} items, "

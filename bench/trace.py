@@ -21,6 +21,7 @@ import shutil
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         base = {}
         for read in (False, True):
             for label, step in cases.items():
-                took, traced = timed(lambda: loader.trace(step, read=read), args.repeats)
+                took, traced = timed(partial(loader.trace, step, read=read), args.repeats)
                 assert traced and all((t.id is not None) == read for t in traced)
                 base.setdefault(read, took)
                 rows.append((shuffle, label, "read" if read else "positions", took, took / base[read]))

@@ -33,7 +33,7 @@ from resources.policy import PolicySpec
 from trainvault.documents import describe_validation_error
 from trainvault.errors import ConfigurationError, StorageError
 from trainvault.formats import FORMATS
-from trainvault.storage import normalize_uri
+from trainvault.uris import normalize_uri
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = "pipelines/datasets.yaml"

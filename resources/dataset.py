@@ -24,7 +24,7 @@ from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import EXCLUSIONS_NAME
 from trainvault.errors import ConfigurationError
-from trainvault.storage import join_uri, normalize_uri
+from trainvault.uris import join_uri, normalize_uri
 
 NO_STAGE = "_"
 #: Packages whose versions decide the bytes of a shard (encoding and codecs).
@@ -186,16 +186,16 @@ class DatasetSpec(dg.ConfigurableResource):
         packages = [p for p in PINNED_PACKAGES if p != "pyarrow" or self.data_format == "parquet"]
         return collect_producer_pins(packages, code_revision=self.code_revision())
 
-    def publication(self, pins_sha256: str | None = None) -> Publication:
+    def publication(self, pins_sha256: str | None = None) -> BuildLayout:
         """Where this spec's build lives: the version is a digest of the data fields and the pins."""
         if pins_sha256 is None:
             pins_sha256 = self.producer_pins().document_sha256()
         digest = sha256_hex(canonical_json({"spec": self.data_fields(), "producer_pins_sha256": pins_sha256}))
         return self.publication_at("v-" + digest[:12])
 
-    def publication_at(self, version: str) -> Publication:
+    def publication_at(self, version: str) -> BuildLayout:
         """The publication of a version already decided (by the run's producer pins)."""
-        return Publication(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
+        return BuildLayout(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
 
     def evaluation_root(self, benchmark_digest: str) -> str:
         return join_uri(
@@ -212,7 +212,7 @@ class DatasetSpec(dg.ConfigurableResource):
 
 
 @dataclass(frozen=True)
-class Publication:
+class BuildLayout:
     """The folders and documents of one versioned build: ``<root>/<dataset>/<version>/``."""
 
     dataset: str

@@ -20,7 +20,7 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from resources.dataset import DatasetSpec, Publication
+from resources.dataset import BuildLayout, DatasetSpec
 from resources.storage import ObjectStore
 from trainvault.canonical import sha256_hex
 from trainvault.documents import Document
@@ -46,7 +46,7 @@ class Handoff(Document):
     also: dict[str, ObjectRef] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, pub: Publication, asset: str, uri: str, sha256: str, **also: ObjectRef) -> Handoff:
+    def of(cls, pub: BuildLayout, asset: str, uri: str, sha256: str, **also: ObjectRef) -> Handoff:
         return cls(
             dataset=pub.dataset,
             publication_version=pub.version,

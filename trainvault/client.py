@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.formats import DEFAULT_BLOCK_BYTES
-from trainvault.publication.manifest import MANIFEST_NAME, DataManifest, ShardEntry
+from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import Storage, StorageConfig, normalize_uri
+from trainvault.storage import Storage, StorageConfig
+from trainvault.uris import normalize_uri
+
+if TYPE_CHECKING:
+    # Imported on use below, so torch and the extras stay optional.
+    from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, HashProgress
+    from trainvault.components import Binding, Frame
+    from trainvault.loading import Observability, SplitDataLoader
+    from trainvault.representations import Projection, RepresentationExample, RepresentationWriter, Teacher
 
 
 class TrainVault:
@@ -81,14 +90,14 @@ class TrainVault:
         self,
         manifest_uri: str,
         *,
-        collate_fn: object = None,
-        dataloader_args: dict[str, object] | None = None,
+        collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
+        dataloader_args: Mapping[str, Any] | None = None,
         shuffle: bool = False,
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        observe: object = None,
-    ):  # -> trainvault.loading.SplitDataLoader, imported on use so torch stays optional
+        observe: Observability | None = None,
+    ) -> SplitDataLoader:
         """A `SplitDataLoader` over the manifest at `manifest_uri` (needs the ``torch`` extra).
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
@@ -100,18 +109,24 @@ class TrainVault:
         return SplitDataLoader(
             self.storage,
             manifest_uri,
-            collate_fn=collate_fn,  # type: ignore[arg-type]
+            collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=shuffle,
             seed=seed,
             rank=rank,
             world_size=world_size,
-            observe=observe,  # type: ignore[arg-type]
+            observe=observe,
         )
 
     # -- approval ---------------------------------------------------------------
 
-    def approve_dataset(self, request, *, policy=None, progress=None):  # -> trainvault.approval.ApprovedDataset
+    def approve_dataset(
+        self,
+        request: ApprovalRequest | Mapping[str, Any] | str | bytes,
+        *,
+        policy: ApprovalPolicy | None = None,
+        progress: Callable[[HashProgress], None] | None = None,
+    ) -> ApprovedDataset:
         """Run the approval gate on `request` (an `ApprovalRequest`, its JSON object or bytes):
         hash every bound artifact and scanned file, check them, and return an `ApprovedDataset`
         or raise `ApprovalError` saying what failed. `policy`: the trainer's `ApprovalPolicy`."""
@@ -119,7 +134,16 @@ class TrainVault:
 
         return approve_dataset(self, request, policy=policy, progress=progress)
 
-    def open_approved(self, approval_uri, sha256, *, trusted_keys, threshold=1, policy=None, progress=None):
+    def open_approved(
+        self,
+        approval_uri: str,
+        sha256: str,
+        *,
+        trusted_keys: Iterable[object],
+        threshold: int = 1,
+        policy: ApprovalPolicy | None = None,
+        progress: Callable[[HashProgress], None] | None = None,
+    ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
         least `threshold` of `trusted_keys`), then run the gate on its request."""
         from trainvault.approval.record import open_approved
@@ -130,7 +154,9 @@ class TrainVault:
 
     # -- component ranges ---------------------------------------------------------
 
-    def build_component_ledger(self, manifest_uri, *, split, declare):  # -> trainvault.components.Binding
+    def build_component_ledger(
+        self, manifest_uri: str, *, split: str, declare: Callable[[Mapping[str, Any]], Iterable[Frame]]
+    ) -> Binding:
         """Build and write `split`'s component ledger from the committed shards and `declare(record)
         -> [Frame]`; return its `Binding` (bind ``binding.sidecars()`` in the approval request)."""
         from trainvault.components.builder import build_component_ledger
@@ -139,7 +165,16 @@ class TrainVault:
 
     # -- teacher representations (extra: representation) --------------------------
 
-    def representation_writer(self, root_uri, *, teacher, projection, layers, state_kinds, part_rows=262_144):
+    def representation_writer(
+        self,
+        root_uri: str,
+        *,
+        teacher: Teacher | Mapping[str, Any],
+        projection: Projection | Mapping[str, Any],
+        layers: Iterable[int],
+        state_kinds: Iterable[str],
+        part_rows: int = 262_144,
+    ) -> RepresentationWriter:
         """A `RepresentationWriter` for a representation publication under the folder `root_uri`."""
         from trainvault.representations.writer import RepresentationWriter
 
@@ -154,8 +189,16 @@ class TrainVault:
         )
 
     def iter_representation_examples(
-        self, manifest_uri, manifest_sha256, *, split, sources, per_source_count, teacher_layer, state_kind
-    ):
+        self,
+        manifest_uri: str,
+        manifest_sha256: str,
+        *,
+        split: str,
+        sources: Sequence[str],
+        per_source_count: int,
+        teacher_layer: int,
+        state_kind: str,
+    ) -> Iterator[RepresentationExample]:
         """Verified `RepresentationExample`s of the publication pinned by `manifest_sha256`: per source
         (in caller order) its first `per_source_count` blocks by ascending block id."""
         from trainvault.representations.loader import iter_representation_examples
@@ -192,4 +235,4 @@ class TrainVault:
         return copy
 
 
-__all__ = ["MANIFEST_NAME", "ShardEntry", "TrainVault"]
+__all__ = ["TrainVault"]

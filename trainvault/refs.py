@@ -35,7 +35,7 @@ class ObjectRef(StrictModel):
     @model_serializer(mode="wrap")
     def _omit_unknown_size(self, handler: Any) -> dict[str, Any]:
         # A reference written before sizes existed must serialise to the same bytes.
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         if out.get("size") is None:
             out.pop("size", None)
         return out

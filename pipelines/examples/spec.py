@@ -41,7 +41,7 @@ def demo_spec(name: str, **overrides: object) -> DatasetSpec:
     (spec,) = [s for s in load_datasets(CATALOG) if s.name == name]
     fields = {k: getattr(spec, k) for k in DatasetSpec.model_fields}
     fields.update(overrides)
-    return DatasetSpec(**fields)  # type: ignore[arg-type]
+    return DatasetSpec(**fields)
 
 
 def example_spec(

@@ -1,6 +1,7 @@
-"""The README's code blocks run as written, in the order given, from a temporary copy of the
-repository (Python blocks in one interpreter, shell blocks with bash; S3 blocks against the
-test server), and each block that needs an earlier one says so in its first line."""
+"""The code blocks of the README and of every docs page run as written, README first, then the
+pages in the order of mkdocs.yml's nav, from a temporary copy of the repository (Python blocks in
+one interpreter, shell blocks with bash; S3 blocks against the test server), and each block that
+needs an earlier one says so in its first line. The docs site builds in mkdocs' strict mode."""
 
 from __future__ import annotations
 
@@ -16,19 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MKDOCS = ROOT / "mkdocs.yml"
+#: What a landing page may hold: the rest belongs in docs/.
+README_MAX_LINES = 300
 #: `<!-- readme-test skips this block: why -->` or `<!-- readme-test skips `line`, `line`: why -->`
 #: on the line before a fence: the only way a Python or shell block escapes this test.
 MARKER = re.compile(r"<!-- readme-test skips (this block|`[^`]+`(?:, `[^`]+`)*): (.+?) -->")
 RUN = ("python", "bash")
-#: What the README may skip, by the block's first command: services that run until stopped, and the suite itself.
+#: What the README and the docs may skip, by the block's first command: services that run until stopped, and the suite itself.
 SKIPPED = {"make test", "make deploy-local", "dagster code-server start", "curl -s -X POST"}
 
 
 @dataclass(frozen=True)
 class Block:
+    page: str  # the file, relative to the repository root
     lang: str
     code: str
     line: int  # 1-based line of the opening fence
@@ -43,10 +50,36 @@ class Block:
     def first_command(self) -> str:
         return next(line for line in self.code.splitlines() if line.strip() and not line.startswith("#"))
 
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
-def readme_blocks(text: str | None = None) -> list[Block]:
-    """Every fenced block of the README, in order, with the skip marker on the line before it."""
-    lines = (README.read_text() if text is None else text).splitlines(keepends=True)
+
+def nav_pages() -> list[Path]:
+    """The docs pages in the order of mkdocs.yml's nav."""
+
+    def walk(items: list[object]) -> list[Path]:
+        pages: list[Path] = []
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            pages += walk(value) if isinstance(value, list) else [DOCS / str(value)]
+        return pages
+
+    return walk(yaml.safe_load(MKDOCS.read_text())["nav"])
+
+
+def pages() -> list[Path]:
+    """README first, then the docs pages: the order their blocks run in."""
+    return [README, *nav_pages()]
+
+
+def all_blocks() -> list[Block]:
+    return [b for page in pages() for b in readme_blocks(page.read_text(), page)]
+
+
+def readme_blocks(text: str | None = None, page: Path = README) -> list[Block]:
+    """Every fenced block of a page (the README unless given), in order, with the skip marker on the line before it."""
+    lines = (page.read_text() if text is None else text).splitlines(keepends=True)
+    name = str(page.relative_to(ROOT))
     blocks, i = [], 0
     while i < len(lines):
         if not lines[i].startswith("```"):
@@ -58,7 +91,9 @@ def readme_blocks(text: str | None = None) -> list[Block]:
         whole = marker is not None and marker.group(1) == "this block"
         skip_lines = tuple(re.findall(r"`([^`]+)`", marker.group(1))) if marker and not whole else ()
         blocks.append(
-            Block(lang, "".join(lines[start + 1 : end]), start + 1, marker.group(2) if whole else None, skip_lines)
+            Block(
+                name, lang, "".join(lines[start + 1 : end]), start + 1, marker.group(2) if whole else None, skip_lines
+            )
         )
         i = end + 1
     return blocks
@@ -95,19 +130,59 @@ def indented_blocks(text: str) -> list[int]:
 
 
 def test_every_block_declares_its_language_and_what_it_needs() -> None:
-    blocks = readme_blocks()
-    assert all(b.lang for b in blocks), [b.line for b in blocks if not b.lang]  # no untagged block hides from the run
-    assert not indented_blocks(README.read_text())  # nor an indented one
+    blocks = all_blocks()
+    assert all(b.lang for b in blocks), [
+        b.where() for b in blocks if not b.lang
+    ]  # no untagged block hides from the run
+    assert {str(p): indented_blocks(p.read_text()) for p in pages()} == {
+        str(p): [] for p in pages()
+    }  # nor an indented one
     for b in blocks:
         first = b.code.splitlines()[0]
         if b.lang == "python" and free_names(b.code):
-            assert first.startswith("# needs: "), f"README line {b.line}: uses {sorted(free_names(b.code))}, says not"
+            assert first.startswith("# needs: "), f"{b.where()}: uses {sorted(free_names(b.code))}, says not"
         if b.lang == "bash" and any(p in b.code for p in EARLIER_PATHS):
-            assert first.startswith("# needs: "), f"README line {b.line}: needs an earlier block, says not"
+            assert first.startswith("# needs: "), f"{b.where()}: needs an earlier block, says not"
+
+
+def test_the_nav_holds_every_docs_page_once() -> None:
+    """A page left out of the nav would escape both the site and this run."""
+    nav = nav_pages()
+    assert len(nav) == len(set(nav))
+    assert sorted(nav) == sorted(DOCS.rglob("*.md"))
+
+
+def test_the_readme_is_a_landing_page_whose_links_resolve() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) < README_MAX_LINES
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local and all((ROOT / link).is_file() for link in local), [
+        link for link in local if not (ROOT / link).is_file()
+    ]
+    assert {ROOT / link for link in local} <= {README, *nav_pages()}  # pages of the site, not stray files
+    assert {p for p in nav_pages() if "reference" not in p.parts and p.name != "index.md"} <= {
+        ROOT / link for link in local
+    }
+
+
+def test_the_docs_build_strictly(tmp_path) -> None:
+    """`make docs`: mkdocs in strict mode, so a broken link or an API reference that does not resolve fails here."""
+    out = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "WARNING" not in out.stderr, out.stderr[-4000:]
+    assert (tmp_path / "site" / "reference" / "approval" / "index.html").read_text().count("doc-heading") > 10
 
 
 def test_the_skipped_blocks_are_few_and_named() -> None:
-    blocks = readme_blocks()
+    blocks = all_blocks()
     skipped = {b.first_command() for b in blocks if b.skip_block} | {s for b in blocks for s in b.skip_lines}
     assert {next(s for s in SKIPPED if c.startswith(s)) for c in skipped} == SKIPPED
     assert len(skipped) == len(SKIPPED)
@@ -117,7 +192,7 @@ def test_the_skipped_blocks_are_few_and_named() -> None:
 def test_the_curl_launch_body_is_json_holding_a_launch_run_mutation() -> None:
     from graphql import parse
 
-    (curl,) = [b for b in readme_blocks() if b.lang == "bash" and "curl " in b.code]
+    (curl,) = [b for b in all_blocks() if b.lang == "bash" and "curl " in b.code]
     words = shlex.split(curl.runnable_code().split("\n", 1)[1])
     query = json.loads(words[words.index("-d") + 1])["query"]
     (op,) = parse(query).definitions
@@ -127,7 +202,7 @@ def test_the_curl_launch_body_is_json_holding_a_launch_run_mutation() -> None:
 def test_the_request_file_shown_is_an_approval_request() -> None:
     from trainvault import ApprovalRequest
 
-    (shown,) = [json.loads(b.code) for b in readme_blocks() if b.lang == "json" and "approval-request" in b.code]
+    (shown,) = [json.loads(b.code) for b in all_blocks() if b.lang == "json" and "approval-request" in b.code]
     assert set(shown) == set(ApprovalRequest.model_fields)
     assert shown["format"] == ApprovalRequest.KIND and shown["version"] == 1
 
@@ -149,22 +224,25 @@ import sys as _sys
 
 
 def _readme_shell(n, code):
-    """A README shell block, run with bash (-e: its first failing line fails it); output to readme-shell-<n>.out."""
+    """A README or docs shell block, run with bash (-e: its first failing line fails it); output to readme-shell-<n>.out."""
     _sys.stdout.flush()
     with open(f"readme-shell-{n}.out", "w") as out:
         done = _subprocess.run(["bash", "-euo", "pipefail", "-c", code], stdout=out, stderr=_subprocess.STDOUT)
     if done.returncode:
         output = open(f"readme-shell-{n}.out").read()
-        raise SystemExit(f"README shell block {n} exited {done.returncode}: {output[-3000:]}")
+        raise SystemExit(f"shell block {n} exited {done.returncode}: {output[-3000:]}")
 '''
 
 
 def readme_program(blocks: list[Block]) -> tuple[str, list[int]]:
-    """One Python program: Python blocks as written, shell blocks through `_readme_shell`; and the shell blocks' numbers."""
+    """One Python program: Python blocks as written, shell blocks through `_readme_shell`; and the shell blocks' numbers.
+
+    Each block starts with a comment naming where it comes from, so a traceback points at the page."""
     parts, shells = [SHELL], []
     for n, b in enumerate(blocks):
         if b.skip_block or b.lang not in RUN:
             continue
+        parts.append(f"# {b.where()}\n")
         if b.lang == "python":
             parts.append(b.runnable_code())
         else:
@@ -196,11 +274,11 @@ def repository_copy(dest: Path) -> Path:
     return dest
 
 
-def test_readme_blocks_run_as_written_in_order(
+def test_readme_and_docs_blocks_run_as_written_in_order(
     tmp_path, s3_server, s3_bucket, s3_key_id: str, s3_secret: str, monkeypatch
 ) -> None:
     repo = repository_copy(tmp_path / "repo")
-    blocks = readme_blocks()
+    blocks = all_blocks()
     program, shells = readme_program(blocks)
     (repo / "readme_blocks.py").write_text(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_", "DAGSTER_"))}
@@ -228,14 +306,14 @@ def test_readme_blocks_run_as_written_in_order(
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     lines = out.stdout.splitlines()
-    assert lines[0] == "9600"  # the pool example's train records
-    assert lines[1].startswith("epoch 0, position 3,200/9,600")  # describe_state() after resuming
-    assert lines[2] == "9600"  # before and after the interruption: every record once
-    uri, digest = lines[3].split()
+    assert lines[0] == "9600"  # the tour's pool example: train records
+    uri, digest = lines[1].split()  # the tour's signed approval
     assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
-    assert lines[4] == "3200"  # every easy record through the approved loader
+    assert lines[2] == "3200"  # every easy record through the approved loader
+    assert lines[3].startswith("epoch 0, position 3,200/9,600")  # docs/loading.md: describe_state() after resuming
+    assert lines[4] == "9600"  # before and after the interruption: every record once
     assert lines[5] == uri.replace("approval-v1.dsse.json", "croissant.json")  # the card the CLI wrote, same options
-    assert lines[6] == "16"  # Component ranges: one range per document, two documents in each of 8 packed records
+    assert lines[6] == "16"  # docs/components.md: one range per document, two documents in each of 8 packed records
     assert len(lines) == 7
     assert (repo / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
 
@@ -260,11 +338,13 @@ def test_readme_blocks_run_as_written_in_order(
     assert jobs.count("lifecycle_demo_text") == 2 and jobs.count("lifecycle_demo_curriculum") == 1 and len(jobs) == 4
 
 
-def test_readme_names_one_set_of_s3_variables() -> None:
+def test_the_docs_name_one_set_of_s3_variables() -> None:
     from trainvault.storage import S3_ENV_VARS
 
-    text = README.read_text()
-    cli = text.split("### Command line", 1)[1].split("## Pipeline", 1)[0]
+    cli, storage = (DOCS / "cli.md").read_text(), (DOCS / "storage.md").read_text()
     for variable in S3_ENV_VARS.values():
-        assert f"`{variable}`" in cli and f"| `{variable}` |" in text
-    assert not re.search(r"TRAINVAULT_S3_ENDPOINT|AWS_ENDPOINT_URL|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY", text)
+        assert f"`{variable}`" in cli and f"| `{variable}` |" in storage
+    for page in pages():
+        assert not re.search(
+            r"TRAINVAULT_S3_ENDPOINT|AWS_ENDPOINT_URL|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY", page.read_text()
+        ), page

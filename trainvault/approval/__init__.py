@@ -15,16 +15,10 @@ from trainvault.approval.attestation import (
     write_attestation,
 )
 from trainvault.approval.budget import Boundary, PositionBudget
-from trainvault.approval.dsse import Envelope, pae, sign_envelope, verify_envelope
-from trainvault.approval.gate import (
-    ApprovalPolicy,
-    AttestationSummary,
-    ExclusionSummary,
-    VerificationSummary,
-    approve_dataset,
-)
-from trainvault.approval.guard import CustodyStorage
-from trainvault.approval.hashing import HashedObject, hash_objects
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
+from trainvault.approval.gate import approve_dataset
+from trainvault.approval.guard import CustodyStore
+from trainvault.approval.hashing import HashedObject, HashProgress, hash_objects, terminal_hash_progress
 from trainvault.approval.keys import (
     SIGNING_KEY_ENV,
     SigningKey,
@@ -41,19 +35,19 @@ from trainvault.approval.pins import (
     git_revision,
     write_producer_pins,
 )
-from trainvault.approval.progress import HashProgress, terminal_hash_progress
+from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.record import (
     APPROVAL_NAME,
     PREDICATE_TYPE,
-    STATEMENT_TYPE,
     WrittenApproval,
     approval_statement,
     open_approved,
     with_record,
     write_approval,
 )
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import RescanSummary
+from trainvault.approval.result import AttestationSummary, ExclusionSummary, VerificationSummary
 from trainvault.approval.scan_manifest import (
     SCAN_MANIFEST_NAME,
     ScannedFile,
@@ -62,6 +56,7 @@ from trainvault.approval.scan_manifest import (
     build_training_scan_manifest,
     write_training_scan_manifest,
 )
+from trainvault.refs import ArtifactRef
 
 __all__ = [
     "APPROVAL_NAME",
@@ -80,7 +75,7 @@ __all__ = [
     "AttestationSummary",
     "Attested",
     "Boundary",
-    "CustodyStorage",
+    "CustodyStore",
     "Envelope",
     "ExclusionSummary",
     "HashProgress",

@@ -12,16 +12,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStorage, issue_custody
-from trainvault.refs import Referenced
+from trainvault.approval.guard import CustodyStore, issue_custody
+from trainvault.refs import ArtifactRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
-    from trainvault.approval.gate import GateResult, VerificationSummary
-    from trainvault.approval.request import ApprovalRequest, ArtifactRef
+    from trainvault.approval.request import ApprovalRequest
+    from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.manifest import DataManifest
+    from trainvault.refs import ArtifactRef
 
 _ISSUE = object()
 
@@ -38,6 +39,10 @@ class ApprovedDataset:
     """A dataset that passed the approval gate; build its loader with `split_data_loader`."""
 
     __slots__ = ("_bindings", "_config", "_record", "_result")
+    _bindings: Mapping[str, ArtifactRef]
+    _config: StorageConfig
+    _record: ApprovalRecordRef | None
+    _result: GateResult
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -126,7 +131,7 @@ class ApprovedDataset:
 
     # -- reading --------------------------------------------------------------------
 
-    def custody_storage(self) -> CustodyStorage:
+    def custody_store(self) -> CustodyStore:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
         pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
@@ -146,7 +151,7 @@ class ApprovedDataset:
         from trainvault.approval.approved_loader import issue_loader
 
         return issue_loader(
-            self.custody_storage(),
+            self.custody_store(),
             self._result.publication,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
@@ -163,7 +168,7 @@ class ApprovedDataset:
 
         return open_materializer(
             checked=self._result.ledgers.get(split),
-            custody=self.custody_storage(),
+            custody=self.custody_store(),
             manifest=self._result.publication.manifest,
             manifest_sha256=self.manifest_sha256,
             split=split,

@@ -1,6 +1,6 @@
 """The approved loader: the trainvault loader, finite and in manifest order, reading through custody.
 
-It is `SplitDataLoader` over a `CustodyStorage` and the gate's parsed, pinned `Publication`
+It is `SplitDataLoader` over a `CustodyStore` and the gate's parsed, pinned `Publication`
 (no second parse of the manifest or descriptors), so it keeps the loader's guarantees (an
 order that does not depend on `num_workers`: workers form batches and the loader merges
 them back in sequence) and adds the approval's: the manifest and descriptors are the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStorage
+from trainvault.approval.guard import CustodyStore
 from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import SplitDataLoader
 from trainvault.publication.pinned import Publication
@@ -38,6 +38,10 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
     `materializer`, it batches the materializer's logical records (ranges or packed records)."""
 
+    materializer: ComponentRangeMaterializer | None
+    _approved_exclusions: Exclusions | None
+    _given_args: dict[str, Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
             "ApprovedSplitDataLoader cannot be constructed directly; get one from ApprovedDataset.split_data_loader()"
@@ -53,7 +57,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     @classmethod
     def _build(
         cls,
-        storage: CustodyStorage,
+        storage: CustodyStore,
         publication: Publication,
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
@@ -61,7 +65,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
     ) -> ApprovedSplitDataLoader:
-        if not isinstance(storage, CustodyStorage):
+        if not isinstance(storage, CustodyStore):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
         if not isinstance(publication, Publication):
             raise TypeError(f"an approved loader reads the gate's Publication, not {type(publication).__name__}")
@@ -80,7 +84,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
             self,
             storage,
             publication,
-            collate_fn=collate_fn,  # type: ignore[arg-type]
+            collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=False,
             seed=0,
@@ -108,7 +112,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
     def __repr__(self) -> str:
         return f"ApprovedSplitDataLoader({self.manifest_uri!r}, sha256={self.manifest_sha256})"
 
-    def load(  # type: ignore[override]
+    def load(
         self,
         split: str,
         curriculum_stage: str | None = None,
@@ -141,7 +145,9 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
         split = getattr(mixture, "split", None)
         ex = self._approved_exclusions
-        exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
+        if ex is None or not isinstance(split, str):
+            return super().load_mixture(mixture)
+        exclude = ex.by_shard(split)
         if not exclude:
             return super().load_mixture(mixture)
         return self._excluding(split, exclude).load_mixture(mixture)
@@ -160,7 +166,7 @@ class ApprovedSplitDataLoader(SplitDataLoader):
         )
 
 
-def issue_loader(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
+def issue_loader(storage: CustodyStore, publication: Publication, **options: Any) -> ApprovedSplitDataLoader:
     """The approved loader over `storage` and the gate's `publication` (internal:
     `ApprovedDataset.split_data_loader` calls it)."""
     return ApprovedSplitDataLoader._issue(_ISSUE, storage, publication, **options)

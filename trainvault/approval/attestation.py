@@ -22,9 +22,12 @@ from trainvault.documents import Document
 from trainvault.errors import ApprovalError, ManifestError, UntrustedSignerError
 from trainvault.publication.bound import Bound
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, normalize_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 
 D = TypeVar("D", bound=Document)
+#: The documents a scanner attests.
+A = TypeVar("A", ContaminationReport, TrainingScanManifest)
 
 REPORT_ATTESTATION_NAME = "contamination-report-v1.dsse.json"
 SCAN_ATTESTATION_NAME = "training-scan-manifest-v1.dsse.json"
@@ -51,36 +54,37 @@ def _predicate_type(cls: type[Document]) -> str:
         ) from None
 
 
-def _subject(document: Document) -> str:
+def _subject(document: ContaminationReport | TrainingScanManifest) -> str:
     if isinstance(document, ContaminationReport):
         return document.training.data_manifest_sha256
-    return document.data_manifest_sha256  # type: ignore[attr-defined, no-any-return]
+    return document.data_manifest_sha256
 
 
 def attestation_statement(document: ContaminationReport | TrainingScanManifest) -> dict[str, Any]:
     """The in-toto Statement about the data manifest whose predicate is `document`."""
+    predicate_type = _predicate_type(type(document))  # refuses any other document first
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": "data-manifest", "digest": {"sha256": _subject(document)}}],
-        "predicateType": _predicate_type(type(document)),
+        "predicateType": predicate_type,
         "predicate": document.model_dump(mode="json", by_alias=True),
     }
 
 
 def write_attestation(
-    vault: StorageSource,
+    storage: StorageSource,
     uri: str,
-    document: D,
+    document: A,
     *,
     signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | str | bytes | None = None,
-) -> Bound[D]:
+) -> Bound[A]:
     """Sign `document` (a report or scan manifest) with the scanner's keys and publish the
     envelope create-only at `uri`. `signing_keys`: keys, PEM data or paths; None reads
     ``$TRAINVAULT_SIGNING_KEY``. The digest is of the envelope's bytes (what a request binds)."""
     keys = load_signing_keys(signing_keys)
-    data = sign_envelope(canonical_json(attestation_statement(document)), keys).to_json_bytes()  # type: ignore[arg-type]
+    data = sign_envelope(canonical_json(attestation_statement(document)), keys).to_json_bytes()
     uri = normalize_uri(uri)
-    storage_of(vault).put_create(uri, data)
+    storage_of(storage).put_create(uri, data)
     return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 
@@ -101,12 +105,12 @@ def _signers_found(envelope: Envelope) -> tuple[str, ...]:
 
 def read_attested(
     data: bytes,
-    cls: type[D],
+    cls: type[A],
     *,
     trusted_keys: Iterable[Any] | None,
     threshold: int = 1,
     source: str,
-) -> Attested[D]:
+) -> Attested[A]:
     """The document in `data`: a signed envelope (checked against `trusted_keys`) or, only
     when `trusted_keys` is None, a plain unsigned document. `UntrustedSignerError` when the
     trusted keys did not sign; `ManifestError` for a malformed document."""
@@ -134,7 +138,7 @@ def read_attested(
     return Attested(_statement_document(payload, cls, source), signers)
 
 
-def _statement_document(payload: bytes, cls: type[D], source: str) -> D:
+def _statement_document(payload: bytes, cls: type[A], source: str) -> A:
     where = f"{source} (its signed statement)"
     try:
         statement = loads_strict(payload, source=where)

@@ -22,8 +22,7 @@ from trainvault.contamination.text_fields import TextFieldSurvey, exempt
 from trainvault.errors import ApprovalError, ManifestError, UnscannedFieldError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
 from trainvault.refs import ArtifactRef
-from trainvault.storage import parent_uri
-from trainvault.uris import resolve_uri
+from trainvault.uris import parent_uri, resolve_uri
 
 
 def deny(message: str) -> NoReturn:
@@ -156,9 +155,9 @@ def check_report(
             f"manifest totals ({t.shards}, {t.records}, {t.shard_bytes}): not everything was scanned"
         )
     expected = {b.name: len(b.items) for b in release.benchmarks}
-    got = {b.name: b.n_items for b in report.benchmarks}
-    if got != expected:
-        deny(f"the report covers benchmarks {got}, the bound release holds {expected}: stale benchmarks; rescan")
+    covered = {b.name: b.n_items for b in report.benchmarks}
+    if covered != expected:
+        deny(f"the report covers benchmarks {covered}, the bound release holds {expected}: stale benchmarks; rescan")
     _check_items(report, index)
     _check_verdict(report, contract, excluded=exclusions is not None)
 

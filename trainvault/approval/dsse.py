@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -60,9 +61,13 @@ class Envelope(BaseModel):
             raise ApprovalError(f"{source}: not a DSSE envelope (not valid JSON: {exc})") from None
 
 
+def _standard_b64decode(value: str) -> bytes:
+    return base64.b64decode(value, validate=True)
+
+
 def _b64decode(value: str, what: str) -> bytes:
     # DSSE allows standard or URL-safe base64.
-    for decode in (lambda s: base64.b64decode(s, validate=True), lambda s: base64.urlsafe_b64decode(s)):
+    for decode in (_standard_b64decode, base64.urlsafe_b64decode):
         try:
             return decode(value)
         except (binascii.Error, ValueError):
@@ -92,11 +97,17 @@ def unverified_payload(
     return _b64decode(envelope.payload, f"{source}: payload")
 
 
+def _trusted_key(source: object) -> VerifyingKey:
+    if not isinstance(source, (VerifyingKey, SigningKey, str, bytes, os.PathLike)):
+        raise TypeError(f"a trusted key is a VerifyingKey, SigningKey, PEM data or a path, not {type(source).__name__}")
+    return load_verifying_key(source)
+
+
 def trusted_key_set(trusted_keys: Iterable[object], threshold: int) -> list[VerifyingKey]:
     """Distinct trusted keys, checked against `threshold` (1 <= threshold <= number of keys)."""
     if isinstance(trusted_keys, (str, bytes)):
         trusted_keys = [trusted_keys]
-    keys = list(dict.fromkeys(load_verifying_key(k) for k in trusted_keys))  # type: ignore[arg-type]
+    keys = list(dict.fromkeys(_trusted_key(k) for k in trusted_keys))
     if not keys:
         raise ApprovalError("no trusted keys: pass the public keys whose signatures you accept")
     if not isinstance(threshold, int) or isinstance(threshold, bool) or not 1 <= threshold <= len(keys):

@@ -17,7 +17,7 @@ name range, record and shard.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset, issue
@@ -32,12 +32,20 @@ from trainvault.approval.checks import (
     check_text_fields,
     deny,
 )
-from trainvault.approval.hashing import DEFAULT_THREADS, ChunkConsumer, HashedObject, fed_by_hashing, hash_objects
+from trainvault.approval.hashing import (
+    DEFAULT_THREADS,
+    ChunkConsumer,
+    HashedObject,
+    HashProgressCallback,
+    continued,
+    fed_by_hashing,
+    hash_objects,
+)
 from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.approval.progress import HashProgressCallback, continued
-from trainvault.approval.request import ApprovalRequest, ArtifactRef
+from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import Rescan, RescanSummary
+from trainvault.approval.result import AttestationSummary, ExclusionSummary, GateResult, VerificationSummary
 from trainvault.approval.scan_manifest import (
     DeclaredFile,
     ScannedFile,
@@ -52,72 +60,14 @@ from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.contamination.text_fields import TextFieldSurvey
-from trainvault.documents import Document, StrictModel
+from trainvault.documents import Document
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
-from trainvault.refs import Sha256
-from trainvault.storage import (
-    Storage,
-    StorageSource,
-    normalize_uri,
-    storage_of,
-)
+from trainvault.refs import ArtifactRef
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import normalize_uri
 from trainvault.version import __version__
-
-
-class AttestationSummary(StrictModel):
-    """The scanner keys that signed the report and the scan manifest, and the gate's re-scan."""
-
-    report_signers: list[str]
-    scan_manifest_signers: list[str]
-    rescan: RescanSummary
-
-
-class ExclusionSummary(StrictModel):
-    """Records the bound exclusions leave out: in all, and per benchmark that gave a reason."""
-
-    sha256: Sha256
-    records: int
-    per_benchmark: dict[str, int]
-
-
-class VerificationSummary(StrictModel):
-    """What the gate verified: recorded in the approval statement and shown to people."""
-
-    data_manifest_sha256: str
-    shards: int
-    records: int
-    shard_bytes: int
-    files_hashed: int
-    bytes_hashed: int
-    evaluation_release_id: str
-    benchmarks: list[str]
-    contamination_method: str
-    contaminated_items: int
-    verdict_recomputed: bool
-    trainvault_version: str
-    #: With trusted scanner keys: who signed the report and scan manifest, and what the gate re-scanned.
-    attestation: AttestationSummary | None = None
-    #: With bound exclusions: how many records they leave out, per benchmark.
-    exclusions: ExclusionSummary | None = None
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Everything an `ApprovedDataset` is made from (internal)."""
-
-    request: ApprovalRequest
-    #: The manifest and every descriptor, parsed from the bytes the gate hashed.
-    publication: Publication
-    descriptors_raw: dict[str, bytes]
-    shard_sizes: dict[str, int]
-    report: ContaminationReport
-    summary: VerificationSummary
-    #: Split -> its bound component ledger, checked against every token (a CheckedLedger).
-    ledgers: Mapping[str, Any] = field(default_factory=dict)
-    #: The bound exclusions, checked to cover every hit (the loader skips their records).
-    exclusions: Exclusions | None = None
 
 
 def _kept(obj: HashedObject) -> bytes:
@@ -395,7 +345,7 @@ def _summary(
 
 
 def approve_dataset(
-    vault: StorageSource,
+    storage: StorageSource,
     request: Any,
     *,
     policy: ApprovalPolicy | None = None,
@@ -409,5 +359,5 @@ def approve_dataset(
     (on `threads` threads, reporting to `progress`) before anything is returned. A bound
     component ledger is checked in that pass; its refusals keep their class (module doc).
     """
-    result = run_gate(storage_of(vault), request, policy=policy, progress=progress, threads=threads)
-    return issue(result, storage_of(vault).config)
+    result = run_gate(storage_of(storage), request, policy=policy, progress=progress, threads=threads)
+    return issue(result, storage_of(storage).config)

@@ -7,12 +7,12 @@ those the manifest declares, only after their size matches the approved size, an
 and reads of anything else raise `CustodyError`.
 
 The guard holds a `Storage` and exposes only the reads a loader makes; it is not one.
-Custody is issued, not built: `CustodyStorage()` raises `TypeError`, and a copy or a
+Custody is issued, not built: `CustodyStore()` raises `TypeError`, and a copy or a
 pickle of one raises `TypeError` too, except while a worker process is being started
 (a forked worker inherits it unpickled). There it travels as an `ApprovedObjects` reader: the approved data objects and their
 sizes, no pinned manifest or descriptors (the worker is handed the verified descriptors
-with its dataset), and not a `CustodyStorage`, so nothing takes it for custody. Unpickling
-cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStorage`.
+with its dataset), and not a `CustodyStore`, so nothing takes it for custody. Unpickling
+cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStore`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from trainvault.errors import CustodyError, IntegrityError
-from trainvault.storage import ObjectInfo, Storage, StorageConfig, normalize_uri
+from trainvault.storage import ObjectInfo, Storage, StorageConfig
+from trainvault.uris import normalize_uri
 
 _ISSUE = object()
 
@@ -34,7 +35,7 @@ class ApprovedObjects:
     size matches; writes and listings are refused. It is not a `Storage`: it offers the reads a
     loader makes (`get`, `get_document`, `get_range`, `get_ranges`, `stream`, `head`) and nothing else.
 
-    What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
+    What a DataLoader worker gets in place of a `CustodyStore`; it pickles as its list.
     """
 
     def __init__(self, config: StorageConfig, objects: Mapping[str, int]):
@@ -96,7 +97,7 @@ class ApprovedObjects:
             f"cannot list {prefix_uri}: an approved dataset reads only the objects its manifest declares"
         )
 
-    def _refuse_write(self, uri: str) -> Any:
+    def _refuse_write(self, uri: str) -> NoReturn:
         raise CustodyError(f"cannot write {uri}: an approved dataset is read-only")
 
     def put(self, uri: str, data: bytes) -> ObjectInfo:
@@ -109,22 +110,24 @@ class ApprovedObjects:
         self._refuse_write(uri)
 
 
-class CustodyStorage(ApprovedObjects):
+class CustodyStore(ApprovedObjects):
     """The guard over the approved objects that also serves the approved manifest and descriptors
-    from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
+    from the bytes the gate hashed. Get one from `ApprovedDataset.custody_store()`."""
+
+    _pinned: Mapping[str, bytes]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
-            "CustodyStorage cannot be constructed directly; get one from ApprovedDataset.custody_storage() of a "
+            "CustodyStore cannot be constructed directly; get one from ApprovedDataset.custody_store() of a "
             "dataset that passed the approval gate"
         )
 
     @classmethod
     def _issue(
         cls, token: object, config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]
-    ) -> CustodyStorage:
+    ) -> CustodyStore:
         if token is not _ISSUE:
-            raise TypeError("a CustodyStorage is issued by an ApprovedDataset only")
+            raise TypeError("a CustodyStore is issued by an ApprovedDataset only")
         self = object.__new__(cls)
         ApprovedObjects.__init__(self, config, objects)
         self._pinned = MappingProxyType(dict(pinned))
@@ -151,9 +154,9 @@ class CustodyStorage(ApprovedObjects):
 
 
 def _refuse_copy() -> NoReturn:
-    raise TypeError("a CustodyStorage does not pickle or copy: get it from the ApprovedDataset where it is needed")
+    raise TypeError("a CustodyStore does not pickle or copy: get it from the ApprovedDataset where it is needed")
 
 
-def issue_custody(config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]) -> CustodyStorage:
-    """The `CustodyStorage` of an approved dataset (internal to trainvault.approval)."""
-    return CustodyStorage._issue(_ISSUE, config, objects, pinned)
+def issue_custody(config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]) -> CustodyStore:
+    """The `CustodyStore` of an approved dataset (internal to trainvault.approval)."""
+    return CustodyStore._issue(_ISSUE, config, objects, pinned)

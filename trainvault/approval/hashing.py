@@ -12,14 +12,47 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TextIO
 
-from trainvault.approval.progress import HashProgress, HashProgressCallback
-from trainvault.storage import Storage
+from trainvault.progress import Progress, terminal_bar
+from trainvault.storage import Storage, StorageSource, storage_of
 
 #: Bytes asked for per streamed read: large enough that per-call overhead vanishes.
 CHUNK_BYTES = 8 << 20
 DEFAULT_THREADS = 8
+
+
+class HashProgress(Progress):
+    """Files finished and bytes hashed, of the totals expected."""
+
+    @property
+    def files_done(self) -> int:
+        return self.done
+
+    @property
+    def files_total(self) -> int:
+        return self.total
+
+
+HashProgressCallback = Callable[[HashProgress], None]
+
+
+def terminal_hash_progress(label: str = "hashing", stream: TextIO | None = None) -> HashProgressCallback | None:
+    """A callback drawing a bar on `stream` (stderr), or None when it is not a terminal."""
+    return terminal_bar(label, "files", stream)
+
+
+def continued(progress: HashProgressCallback | None, files: int, nbytes: int) -> HashProgressCallback | None:
+    """`progress` for work that follows `files` files and `nbytes` bytes already hashed, so
+    the counts it shows are those of the whole job."""
+    if progress is None:
+        return None
+    report = progress
+
+    def after(p: HashProgress) -> None:
+        report(HashProgress(p.done + files, p.total + files, p.bytes_done + nbytes, p.bytes_total + nbytes))
+
+    return after
 
 
 @dataclass(frozen=True)
@@ -62,7 +95,12 @@ def fed_by_hashing(*factories: Mapping[str, Callable[[], ChunkConsumer]]) -> dic
     for factory in factories:
         for uri, make in factory.items():
             by_uri.setdefault(uri, []).append(make)
-    return {uri: (lambda makes=makes: _Tee([make() for make in makes])) for uri, makes in by_uri.items()}
+    return {uri: _teeing(makes) for uri, makes in by_uri.items()}
+
+
+def _teeing(makes: list[Callable[[], ChunkConsumer]]) -> Callable[[], ChunkConsumer]:
+    """A consumer factory feeding one consumer from each of `makes`."""
+    return lambda: _Tee([make() for make in makes])
 
 
 class _Tally:
@@ -111,7 +149,7 @@ def _hash_streamed(
 
 
 def hash_objects(
-    storage: Storage,
+    storage: StorageSource,
     uris: Sequence[str],
     *,
     keep: Collection[str] = (),
@@ -130,6 +168,7 @@ def hash_objects(
     kept) makes a consumer that is fed the chunks as they are hashed, on the same thread.
     Errors (missing object, store failure) propagate from the first URI that failed.
     """
+    storage = storage_of(storage)
     todo = list(dict.fromkeys(uris))
     if not todo:
         return {}

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NoReturn
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -112,7 +114,7 @@ class SigningKey:
     def __repr__(self) -> str:
         return f"SigningKey(keyid={self.keyid[:16]}..., private)"
 
-    def __reduce_ex__(self, protocol: object) -> object:
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
         raise TypeError("a SigningKey does not pickle: load it where it is used")
 
 
@@ -159,14 +161,15 @@ def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIG
     return SigningKey.from_pem(data, source=str(path))
 
 
-def load_signing_keys(keys: object) -> list[SigningKey]:
+def load_signing_keys(
+    keys: SigningKey | str | bytes | Path | Iterable[SigningKey | str | bytes | Path] | None,
+) -> list[SigningKey]:
     """Signing keys from one key, PEM data or path, a sequence of them, or None (the environment)."""
-    if keys is None or isinstance(keys, (SigningKey, str, bytes, Path)):
-        keys = [keys]
-    return [k if isinstance(k, SigningKey) else load_signing_key(k) for k in keys]  # type: ignore[attr-defined]
+    items = [keys] if keys is None or isinstance(keys, (SigningKey, str, bytes, Path)) else keys
+    return [k if isinstance(k, SigningKey) else load_signing_key(k) for k in items]
 
 
-def load_verifying_key(source: VerifyingKey | SigningKey | str | Path | bytes) -> VerifyingKey:
+def load_verifying_key(source: VerifyingKey | SigningKey | str | os.PathLike[str] | bytes) -> VerifyingKey:
     """A trusted public key from itself, a signing key's public half, PEM bytes/text, or a file path."""
     if isinstance(source, VerifyingKey):
         return source

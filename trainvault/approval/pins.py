@@ -92,6 +92,6 @@ def collect_producer_pins(
     )
 
 
-def write_producer_pins(vault: StorageSource, uri: str, pins: ProducerPins) -> Bound[ProducerPins]:
+def write_producer_pins(storage: StorageSource, uri: str, pins: ProducerPins) -> Bound[ProducerPins]:
     """Publish the pins create-only; its digest is of the bytes written."""
-    return publish_document(storage_of(vault), uri, pins)
+    return publish_document(storage_of(storage), uri, pins)

@@ -14,9 +14,10 @@ from typing import Any
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
-from trainvault.approval.gate import ApprovalPolicy, coerce_request, run_gate
+from trainvault.approval.gate import coerce_request, run_gate
+from trainvault.approval.hashing import HashProgressCallback
 from trainvault.approval.keys import SigningKey, load_signing_keys
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
@@ -26,7 +27,8 @@ from trainvault.errors import (
     TrainVaultError,
 )
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, normalize_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"
 APPROVAL_NAME = "approval-v1.dsse.json"
@@ -57,7 +59,7 @@ def approval_statement(approved: ApprovedDataset, provenance: Mapping[str, Any] 
 
 
 def write_approval(
-    vault: StorageSource,
+    storage: StorageSource,
     uri: str,
     approved: ApprovedDataset,
     *,
@@ -79,7 +81,7 @@ def write_approval(
         raise ApprovalError(f"provenance must be plain JSON (no NaN, no objects): {exc}") from None
     data = sign_envelope(payload, keys).to_json_bytes()
     uri = normalize_uri(uri)
-    storage_of(vault).put_create(uri, data)
+    storage_of(storage).put_create(uri, data)
     return WrittenApproval(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), tuple(k.keyid for k in keys))
 
 
@@ -91,7 +93,7 @@ def _field(obj: Any, name: str, kind: type, where: str) -> Any:
 
 
 def open_approved(
-    vault: StorageSource,
+    storage: StorageSource,
     approval_uri: str,
     sha256: str,
     *,
@@ -104,13 +106,13 @@ def open_approved(
     at least `threshold` of `trusted_keys` must have signed it), then run the gate on
     the request inside it. Raises `ApprovalError` saying what failed (`ManifestError` for an
     envelope or signed statement with a duplicated key)."""
-    request, record = _read_record(vault, approval_uri, sha256, trusted_keys, threshold)
-    result = run_gate(storage_of(vault), request, policy=policy, progress=progress)
-    return issue(result, storage_of(vault).config, record)
+    request, record = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
+    result = run_gate(storage_of(storage), request, policy=policy, progress=progress)
+    return issue(result, storage_of(storage).config, record)
 
 
 def with_record(
-    vault: StorageSource,
+    storage: StorageSource,
     approved: ApprovedDataset,
     approval_uri: str,
     sha256: str,
@@ -127,7 +129,7 @@ def with_record(
     """
     if not isinstance(approved, ApprovedDataset):
         raise ApprovalError(f"with_record takes an ApprovedDataset from the gate, not a {type(approved).__name__}")
-    request, record = _read_record(vault, approval_uri, sha256, trusted_keys, threshold)
+    request, record = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
     judged = approved.request
     if canonical_json(request.model_dump(mode="json")) != canonical_json(judged.model_dump(mode="json")):
         raise ApprovalError(
@@ -135,11 +137,11 @@ def with_record(
             f"{request.data_manifest.sha256}, the gate judged {judged.data_manifest.sha256}); open it with "
             "open_approved, which runs the gate on its own request"
         )
-    return issue(approved._result, storage_of(vault).config, record)
+    return issue(approved._result, storage_of(storage).config, record)
 
 
 def _read_record(
-    vault: StorageSource, approval_uri: str, sha256: str, trusted_keys: Iterable[object], threshold: int
+    storage: StorageSource, approval_uri: str, sha256: str, trusted_keys: Iterable[object], threshold: int
 ) -> tuple[ApprovalRequest, ApprovalRecordRef]:
     """The request inside the approval record at `approval_uri` and the record's reference, once its
     bytes hash to `sha256` and `threshold` of `trusted_keys` signed it (`ApprovalError` otherwise)."""
@@ -147,7 +149,7 @@ def _read_record(
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
     try:
-        raw = storage_of(vault).get_document(uri)
+        raw = storage_of(storage).get_document(uri)
     except ObjectNotFoundError:
         raise ApprovalError(f"approval denied: there is no approval record at {uri}; no approval, no load") from None
     except TrainVaultError as exc:

@@ -23,7 +23,8 @@ from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.documents import StrictModel
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri
 
 _PLACEMENT = {"split", "shard", "shard_sha256"}
 
@@ -73,7 +74,7 @@ class Rescan:
 
     def consumers(self) -> dict[str, Callable[[], ChunkConsumer]]:
         """A consumer for each drawn shard (by the URI the gate hashes it under)."""
-        return {uri: (lambda feed=feed: feed) for uri, feed in self.feeds.items()}
+        return {uri: _giving(feed) for uri, feed in self.feeds.items()}
 
     def finish(self, report: ContaminationReport) -> RescanSummary:
         """Deny a report that disagrees with any drawn shard's re-scan, once the hash pass fed them."""
@@ -86,6 +87,11 @@ class Rescan:
             shards_total=len({e.sha256 for _, e in self.publication.entries()}),
             shards=[f"{split}/{entry.key}" for group in self.drawn for split, entry in group],
         )
+
+
+def _giving(feed: ScanFeed) -> Callable[[], ChunkConsumer]:
+    """A consumer factory that hands out `feed` itself."""
+    return lambda: feed
 
 
 def _compare(report: ContaminationReport, split: str, key: str, result: ShardScanResult) -> None:
@@ -102,12 +108,14 @@ def _compare(report: ContaminationReport, split: str, key: str, result: ShardSca
             )
     for (bench, item_id), item in listed.items():
         mine = [h.model_dump(mode="json", exclude=_PLACEMENT) for h in item.hits if (h.split, h.shard) == (split, key)]
-        got = found.get((bench, item_id))
-        theirs = [h.model_dump(mode="json") for h in got.hits] if got is not None else []
+        rescanned = found.get((bench, item_id))
+        theirs = [h.model_dump(mode="json") for h in rescanned.hits] if rescanned is not None else []
         complete = item.hits_total == len(item.hits)
-        if mine != theirs[: len(mine)] or (complete and len(mine) != (got.hits_total if got is not None else 0)):
+        if mine != theirs[: len(mine)] or (
+            complete and len(mine) != (rescanned.hits_total if rescanned is not None else 0)
+        ):
             deny(
                 f"re-scanning {where}: the report lists {len(mine)} hit(s) of {bench} item {item_id!r} there, the "
-                f"re-scan finds {got.hits_total if got is not None else 0} at other places: the report does not "
+                f"re-scan finds {rescanned.hits_total if rescanned is not None else 0} at other places: the report does not "
                 "describe this data (a forged report or a faulty scanner); rescan with a trusted scanner"
             )

@@ -15,20 +15,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainvault.approval.hashing import DEFAULT_THREADS, hash_objects
-from trainvault.approval.progress import HashProgressCallback
+from trainvault.approval.hashing import DEFAULT_THREADS, HashProgressCallback, hash_objects
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import IntegrityError, ManifestError
 from trainvault.publication.bound import Bound, publish_document
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
-from trainvault.storage import (
-    Storage,
-    StorageSource,
-    normalize_uri,
-    parse_uri,
-    storage_of,
-)
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import normalize_uri, parse_uri
 
 SCAN_MANIFEST_NAME = "training-scan-manifest-v1.json"
 Role = Literal["data-manifest", "descriptor", "descriptor-pack", "shard"]
@@ -126,7 +120,7 @@ def pinned_publication(uri: str, raw: bytes, *, sha256: str | None = None) -> Pu
 
 
 def build_training_scan_manifest(
-    vault: StorageSource,
+    storage: StorageSource,
     manifest_uri: str,
     *,
     manifest_sha256: str | None = None,
@@ -142,7 +136,7 @@ def build_training_scan_manifest(
     against the manifest's size and sha256; they are listed as bound and not read again.
     """
     return scan_publication(
-        storage_of(vault),
+        storage_of(storage),
         manifest_uri,
         manifest_sha256=manifest_sha256,
         progress=progress,
@@ -200,8 +194,8 @@ def scan_publication(
 
 
 def write_training_scan_manifest(
-    vault: StorageSource, uri: str, scan: TrainingScanManifest
+    storage: StorageSource, uri: str, scan: TrainingScanManifest
 ) -> Bound[TrainingScanManifest]:
     """Publish the scan manifest create-only (usually next to the data manifest as
     ``training-scan-manifest-v1.json``); its digest is of the bytes written."""
-    return publish_document(storage_of(vault), uri, scan)
+    return publish_document(storage_of(storage), uri, scan)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset
-from trainvault.approval.guard import CustodyStorage
+from trainvault.approval.guard import CustodyStore
 from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, join_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri
 
 VIEW_FOLDER = "approved-view"
 
@@ -38,7 +39,7 @@ class ViewShard:
 
 
 def approved_rows(
-    custody: CustodyStorage, data_format: str, entry: ShardEntry, excluded: frozenset[int]
+    custody: CustodyStore, data_format: str, entry: ShardEntry, excluded: frozenset[int]
 ) -> Iterator[dict[str, Any]]:
     """The records of `entry` the approval keeps, in shard order, read through its `custody`."""
     if not entry.record_count:
@@ -55,13 +56,13 @@ def excluded_by_shard(approved: ApprovedDataset, split: str) -> Mapping[str, fro
     return exclusions.by_shard(split) if exclusions is not None else {}
 
 
-def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
+def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
     """Every shard of `split` in manifest order as the approved view holds it, writing the clean
     copy of each shard with excluded records under `folder` (create-only; the same copy again is a no-op)."""
     manifest = approved.manifest
     fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
-    custody = approved.custody_storage()
+    custody = approved.custody_store()
     out = []
     for entry in manifest.splits[split].shards:
         dropped = excluded.get(entry.key, frozenset())
@@ -73,7 +74,7 @@ def view_shards(vault: StorageSource, approved: ApprovedDataset, split: str, fol
         copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
-        storage_of(vault).put_create(uri, data)
+        storage_of(storage).put_create(uri, data)
         out.append(
             ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count, len(dropped))
         )

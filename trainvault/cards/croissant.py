@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
-from trainvault.approval.gate import VerificationSummary
+from trainvault.approval.result import VerificationSummary
 from trainvault.canonical import sha256_hex
 from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
 from trainvault.cards.fields import FieldSurvey, survey_fields
@@ -33,7 +33,8 @@ from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError,
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, join_uri, normalize_uri, parent_uri, parse_uri, storage_of
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri, parent_uri, parse_uri
 
 CARD_NAME = "croissant.json"
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
@@ -180,7 +181,7 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
 
 
 def _split_nodes(
-    vault: StorageSource,
+    storage: StorageSource,
     approved: ApprovedDataset,
     manifest: DataManifest,
     split: str,
@@ -189,7 +190,7 @@ def _split_nodes(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The split's file objects and file set (its approved view), and its record set."""
     formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
-    shards = view_shards(vault, approved, split, folder)
+    shards = view_shards(storage, approved, split, folder)
     files = [_shard_object(split, v, folder, formats, note) for v in shards]
     # Empty shards are zero-byte objects that some readers (Parquet) refuse; they hold no records.
     filled = [f["contentUrl"] for f, v in zip(files, shards, strict=False) if v.records]
@@ -209,7 +210,7 @@ def _split_nodes(
     dropped = sum(v.excluded for v in shards)
     if survey is None or excluded:
         # Exclusions leave records out of the view: survey the approved rows as they are read.
-        custody = approved.custody_storage()
+        custody = approved.custody_store()
         survey = survey_fields(
             row
             for v in shards
@@ -233,7 +234,7 @@ def _split_nodes(
         "tv:stages": _stages(shards),
         "tv:curricula": {name: c.model_dump(mode="json") for name, c in manifest.splits[split].curricula.items()},
     }
-    profile = _profile(vault, approved, split)
+    profile = _profile(storage, approved, split)
     if profile is not None:
         record_set["tv:profile"] = profile
     return files, record_set
@@ -261,12 +262,12 @@ def _stages(shards: list[ViewShard]) -> dict[str, list[str]]:
     return out
 
 
-def _profile(vault: StorageSource, approved: ApprovedDataset, split: str) -> dict[str, Any] | None:
+def _profile(storage: StorageSource, approved: ApprovedDataset, split: str) -> dict[str, Any] | None:
     """The split's metrics sidecar when the approval binds one (read and checked against its sha256)."""
     ref = approved.bindings.get(sidecar_name(split))
     if ref is None:
         return None
-    sidecar = read_metrics_sidecar(storage_of(vault), ref.uri, ref.sha256)
+    sidecar = read_metrics_sidecar(storage_of(storage), ref.uri, ref.sha256)
     return {
         "sidecar": {"contentUrl": normalize_uri(ref.uri), "sha256": ref.sha256},
         "records": sidecar.records,
@@ -276,7 +277,7 @@ def _profile(vault: StorageSource, approved: ApprovedDataset, split: str) -> dic
 
 
 def croissant_card(
-    vault: StorageSource,
+    storage: StorageSource,
     approved: ApprovedDataset,
     *,
     card_uri: str | None = None,
@@ -324,7 +325,7 @@ def croissant_card(
     ]
     record_sets = []
     for split in manifest.splits:
-        files, record_set = _split_nodes(vault, approved, manifest, split, folder, (surveys or {}).get(split))
+        files, record_set = _split_nodes(storage, approved, manifest, split, folder, (surveys or {}).get(split))
         distribution += files
         record_sets.append(record_set)
     _check_unique_ids([*distribution, *record_sets])
@@ -398,12 +399,12 @@ def card_bytes(card: Mapping[str, Any]) -> bytes:
 
 
 def write_croissant(
-    vault: StorageSource, approved: ApprovedDataset, uri: str | None = None, **about: Any
+    storage: StorageSource, approved: ApprovedDataset, uri: str | None = None, **about: Any
 ) -> WrittenCard:
     """Build the card (`croissant_card`; `about`: its name, description, license, cite_as,
     version, date_published) and write it create-only at `uri` (default `default_card_uri`).
     The same card again is a no-op; another card at `uri` is a `ConflictError`."""
     uri = normalize_uri(uri or default_card_uri(approved))
-    data = card_bytes(croissant_card(vault, approved, card_uri=uri, **about))
-    storage_of(vault).put_create(uri, data)
+    data = card_bytes(croissant_card(storage, approved, card_uri=uri, **about))
+    storage_of(storage).put_create(uri, data)
     return WrittenCard(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)))

@@ -25,7 +25,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from trainvault.approval.record import write_approval
 
     vault = vault_from_env()
-    keys = [load_signing_key(k) for k in args.key] if args.key else [load_signing_key()]
+    keys = [load_signing_key(k) for k in args.signing_key] if args.signing_key else [load_signing_key()]
     raw = vault.storage.get_document(args.request)
     provenance: dict[str, str] = {}
     for item in args.provenance or []:
@@ -159,7 +159,7 @@ def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
             vault,
             args.approval,
             args.sha256,
-            trusted_keys=args.key,
+            trusted_keys=args.trusted_key,
             threshold=args.threshold,
             policy=policy_from_args(args),
             progress=bar,
@@ -201,9 +201,7 @@ def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
-    p.add_argument(
-        "--key", "--keys", dest="key", action="append", required=True, help="trusted public key file (repeatable)"
-    )
+    p.add_argument("--trusted-key", action="append", required=True, help="trusted public key file (repeatable)")
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_policy_options(p)
@@ -217,7 +215,9 @@ def add_approval_parsers(sub: Any) -> None:
     p = sub.add_parser("approve", help="run the gate on a request file and write a signed approval")
     p.add_argument("request", help="approval request JSON (URI or path)")
     p.add_argument("--out", required=True, help="URI or path of the approval record to write")
-    p.add_argument("--key", action="append", help="signing key file (repeatable); default $TRAINVAULT_SIGNING_KEY")
+    p.add_argument(
+        "--signing-key", action="append", help="private signing key file (repeatable); default $TRAINVAULT_SIGNING_KEY"
+    )
     p.add_argument("--provenance", action="append", metavar="NAME=VALUE", help="recorded in the approval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_policy_options(p)

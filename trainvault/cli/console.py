@@ -74,7 +74,7 @@ def mb(n: int) -> str:
 @contextmanager
 def gate_progress(quiet: bool, text: str) -> Iterator[Any]:
     """The hashing bar on a terminal; elsewhere `text` once, if the gate runs over a second."""
-    from trainvault.approval.progress import terminal_hash_progress
+    from trainvault.approval.hashing import terminal_hash_progress
 
     bar = None if quiet else terminal_hash_progress("hashing")
     with waiting(text) if bar is None and not quiet else nullcontext():

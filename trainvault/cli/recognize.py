@@ -19,7 +19,7 @@ def _signed_kinds() -> dict[str, tuple[str, str]]:
     return {
         PREDICATE_TYPE: (
             "a signed approval record (a DSSE envelope)",
-            "`trainvault verify {uri} --sha256 PINNED_SHA256 --key APPROVER.pub` checks it and prints what it approves",
+            "`trainvault verify {uri} --sha256 PINNED_SHA256 --trusted-key APPROVER.pub` checks it and prints what it approves",
         ),
         PREDICATE_TYPES[ContaminationReport]: (
             "a signed contamination report (a DSSE envelope)",

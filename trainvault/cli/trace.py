@@ -60,8 +60,8 @@ def _check_options(args: argparse.Namespace) -> None:
             f"--batch-size and --world-size must be >= 1, got {args.batch_size}, {args.world_size}"
         )
     if args.approval:
-        if not args.sha256 or not args.key:
-            raise TrainVaultError("trace APPROVAL needs --sha256 (the approval's pinned sha256) and --key")
+        if not args.sha256 or not args.trusted_key:
+            raise TrainVaultError("trace APPROVAL needs --sha256 (the approval's pinned sha256) and --trusted-key")
         if args.exclude is not None:
             raise TrainVaultError("--exclude is for --state without an APPROVAL: an approval binds its own exclusions")
     elif args.state is None:
@@ -130,7 +130,7 @@ def _trace_loader(args: argparse.Namespace, run: _Run, state: Any) -> Any:
                 vault,
                 args.approval,
                 args.sha256,
-                trusted_keys=args.key,
+                trusted_keys=args.trusted_key,
                 threshold=args.threshold,
                 policy=policy_from_args(args),
                 progress=bar,
@@ -217,7 +217,7 @@ def add_trace_parser(sub: Any) -> None:
     )
     p.add_argument("approval", nargs="?", help="approval record URI or path (else --state names the manifest)")
     p.add_argument("--sha256", help="the approval's pinned sha256")
-    p.add_argument("--key", "--keys", dest="key", action="append", help="trusted public key file (repeatable)")
+    p.add_argument("--trusted-key", action="append", help="trusted public key file (repeatable)")
     p.add_argument(
         "--threshold", type=int, default=1, help="signatures required from distinct trusted keys (default 1)"
     )

@@ -37,7 +37,8 @@ from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ArtifactRef, ObjectRef, Referenced
-from trainvault.storage import Storage, join_uri, parent_uri
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri, parent_uri
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,9 @@ def ledger_record(shard_key: str, index: int, record: Any, frames: Iterable[Fram
     return draft.model_copy(update={"frames": frames_out})
 
 
-def build_component_ledger(storage: Storage, manifest_uri: str, *, split: str, declare: Declare) -> Binding:
+def build_component_ledger(storage: StorageSource, manifest_uri: str, *, split: str, declare: Declare) -> Binding:
     """Build, write and return the binding of `split`'s component ledger (see the module doc)."""
+    storage = storage_of(storage)
     from trainvault.publication.reader import read_descriptor
 
     publication = Publication.load(storage, manifest_uri)

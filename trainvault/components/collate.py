@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trainvault.components.materializer import LazyRanges, _constants
+from trainvault.components.sequences import LazyRanges, row_constants
 
 #: Output tensors in buffer order; each starts on an 8-byte boundary, so every view is aligned.
 _LAYOUT = (
@@ -38,7 +38,9 @@ def _buffer(nbytes: int) -> Any:
 
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(nbytes, dtype=torch.uint8)
-    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
+    # torch's own collate allocates worker batches this way (no copy); torch leaves _new_shared unannotated.
+    shared = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+    return torch.empty(0, dtype=torch.uint8).set_(shared)
 
 
 def allocate_varlen(rows: int, targets: int, sequences: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -65,7 +67,7 @@ def allocate_varlen(rows: int, targets: int, sequences: int) -> tuple[dict[str, 
     return tensors, views
 
 
-def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def collate_sequences(batch: Sequence[dict[str, Any] | LazyRanges]) -> dict[str, Any]:
     """A batch of ``unpack`` or ``group`` records as one varlen batch.
 
     Returns ``input_ids`` and ``position_ids`` (int32), ``loss_mask`` (bool), all sequences'
@@ -78,10 +80,11 @@ def collate_sequences(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     import numpy as np
 
-    if batch and all(type(r) is LazyRanges for r in batch):
-        return _collate_lazy(batch)
-    batch = [r.owned() if isinstance(r, LazyRanges) else r for r in batch]
-    seqs = [s for r in batch for s in r.get("component_sequences", (r,))]
+    lazy = [r for r in batch if type(r) is LazyRanges]
+    if batch and len(lazy) == len(batch):
+        return _collate_lazy(lazy)
+    records = [r.owned() if isinstance(r, LazyRanges) else r for r in batch]
+    seqs = [s for r in records for s in r.get("component_sequences", (r,))]
     missing = next((s for s in seqs if "target_row_indices" not in s), None)
     if missing is not None:
         raise TypeError(
@@ -124,7 +127,7 @@ def _collate_lazy(batch: Sequence[LazyRanges]) -> dict[str, Any]:
         for (_, mask, _, _), (lo, hi) in zip(seqs, spans, strict=False)
     ]
     out, v = allocate_varlen(int(starts[-1]), sum(counts), len(seqs))
-    positions, shifted, true = _constants(int(lengths.max()) if seqs else 0)
+    positions, shifted, true = row_constants(int(lengths.max()) if seqs else 0)
     np.concatenate([ids[lo:hi] for (ids, *_), (lo, hi) in zip(seqs, spans, strict=False)], out=v["input_ids"])
     np.concatenate([positions[: hi - lo] for lo, hi in spans], out=v["position_ids"])
     loss = v["loss_mask"]

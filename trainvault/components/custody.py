@@ -12,6 +12,7 @@ the ledger describes (`CustodyError`), and each range's tokens must match their 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,8 @@ from trainvault.components.ledger import (
 )
 from trainvault.errors import ApprovalError, CustodyError, IntegrityError, ManifestError
 from trainvault.publication.manifest import ShardEntry
-from trainvault.storage import Storage, normalize_uri, parent_uri
-from trainvault.uris import resolve_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri, parent_uri, resolve_uri
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ def _compile_frame(
         lo = f.start + (c - f.component_start)
         out.append(CompiledRange(r.range_id, f.component_id, c, n, lo - (rows - n), lo + n, r.sha256))
     spans = sorted((r.component_offset, r.component_offset + r.length, r.range_id) for r in out)
-    for (_, a1, ra), (b0, _, rb) in zip(spans, spans[1:], strict=False):
+    for (_, a1, ra), (b0, _, rb) in itertools.pairwise(spans):
         if b0 < a1:
             raise ManifestError(
                 f"{where(shard_key, rec.record_index, rec.packed_record_id, rb)} overlaps range {ra}: a token "

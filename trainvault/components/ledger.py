@@ -15,19 +15,19 @@ Layout, beside the data manifest::
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator
 
 from trainvault.documents import Document, StrictModel
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
-from trainvault.storage import join_uri, normalize_uri, parent_uri
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 LEDGER_NAME = "component-ledger-v1.json"
 LEDGER_FOLDER = "component-ledger"
 #: v1 ledgers declare int32 tokens (``input_ids`` as stored and emitted).
-TOKEN_DTYPE = "int32"
+TOKEN_DTYPE: Final = "int32"
 
 
 class LedgerRange(StrictModel):

@@ -25,17 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
+from trainvault.components.collate import collate_sequences
 from trainvault.components.custody import (
     CheckedLedger,
-    CompiledRange,
     CompiledShard,
     check_max_rows,
     read_record,
 )
 from trainvault.components.ledger import ledger_sidecar_name
+from trainvault.components.sequences import LazyRanges, owned_sequences
 from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 MODES = ("unpack", "group")
 _ISSUE = object()
@@ -45,6 +46,20 @@ class ComponentRangeMaterializer:
     """Materialises one split's approved component ledger (get one from
     ``ApprovedDataset.component_range_materializer``). Pass it to
     ``approved.split_data_loader(..., materializer=m)`` to batch its logical records."""
+
+    split: str
+    mode: str
+    max_rows: int | None
+    manifest_sha256: str
+    ledger_uri: str
+    ledger_sha256: str
+    #: What the loader's resume state binds: another ledger or mode counts other records.
+    view_sha256: str
+    _shards: dict[str, CompiledShard]
+    _storage: ReadableStorage
+    _data_format: str
+    _entries: tuple[ShardEntry, ...]
+    _descriptors: tuple[ShardDescriptor, ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("get a ComponentRangeMaterializer from ApprovedDataset.component_range_materializer(split)")
@@ -58,7 +73,7 @@ class ComponentRangeMaterializer:
         mode: str,
         max_rows: int | None,
         manifest_sha256: str,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: Sequence[ShardEntry],
         descriptors: Sequence[ShardDescriptor],
@@ -77,7 +92,6 @@ class ComponentRangeMaterializer:
         self._data_format = data_format
         self._entries = tuple(shards)
         self._descriptors = tuple(descriptors)
-        # What the loader's resume state binds: another ledger or mode counts other records.
         self.view_sha256 = sha256_hex(canonical_json({"ledger_sha256": self.ledger_sha256, "mode": mode}))
         return self
 
@@ -144,8 +158,6 @@ class ComponentRangeMaterializer:
     def collate(self, collate_fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
         """What the loader collates logical records with: ``collate_sequences`` takes lazy ranges;
         any other collate gets owned records (fresh arrays, nothing shared)."""
-        from trainvault.components.collate import collate_sequences
-
         return collate_fn if collate_fn is collate_sequences else _Owned(collate_fn)
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
@@ -162,26 +174,6 @@ class ComponentRangeMaterializer:
                 yield from (r.owned() for r in self.expand(entry, desc.blocks[j].first_record, records))
 
 
-class LazyRanges:
-    """Ranges of one packed record not yet copied out: an ``unpack`` record (one range) or a
-    ``group`` record (all of them). Internal to the loader: ``collate_sequences`` writes them
-    straight into its batch buffer; `owned` makes the records anything else gets."""
-
-    __slots__ = ("group", "ids", "mask", "packed_record_id", "ranges")
-
-    def __init__(self, packed_record_id: str, ids: Any, mask: Any, ranges: tuple[CompiledRange, ...], group: bool):
-        self.packed_record_id = packed_record_id
-        self.ids = ids
-        self.mask = mask
-        self.ranges = ranges
-        self.group = group
-
-    def owned(self) -> dict[str, Any]:
-        """The logical record, its arrays fresh copies."""
-        sequences = owned_sequences(self.packed_record_id, self.ids, self.mask, self.ranges)
-        return group_sequences(sequences) if self.group else sequences[0]
-
-
 class _Owned:
     """A user's collate, given owned records (picklable into DataLoader workers when it is)."""
 
@@ -192,89 +184,16 @@ class _Owned:
         return self.collate_fn([r.owned() for r in batch])
 
 
-#: Cached constants that outputs are copied from (never handed out): aranges for
-#: positions and targets, all-true rows for masks and ``ce_valid``. Grown on demand.
-_CACHE: dict[str, Any] = {}
-
-
-def _constants(rows: int) -> tuple[Any, Any, Any]:
-    """int32 and int64 aranges and an all-true bool array of at least `rows` entries."""
-    import numpy as np
-
-    cached = _CACHE.get("constants")
-    if cached is None or len(cached[0]) < rows:
-        size = max(rows, 8192 + 1, 0 if cached is None else 2 * len(cached[0]))
-        cached = _CACHE["constants"] = (
-            np.arange(size, dtype=np.int32),
-            np.arange(-1, size - 1, dtype=np.int64),
-            np.ones(size, dtype=np.bool_),
-        )
-        for a in cached:
-            a.flags.writeable = False
-    return cached
-
-
 def materialize_record(shard: CompiledShard, index: int, record: Any) -> list[dict[str, Any]]:
     """Record `index` of `shard` as unpack records (fresh arrays), in ledger order, after the custody checks."""
     pid, ids, mask, ranges = read_record(shard, index, record)
     return owned_sequences(pid, ids, mask, ranges) if ranges else []
 
 
-def owned_sequences(pid: str, ids: Any, mask: Any, ranges: Sequence[CompiledRange]) -> list[dict[str, Any]]:
-    """A record's ranges as unpack records whose arrays are fresh copies, never views of the record."""
-    import numpy as np
-
-    positions, shifted, true = _constants(max(r.row_hi - r.row_lo for r in ranges))
-    out = []
-    for r in ranges:
-        rid, cid, c, n, lo, hi = r.range_id, r.component_id, r.component_offset, r.length, r.row_lo, r.row_hi
-        rows = ids[lo:hi].copy()
-        m = hi - lo
-        if mask is None:  # all true: every row after the first bears loss, row t's target is t - 1
-            loss = true[:m].copy()
-            loss[0] = False
-            targets = shifted[1:m].copy()
-            valid = true[: m - 1].copy()
-        else:
-            loss = mask[lo:hi].copy()
-            loss[0] = False  # the predecessor, or the first token: context only
-            targets = np.flatnonzero(loss).astype(np.int64, copy=False)
-            targets -= 1
-            valid = true[: len(targets)].copy()
-        out.append(
-            {
-                "packed_record_id": pid,
-                "component_id": cid,
-                "range_id": rid,
-                "component_range": (c, c + n),
-                "record_range": (hi - n, hi),  # record positions of the range's own tokens
-                "input_ids": rows,
-                "position_ids": positions[:m].copy(),
-                "loss_mask": loss,
-                "target_row_indices": targets,
-                "ce_valid": valid,
-            }
-        )
-    return out
-
-
-def group_sequences(sequences: list[dict[str, Any]]) -> dict[str, Any]:
-    """One packed record's unpack records as a group record (``cu_seqlens`` from one cumsum)."""
-    import numpy as np
-
-    cu = np.zeros(len(sequences) + 1, dtype=np.int32)
-    np.cumsum([len(s["input_ids"]) for s in sequences], out=cu[1:])
-    return {
-        "packed_record_id": sequences[0]["packed_record_id"],
-        "component_sequences": sequences,
-        "cu_seqlens": cu,
-    }
-
-
 def open_materializer(
     *,
     checked: CheckedLedger | None,
-    custody: Storage,
+    custody: ReadableStorage,
     manifest: DataManifest,
     manifest_sha256: str,
     split: str,
@@ -325,10 +244,6 @@ def open_materializer(
 __all__ = [
     "MODES",
     "ComponentRangeMaterializer",
-    "LazyRanges",
-    "group_sequences",
     "materialize_record",
     "open_materializer",
-    "owned_sequences",
-    "read_record",
 ]

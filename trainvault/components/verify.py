@@ -23,7 +23,8 @@ from trainvault.errors import CustodyError, IntegrityError, ManifestError, Train
 from trainvault.formats.cutter import BlockCutter
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.publication.reader import ShardReader, read_descriptor
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import normalize_uri
 
 
 def check_ranges(shard: CompiledShard, index: int, record: Any) -> None:
@@ -129,7 +130,7 @@ class LedgerChecks:
         """The checked ledgers by split, once every covered shard was fed whole; else the first refusal in
         manifest order."""
         fed = {normalize_uri(c.entry.uri): c for c in self._checks}
-        for split, checked in self.ledgers.items():
+        for split in self.ledgers:
             for entry in self.manifest.splits[split].shards:
                 check = fed.get(normalize_uri(entry.uri))
                 if check is None:

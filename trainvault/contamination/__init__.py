@@ -4,7 +4,14 @@ Importing this package needs no numpy; building an index does (``trainvault[cont
 """
 
 from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, MethodSpec, Policy, VerifierContract
-from trainvault.contamination.dataset import load_index, read_report, scan_dataset, write_report
+from trainvault.contamination.dataset import (
+    ScanProgress,
+    load_index,
+    read_report,
+    scan_dataset,
+    terminal_progress,
+    write_report,
+)
 from trainvault.contamination.exclusions import (
     EXCLUSIONS_NAME,
     EXCLUSIONS_SIDECAR,
@@ -15,7 +22,6 @@ from trainvault.contamination.exclusions import (
 )
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
-from trainvault.contamination.progress import ScanProgress, terminal_progress
 from trainvault.contamination.release import (
     BenchmarkItems,
     EvaluationRelease,
@@ -28,7 +34,6 @@ from trainvault.contamination.release import (
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_records, scan_shard
 from trainvault.contamination.text_fields import TextFieldSurvey
-from trainvault.publication.bound import Bound, publish_document, read_document
 
 __all__ = [
     "DEFAULT_CONTRACT",
@@ -36,7 +41,6 @@ __all__ = [
     "EXCLUSIONS_SIDECAR",
     "V1_CONTRACT",
     "BenchmarkItems",
-    "Bound",
     "ContaminationReport",
     "EvalIndex",
     "EvaluationRelease",
@@ -57,9 +61,7 @@ __all__ = [
     "jsonl_benchmark",
     "load_index",
     "load_release",
-    "publish_document",
     "publish_release",
-    "read_document",
     "read_report",
     "reduce_report",
     "scan_dataset",

@@ -8,18 +8,18 @@ looser rules without the change showing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from trainvault.contamination.normalize import NORMALIZATION_ID, NORMALIZATION_V1, NormalizationSpec
 from trainvault.documents import Document, StrictModel
 
-METHOD_ID = "ngram-exact-v2"
-METHOD_V1 = "ngram-exact-v1"
+METHOD_ID: Final = "ngram-exact-v2"
+METHOD_V1: Final = "ngram-exact-v1"
 #: The normalisation each method id is bound to: a contract cannot pair them otherwise.
 METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_ID: NORMALIZATION_ID}
-HASH_ID = "blake2b64+poly64"
+HASH_ID: Final = "blake2b64+poly64"
 
 #: A non-negative fraction as ``[numerator, denominator]`` integers: no floats anywhere.
 Ratio = Annotated[list[int], Field(min_length=2, max_length=2)]

@@ -6,23 +6,43 @@ this helper does the same in a loop, for the CLI, tests and small datasets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Literal, TextIO
+
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.progress import (
-    ProgressCallback,
-    ScanProgress,
-    terminal_progress,
-)
 from trainvault.contamination.release import load_release
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_shard
+from trainvault.progress import Progress, terminal_bar
 from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.storage import StorageSource, storage_of
 
 
+class ScanProgress(Progress):
+    """Shards finished and shard bytes read, of the totals expected."""
+
+    @property
+    def shards_done(self) -> int:
+        return self.done
+
+    @property
+    def shards_total(self) -> int:
+        return self.total
+
+
+ScanProgressCallback = Callable[[ScanProgress], None]
+
+
+def terminal_progress(label: str = "contamination scan", stream: TextIO | None = None) -> ScanProgressCallback | None:
+    """A callback drawing a one-line bar on `stream` (stderr), or None when it is not a terminal."""
+    return terminal_bar(label, "shards", stream)
+
+
 def load_index(
-    vault: StorageSource,
+    storage: StorageSource,
     *,
     release_uri: str,
     contract_uri: str,
@@ -30,31 +50,31 @@ def load_index(
     contract_sha256: str | None = None,
 ) -> EvalIndex:
     """Read (and with digests, check) a release and a contract, and build their index."""
-    contract = read_document(storage_of(vault), VerifierContract, contract_uri, sha256=contract_sha256)
-    release = load_release(storage_of(vault), release_uri, sha256=release_sha256)
+    contract = read_document(storage_of(storage), VerifierContract, contract_uri, sha256=contract_sha256)
+    release = load_release(storage_of(storage), release_uri, sha256=release_sha256)
     return EvalIndex(contract.document, release, contract_sha256=contract.sha256)
 
 
 def scan_dataset(
-    vault: StorageSource,
+    storage: StorageSource,
     manifest_uri: str,
     index: EvalIndex,
     *,
     scan_manifest_sha256: str,
     producer_pins_sha256: str,
     manifest_sha256: str | None = None,
-    progress: ProgressCallback | bool | None = None,
+    progress: ScanProgressCallback | Literal[False] | None = None,
 ) -> ContaminationReport:
     """Scan every shard of the publication at `manifest_uri` and reduce the report.
 
     An identical shard listed twice is read once. `progress`: a callback, False for
     none, or None for a bar on stderr when it is a terminal.
     """
-    storage = storage_of(vault)
+    storage = storage_of(storage)
     publication = Publication.load(storage, manifest_uri, sha256=manifest_sha256)
     manifest, digest = publication.manifest, publication.sha256
     callback = terminal_progress() if progress is None else (progress or None)
-    entries = {}
+    entries: dict[str, ShardEntry] = {}
     for split in manifest.splits.values():
         for e in split.shards:
             entries.setdefault(e.sha256, e)
@@ -82,11 +102,11 @@ def scan_dataset(
     )
 
 
-def write_report(vault: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
+def write_report(storage: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
     """Publish the report create-only; its digest is of the bytes written."""
-    return publish_document(storage_of(vault), uri, report)
+    return publish_document(storage_of(storage), uri, report)
 
 
-def read_report(vault: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
+def read_report(storage: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:
     """Read a report, refusing bytes that do not match `sha256` when given."""
-    return read_document(storage_of(vault), ContaminationReport, uri, sha256=sha256)
+    return read_document(storage_of(storage), ContaminationReport, uri, sha256=sha256)

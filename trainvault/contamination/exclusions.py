@@ -112,7 +112,7 @@ def exclusions_from_report(report: ContaminationReport, *, report_sha256: str) -
     found: dict[tuple[str, str, int], tuple[str, set[tuple[str, str]]]] = {}
     for it in report.contaminated_items:
         for h in it.hits:
-            sha, reasons = found.setdefault((h.split, h.shard, h.record_index), (h.shard_sha256, set()))
+            _sha, reasons = found.setdefault((h.split, h.shard, h.record_index), (h.shard_sha256, set()))
             reasons.add((it.benchmark, it.item_id))
     records = [
         ExcludedRecord(

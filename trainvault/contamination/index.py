@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination.contract import VerifierContract
@@ -35,8 +35,9 @@ _FILTER_BITS = 20
 _FILTER_SIZE = 1 << _FILTER_BITS
 _FILTER_MULT = 0x9E3779B1
 
-UNCHECKABLE_TOO_SHORT = "too-short"
-UNCHECKABLE_TEMPLATE_ONLY = "template-only"
+UncheckableReason = Literal["too-short", "template-only"]
+UNCHECKABLE_TOO_SHORT: Final = "too-short"
+UNCHECKABLE_TEMPLATE_ONLY: Final = "template-only"
 
 
 def _numpy() -> Any:
@@ -107,7 +108,7 @@ class IndexedItem:
     #: Distinct n-grams searched for (whole-item items: 1); template n-grams excluded.
     total_ngrams: int
     #: Why the item cannot be checked (`too-short`, `template-only`), or None.
-    uncheckable: str | None
+    uncheckable: UncheckableReason | None
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ class EvalIndex:
         kept_all = []
         for item, grams, length in zip(bench.items, per_item, lengths, strict=False):
             kept = {g: p for g, p in grams.items() if g not in hot}
-            reason = None
+            reason: UncheckableReason | None = None
             if length < min_tokens:
                 reason = UNCHECKABLE_TOO_SHORT
             elif not kept:

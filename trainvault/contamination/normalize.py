@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator
 
@@ -25,12 +25,16 @@ from trainvault.contamination.escapes import decode, decode_utf8, decode_with_ma
 from trainvault.contamination.token_batch import TokenBatch, splice
 from trainvault.documents import StrictModel
 
-NORMALIZATION_ID = "tvnorm-v2"
-NORMALIZATION_V1 = "tvnorm-v1"
+NORMALIZATION_ID: Final = "tvnorm-v2"
+NORMALIZATION_V1: Final = "tvnorm-v1"
 
 # Whitespace that `bytes.split()` does not split on but `str.isspace` does: the ASCII
 # information separators. The byte table turns them into spaces so both agree.
 _ASCII_SEPARATORS = bytes(b for b in range(128) if chr(b).isspace() or unicodedata.category(chr(b))[0] in "PS")
+
+
+def _punctuation_and_symbols() -> list[Literal["P", "S"]]:
+    return ["P", "S"]
 
 
 class NormalizationSpec(StrictModel):
@@ -39,7 +43,7 @@ class NormalizationSpec(StrictModel):
     id: Literal["tvnorm-v1", "tvnorm-v2"] = NORMALIZATION_ID
     nfkc: Literal[True] = True
     casefold: Literal[True] = True
-    strip_categories: list[Literal["P", "S"]] = Field(default_factory=lambda: ["P", "S"])
+    strip_categories: list[Literal["P", "S"]] = Field(default_factory=_punctuation_and_symbols)
     map_digits: bool = False
     strip_diacritics: bool = False
 
@@ -135,10 +139,8 @@ class Normalizer:
         # The same, with every non-ASCII byte as 0x80: `find` (memchr) then locates the
         # words that need Unicode treatment; their bytes are taken from the original.
         self._mark_table = bytes(table[:128]) + b"\x80" * 128
-        # For batches: 0xFF (never in UTF-8) joins texts and becomes the marker token "A",
-        # which no normalised token equals (tokens are casefolded).
-        self._batch_table = bytes(table[:128]) + b"\x80" * 127 + b"A"
-        # The same, keeping non-ASCII bytes (0xFF, never in UTF-8, still becomes "A").
+        # For batches, keeping non-ASCII bytes: 0xFF (never in UTF-8) joins texts and becomes
+        # the marker token "A", which no normalised token equals (tokens are casefolded).
         self._keep_table = bytes(table[:128]) + bytes(range(128, 255)) + b"A"
         # Original bytes of a word holding non-ASCII -> its tokens.
         self._word_cache: dict[bytes, tuple[bytes, ...]] = {}
@@ -269,14 +271,14 @@ class Normalizer:
             # U+0338 (never simple, so only in these words): '<', '=', '>' may compose
             # with it (see `normalized_utf8`); only a word holding it can compose.
             keys = [raw[a - 1 : b] if raw[a - 1] in b"<=>" and b"\xcc\xb8" in raw[a:b] else raw[a:b] for a, b in pairs]
-        norms = list(map(cache.get, keys))
-        if None in norms:
-            if len(cache) >= _WORD_CACHE_LIMIT:
-                cache.clear()
-            for i, key in enumerate(keys):
-                if norms[i] is None:
-                    norms[i] = cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
-        return norms  # type: ignore[return-value]
+        hits = list(map(cache.get, keys))
+        if None in hits and len(cache) >= _WORD_CACHE_LIMIT:
+            cache.clear()
+        return [self._cache_word(key) if hit is None else hit for key, hit in zip(keys, hits, strict=True)]
+
+    def _cache_word(self, key: bytes) -> tuple[bytes, ...]:
+        norm = self._word_cache[key] = tuple(self.reference_tokens(key.decode("utf-8")))
+        return norm
 
     def _slow_positions(self, np: Any, arr: Any, hi: Any) -> Any:
         """Positions (in `arr`) of non-ASCII characters that need per-word normalisation.
@@ -403,6 +405,3 @@ def _non_ascii_chunks(text: str) -> list[tuple[int, int]]:
         out.append((a, b))
         m = _NON_ASCII.search(text, b)
     return out
-
-
-DEFAULT_NORMALIZATION = NormalizationSpec()

@@ -21,8 +21,8 @@ from trainvault.errors import ContaminationError, IntegrityError, ManifestError,
 from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
-from trainvault.uris import resolve_uri
+from trainvault.storage import StorageSource, storage_of, storage_or_default
+from trainvault.uris import join_uri, normalize_uri, parent_uri, resolve_uri
 
 RELEASE_NAME = "evaluation-release-v1.json"
 
@@ -182,14 +182,14 @@ def jsonl_benchmark(
     id_field: str = "id",
     text_fields: Sequence[str] = ("text",),
     split: str = "test",
-    storage: Storage | None = None,
+    storage: StorageSource | None = None,
 ) -> BenchmarkItems:
     """A benchmark from a JSONL file (a path or URI, or its bytes); only id and text fields are kept."""
     if isinstance(source, bytes):
         data, where = source, f"benchmark {name!r} (JSONL bytes)"
     else:
         where = normalize_uri(source)
-        data = (storage or Storage()).get(where)
+        data = storage_or_default(storage).get(where)
         if where.endswith(".gz"):
             data = gzip.decompress(data)
     rows = parse_jsonl(data, where)
@@ -218,12 +218,13 @@ class LoadedRelease:
 
 
 def publish_release(
-    storage: Storage, root_uri: str, release_id: str, benchmarks: Iterable[BenchmarkItems]
+    storage: StorageSource, root_uri: str, release_id: str, benchmarks: Iterable[BenchmarkItems]
 ) -> Bound[EvaluationRelease]:
     """Write each benchmark's item file, then the release document, create-only, under `root_uri`.
 
     Item files are ``items/<name>.jsonl`` next to ``evaluation-release-v1.json``.
     """
+    storage = storage_of(storage)
     entries = []
     for b in benchmarks:
         data = b.jsonl_bytes()
@@ -243,8 +244,9 @@ def publish_release(
     return publish_document(storage, join_uri(root_uri, RELEASE_NAME), release)
 
 
-def load_release(storage: Storage, uri: str, *, sha256: str | None = None) -> LoadedRelease:
+def load_release(storage: StorageSource, uri: str, *, sha256: str | None = None) -> LoadedRelease:
     """Read a release and all its item files, each checked against its size and SHA-256."""
+    storage = storage_of(storage)
     bound = read_document(storage, EvaluationRelease, uri, sha256=sha256)
     base = parent_uri(bound.uri)
     loaded = []

@@ -19,15 +19,13 @@ from pydantic import ConfigDict, Field, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import MethodSpec, Policy
-from trainvault.contamination.index import EvalIndex, IndexedBenchmark
+from trainvault.contamination.index import EvalIndex, IndexedBenchmark, UncheckableReason
 from trainvault.contamination.scan import ShardHit, ShardScanResult
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError
 from trainvault.publication.manifest import DataManifest, natural_key
 from trainvault.refs import Sha256
 from trainvault.version import __version__
-
-REPORT_NAME = "contamination-report-v1.json"
 
 
 class ReleaseRef(StrictModel):
@@ -96,7 +94,7 @@ class UncheckableItem(StrictModel):
     item_id: str
     item_sha256: Sha256
     tokens: int = Field(ge=0)
-    reason: Literal["too-short", "template-only"]
+    reason: UncheckableReason
 
 
 class ToolInfo(StrictModel):
@@ -346,7 +344,7 @@ def _judge_benchmark(
                     item_id=item.item_id,
                     item_sha256=item.item_sha256,
                     tokens=item.n_tokens,
-                    reason=item.uncheckable,  # type: ignore[arg-type]
+                    reason=item.uncheckable,
                 )
             )
             continue

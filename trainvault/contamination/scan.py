@@ -25,7 +25,7 @@ from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import Sha256
-from trainvault.storage import Storage
+from trainvault.storage import Storage, StorageSource, storage_of
 
 #: Bytes requested per streamed chunk while reading a shard.
 STREAM_CHUNK = 8 << 20
@@ -82,7 +82,12 @@ class ShardScanResult(Document):
     items: list[ShardItemHits]
 
 
-def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+def _shifted(record_id: Callable[[int], str | None], lo: int) -> Callable[[int], str | None]:
+    """`record_id` of positions counted from `lo`."""
+    return lambda i: record_id(lo + i)
+
+
+def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """Merge (field, start, end) windows of one record into maximal overlapping runs."""
     out: list[tuple[int, int, int]] = []
     for f, s, e in sorted(windows):
@@ -91,7 +96,7 @@ def _merge(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
                 out[-1] = (f, out[-1][1], e)
         else:
             out.append((f, s, e))
-    return out  # type: ignore[return-value]
+    return out
 
 
 class _Texts:
@@ -173,7 +178,7 @@ class _Accumulator:
                     )
                 raws.extend(raws_f)
                 texts.append((f, values))
-            self._scan(raws, _Texts(first + lo, texts, lambda i, chunk=chunk: self._record_id(chunk[i])))
+            self._scan(raws, _Texts(first + lo, texts, self._ids_of(chunk)))
         self.records = first + len(records)
 
     def add_text(self, block: BlockText) -> None:
@@ -184,7 +189,7 @@ class _Accumulator:
             hi = min(lo + BATCH_RECORDS, n)
             texts = [(f, values[lo:hi]) for f, values in enumerate(block.fields)]
             raws = [raw for _, values in texts for raw in values]
-            self._scan(raws, _Texts(first + lo, texts, lambda i, lo=lo: block.record_id(lo + i)))
+            self._scan(raws, _Texts(first + lo, texts, _shifted(block.record_id, lo)))
         self.records = first + n
 
     def _scan(self, raws: list[bytes], texts: _Texts) -> None:
@@ -236,6 +241,10 @@ class _Accumulator:
                             char_end=spans[e - 1][1],
                         )
                     )
+
+    def _ids_of(self, chunk: list[Mapping[str, Any]]) -> Callable[[int], str | None]:
+        """Record id of the record at each position of `chunk`."""
+        return lambda i: self._record_id(chunk[i])
 
     def _record_id(self, record: Mapping[str, Any]) -> str | None:
         if self.record_id_field is None:
@@ -292,7 +301,7 @@ def scan_records(
 
 
 def scan_shard(
-    storage: Storage,
+    storage: StorageSource,
     data_format: str,
     entry: ShardEntry,
     index: EvalIndex,
@@ -312,6 +321,7 @@ def scan_shard(
     over the same single read). `descriptor`: the shard's descriptor, already read and checked
     against `entry` (else it is read from storage).
     """
+    storage = storage_of(storage)
     reader = ShardReader(storage, entry, data_format, descriptor)
     acc = _Accumulator(index)
     text = BlockTextReader(acc.fields, acc.record_id_field) if isinstance(reader.format, MsgpackZstFormat) else None
@@ -334,8 +344,10 @@ def _add_block(
 ) -> None:
     """Decode block `k`'s verified bytes and scan its records (msgpack.zst text as stored, by `text`);
     `survey` observes them; `on_records` gets them decoded."""
-    payload = reader.inflate(k, data) if text is not None else None
-    block = text.read(payload) if text is not None else None
+    payload = block = None
+    if text is not None:
+        payload = reader.inflate(k, data)
+        block = text.read(payload)
     if block is None:
         records = reader.decode(k, data) if payload is None else reader.records(k, payload)
         acc.add(records, uri)

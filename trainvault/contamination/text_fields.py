@@ -105,7 +105,7 @@ def _is_string(value: Any, raw: bool) -> bool:
 
 
 def _utf8(value: str | bytes) -> bytes:
-    return value if type(value) is bytes else value.encode("utf-8", "surrogatepass")
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
 
 
 def _strings(value: Any, path: str, out: dict[Any, list[bytes]], raw: bool) -> None:

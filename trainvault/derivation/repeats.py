@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from trainvault.errors import ManifestError
 from trainvault.publication.manifest import NO_STAGE, ShardEntry, validate_name
@@ -25,7 +25,7 @@ from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.publication.saver import DatasetSaver
 
-NumRepeats = Union[int, Mapping[str, int], None]
+NumRepeats = int | Mapping[str, int] | None
 
 
 @dataclass(frozen=True)

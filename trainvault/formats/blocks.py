@@ -75,7 +75,7 @@ class ShardFormat(Protocol):
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         """Per-shard decoding context built from the trailer (None for most formats)."""
 
-    def inflate_block(self, data: bytes, block_index: int, context: Any) -> Any:
+    def inflate_block(self, data: bytes | memoryview, block_index: int, context: Any) -> Any:
         """The codec work on one verified block; raises `DecodeError` for bytes that do not decode."""
 
     def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:
@@ -93,7 +93,6 @@ class EncodedShard:
     record_count: int
     blocks: list[BlockRef]
     trailer: ByteRange | None = None
-    raw_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,22 +207,17 @@ class _PipelinedBlocks:
         self._shard.place(job.start, job.count, data, digest)
 
 
-@dataclass
-class _Tally:
-    records: int = 0
-    raw_bytes: int = 0
-
-
 def _add_records(
     encoder: BlockEncoder,
     records: Iterable[Mapping[str, Any]],
     blocks: _InlineBlocks | _PipelinedBlocks,
     block_bytes: int,
     name: str,
-) -> _Tally:
-    """Feed `records` to `encoder`, cutting a block whenever `block_bytes` of raw payload are buffered."""
+) -> int:
+    """Feed `records` to `encoder`, cutting a block whenever `block_bytes` of raw payload are buffered;
+    returns the number of records."""
     add = encoder.add
-    pending = first = count = raw_total = 0
+    pending = first = count = 0
     for record in records:
         if type(record) is not dict and not isinstance(record, Mapping):
             raise EncodeError(f"{name}: record {count} is a {type(record).__name__}, not a mapping; records are dicts")
@@ -235,14 +229,13 @@ def _add_records(
             raise EncodeError(f"{name}: record {count} cannot be encoded: {exc}") from None
         count += 1
         pending += size
-        raw_total += size
         if pending >= block_bytes:
             blocks.cut(first, count - first)
             pending, first = 0, count
     if count > first:
         blocks.cut(first, count - first)
     blocks.drain()
-    return _Tally(count, raw_total)
+    return count
 
 
 def encode_shard(
@@ -268,17 +261,16 @@ def encode_shard(
     cut_block = getattr(encoder, "cut_block", None)
     blocks = _PipelinedBlocks(cut_block, shard) if cut_block else _InlineBlocks(encoder, shard)
     try:
-        tally = _add_records(encoder, records, blocks, block_bytes, name)
+        record_count = _add_records(encoder, records, blocks, block_bytes, name)
     finally:
         blocks.close()
-    trailer = shard.place_trailer(encoder.finish() if tally.records else b"")
+    trailer = shard.place_trailer(encoder.finish() if record_count else b"")
     return EncodedShard(
         data=shard.out,
         sha256=shard.whole.hexdigest(),
-        record_count=tally.records,
+        record_count=record_count,
         blocks=shard.blocks,
         trailer=trailer,
-        raw_bytes=tally.raw_bytes,
     )
 
 

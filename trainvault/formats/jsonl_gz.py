@@ -85,7 +85,7 @@ class JsonlGzFormat(ShardFormat):
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         return None
 
-    def inflate_block(self, data: bytes, block_index: int, context: Any) -> bytes:
+    def inflate_block(self, data: bytes | memoryview, block_index: int, context: Any) -> bytes:
         """The block's JSON lines (zlib releases the GIL)."""
         inflater = zlib.decompressobj(31)  # gzip wrapper
         try:

@@ -196,7 +196,7 @@ class MsgpackZstFormat(ShardFormat):
     def open_context(self, trailer: bytes | None, size_bytes: int) -> Any:
         return None
 
-    def inflate_block(self, data: bytes, block_index: int, context: Any) -> bytes:
+    def inflate_block(self, data: bytes | memoryview, block_index: int, context: Any) -> bytes:
         """The block's msgpack payload (zstd releases the GIL)."""
         try:
             return _decompressor().decompress(data)

@@ -107,7 +107,7 @@ class _Encoder:
 class _Sparse(io.RawIOBase):
     """A read-only file of `size` bytes of which only some regions are known (rest reads as zeros)."""
 
-    def __init__(self, size: int, regions: list[tuple[int, bytes]]):
+    def __init__(self, size: int, regions: list[tuple[int, bytes | memoryview]]):
         self._size, self._regions, self._pos = size, regions, 0
 
     def readable(self) -> bool:
@@ -148,10 +148,11 @@ class _Footer:
         # A block ends where its row group's last column chunk ends (block 0 also
         # carries the leading magic), so place the bytes by their end.
         rg = self.metadata.row_group(block_index)
-        return max(
+        end: int = max(
             (c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size
             for c in (rg.column(i) for i in range(rg.num_columns))
         )
+        return end
 
 
 class ParquetFormat(ShardFormat):
@@ -175,7 +176,7 @@ class ParquetFormat(ShardFormat):
             raise DecodeError(f"the parquet footer does not parse: {exc}") from None
         return _Footer(size_bytes, trailer, meta)
 
-    def inflate_block(self, data: bytes, block_index: int, context: _Footer) -> Any:
+    def inflate_block(self, data: bytes | memoryview, block_index: int, context: _Footer) -> Any:
         """The block's row group as an Arrow table (Arrow decodes without the GIL)."""
         pq = _pq()
         size, trailer = context.size_bytes, context.trailer
@@ -189,6 +190,7 @@ class ParquetFormat(ShardFormat):
     def block_records(self, inflated: Any, block_index: int) -> list[dict[str, Any]]:
         pa = _pa()
         try:
-            return inflated.to_pylist()
+            records: list[dict[str, Any]] = inflated.to_pylist()
         except pa.ArrowException as exc:
             raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None
+        return records

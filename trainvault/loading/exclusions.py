@@ -15,7 +15,7 @@ from trainvault.errors import ConfigurationError
 from trainvault.publication.manifest import DataManifest, ShardEntry
 
 
-class Exclusions:
+class ExclusionSet:
     """A checked exclusion set: for each shard key, its excluded record indices, sorted."""
 
     def __init__(self, exclude: Mapping[str, Collection[int]], manifest: DataManifest):
@@ -56,9 +56,9 @@ class Exclusions:
         return sha256_hex(canonical_json(mine)) if mine else None
 
     def __repr__(self) -> str:
-        return f"Exclusions({sum(map(len, self.by_key.values()))} records in {len(self.by_key)} shard(s))"
+        return f"ExclusionSet({sum(map(len, self.by_key.values()))} records in {len(self.by_key)} shard(s))"
 
 
-def check_exclude(exclude: Any, manifest: DataManifest) -> Exclusions | None:
+def check_exclude(exclude: Any, manifest: DataManifest) -> ExclusionSet | None:
     """`exclude` as given to the loader, checked (None: nothing excluded)."""
-    return None if exclude is None else Exclusions(exclude, manifest)
+    return None if exclude is None else ExclusionSet(exclude, manifest)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -28,7 +28,7 @@ from trainvault.loading.metrics import StageTimes
 from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 DEFAULT_THREADS = 4
 #: An object-store run never spans more blocks than this (nor half the lookahead), so reads overlap.
@@ -37,7 +37,8 @@ MAX_RUN_BLOCKS = 8
 
 def block_runs(wanted: Iterable[tuple[int, int]], longest: int) -> Iterator[tuple[int, list[int]]]:
     """(shard, consecutive block indices) of `wanted`, in its order, at most `longest` blocks each."""
-    shard, run = -1, []
+    shard = -1
+    run: list[int] = []
     for s, b in wanted:
         if run and (s != shard or b != run[-1] + 1 or len(run) >= longest):
             yield shard, run
@@ -53,7 +54,7 @@ class BlockFetcher:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
         descriptors: tuple[ShardDescriptor, ...],
@@ -135,7 +136,7 @@ class BlockFetcher:
 
     def iter_blocks(
         self, wanted: Iterable[tuple[int, int]], lookahead: int, watchdog: Watchdog | None = None
-    ) -> Iterator[list[dict[str, Any]]]:
+    ) -> Generator[list[dict[str, Any]], None, None]:
         """Records of each (shard, block) in `wanted`, in that order. While it waits for a read,
         a `watchdog` that gives up (``on_stall="raise"``) ends the wait with its error."""
         runs = block_runs(wanted, self.run_blocks(lookahead))

@@ -21,7 +21,7 @@ from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_
 from trainvault.loading.view import RecordView
 from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
@@ -29,13 +29,13 @@ Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
 
 
-class SplitIterableDataset(torch.utils.data.IterableDataset):
+class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
     """One rank's batches of a selection, dealt over the DataLoader's workers."""
 
     def __init__(
         self,
         *,
-        storage: Storage,
+        storage: ReadableStorage,
         data_format: str,
         shards: tuple[ShardEntry, ...],
         descriptors: tuple[ShardDescriptor, ...],
@@ -179,8 +179,8 @@ class SplitIterableDataset(torch.utils.data.IterableDataset):
                             if self.view is not None:
                                 block = self._expand(self.view, i, block)
                             window.extend(block)
-                        perm = order.record_permutation(needed[next_window])
-                        loaded[needed[next_window]] = (window, None if perm is None else perm.tolist())
+                        shuffled = order.record_permutation(needed[next_window])
+                        loaded[needed[next_window]] = (window, None if shuffled is None else shuffled.tolist())
                         next_window += 1
                     window, perm = loaded[k]
                     if perm is None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch.utils.data
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from trainvault.errors import ConfigurationError, ResumeStateError
 from trainvault.loading.iterable import Item, SplitIterableDataset
@@ -26,12 +27,12 @@ from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
 from trainvault.loading.watchdog import Watchdog
 
 
-def passthrough(item: Item) -> Item:
+def passthrough(item: Any) -> Any:
     """The DataLoader's own collate: batches are collated inside the dataset already."""
     return item
 
 
-class TrainVaultDataLoader(torch.utils.data.DataLoader):
+class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
     """A `torch.utils.data.DataLoader` over one selection, with `state_dict()`,
     `load_state_dict()`, `describe_state()`, `trace()` and `figures()`."""
 
@@ -111,6 +112,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             return [*self._history[:-1], point]  # no step was dealt from the last point
         return [*self._history, point]
 
+    # torch types DataLoader.__iter__ as its private _BaseDataLoaderIter; this one yields the same batches.
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self.split_dataset
         self._history = self._history_now()
@@ -123,7 +125,8 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader):
             if self._workers_first is not None and not ds.infinite:
                 natural = (self._workers_first[0] + self._workers_iterations, 0)
             if self._iterator is not None and natural != (epoch, position):
-                self._iterator._shutdown_workers()  # type: ignore[attr-defined]
+                if isinstance(self._iterator, _MultiProcessingDataLoaderIter):
+                    self._iterator._shutdown_workers()
                 self._iterator = None
             if self._iterator is None:
                 self._workers_first, self._workers_iterations = (epoch, position), 0

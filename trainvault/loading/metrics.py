@@ -121,7 +121,7 @@ def _named(sums: list[float], steps: int) -> dict[str, float]:
     out: dict[str, float] = {"steps": steps, "data_wait_s": max(0.0, sums[0])}
     for name, v in zip(FIELDS, sums[1:], strict=False):
         # Sums of floats added and taken away drift by ~1e-17; counts are whole.
-        out[name] = max(0.0, v) if name.endswith("_s") else int(round(v))
+        out[name] = max(0.0, v) if name.endswith("_s") else round(v)
     return out
 
 

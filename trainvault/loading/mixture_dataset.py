@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS, Item
+from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
 from trainvault.loading.mixture_schedule import Timeline
 from trainvault.loading.mixture_source import ComponentSource, WindowKey, groups
 from trainvault.loading.order import RankSchedule, Redeal, worker_batches
+
+#: What a mixture worker yields: (step, epoch, position after the batch, collated batch).
+MixtureItem = tuple[int, int, int, Any]
 
 #: The schedule of a stream that never ends counts this many records.
 ENDLESS = 1 << 62
 #: How many batches the read-ahead plans past the batch being formed (at least): a component absent
 #: from them (rare, or removed by a revision) is read when it is next needed.
 PLAN_HORIZON_BATCHES = 256
-_END = object()
 
 #: Records planned together (whole batches, at least one): the schedule and lookups run
 #: vectorised over all their slots, so fixed costs per plan stay small against the records.
@@ -70,7 +72,7 @@ def window_ids(c: int, draws: np.ndarray, epochs: np.ndarray, windows: np.ndarra
     return np.cumsum(change) - 1
 
 
-class MixtureIterableDataset(torch.utils.data.IterableDataset):
+class MixtureIterableDataset(torch.utils.data.IterableDataset[MixtureItem]):
     """One rank's batches of a mixture run from its last re-dealing point."""
 
     def __init__(
@@ -129,15 +131,15 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
         shuffle = any(s.shuffle for s in self.sources)
         return max(1, round(2 * per * (1 if shuffle else 8) / (self.batch_size * self.world_size)))
 
-    def __iter__(self) -> Iterator[Item]:
+    def __iter__(self) -> Iterator[MixtureItem]:
         info = torch.utils.data.get_worker_info()
         num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         schedule = self.schedule(self.point)
         mine = worker_batches(len(schedule), self.chunk(num_workers), num_workers, worker)
         return self._generate(_Planner(self, schedule, mine))
 
-    def _generate(self, planner: _Planner) -> Iterator[Item]:
-        streams: dict[int, Iterator[list[Any]]] = {}
+    def _generate(self, planner: _Planner) -> Iterator[MixtureItem]:
+        streams: dict[int, Generator[list[Any], None, None]] = {}
         cache: dict[WindowKey, list[Any]] = {}
         try:
             while (plan := planner.next_plan()) is not None:
@@ -157,10 +159,14 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
                     yield t, 0, after, self.collate_fn(records)
         finally:
             for stream in streams.values():
-                stream.close()  # type: ignore[attr-defined]
+                stream.close()
 
     def _load_next(
-        self, c: int, planner: _Planner, streams: dict[int, Iterator[list[Any]]], cache: dict[WindowKey, list[Any]]
+        self,
+        c: int,
+        planner: _Planner,
+        streams: dict[int, Generator[list[Any], None, None]],
+        cache: dict[WindowKey, list[Any]],
     ) -> None:
         """Read component c's next planned window into `cache`, dropping its older one."""
         key = planner.next_load(c)
@@ -169,8 +175,8 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset):
             del cache[old]  # windows of a component are needed in order: an older one never again
         window: list[Any] = []
         for i in source.window_plan_blocks(key[1], key[2]):
-            block = next(streams[c], _END) if c in streams else _END
-            if block is _END:  # its read-ahead stopped at the plan horizon: read on from here
+            block = next(streams[c], None) if c in streams else None
+            if block is None:  # its read-ahead stopped at the plan horizon: read on from here
                 lookahead = source.window_blocks if source.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
                 streams[c] = source.fetcher.iter_blocks(planner.fetch_blocks(c), lookahead)
                 block = next(streams[c])

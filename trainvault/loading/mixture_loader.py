@@ -17,11 +17,12 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import torch.utils.data
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from trainvault.errors import ConfigurationError, ResumeStateError, SelectionError
 from trainvault.loading.loader import passthrough
 from trainvault.loading.mixture import Mixture, MixtureComponent
-from trainvault.loading.mixture_dataset import MixtureIterableDataset
+from trainvault.loading.mixture_dataset import MixtureItem, MixtureIterableDataset
 from trainvault.loading.mixture_schedule import Timeline
 from trainvault.loading.mixture_source import ComponentSource
 from trainvault.loading.mixture_state import ComponentIdentity, MixtureState, RedealEntry, RevisionEntry
@@ -55,7 +56,7 @@ class Revision:
     mixture: Mixture
 
 
-class MixtureDataLoader(torch.utils.data.DataLoader):
+class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
     """A `torch.utils.data.DataLoader` over a mixture, with `set_mixture()`, `state_dict()`,
     `load_state_dict()`, `trace()` and `mixture_report()`."""
 
@@ -188,6 +189,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
 
     # -- iteration -------------------------------------------------------------------------
 
+    # torch types DataLoader.__iter__ as its private _BaseDataLoaderIter; this one yields the same batches.
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return self._stream()
 
@@ -195,7 +197,8 @@ class MixtureDataLoader(torch.utils.data.DataLoader):
         ds = self._mixture_dataset
         ds.set_run(self._sources, self._timeline, self._point(self._step, self._position))
         if self._iterator is not None:  # persistent workers hold an older copy of the dataset
-            self._iterator._shutdown_workers()  # type: ignore[attr-defined]
+            if isinstance(self._iterator, _MultiProcessingDataLoaderIter):
+                self._iterator._shutdown_workers()
             self._iterator = None
         if self.num_workers == 0 and not self.pin_memory:
             return iter(ds)

@@ -31,12 +31,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 
 #: A leaf (component index) or a node (a, b, left, right): left share a/b.
-Tree = Union[int, tuple[int, int, "Tree", "Tree"]]
+Tree: TypeAlias = int | tuple[int, int, "Tree", "Tree"]
 _INT64_SAFE = 1 << 60
 #: Largest tree period assigned by table lookup (three int64 tables of this length, 1.5 MiB;
 #: a process keeps the 16 latest).

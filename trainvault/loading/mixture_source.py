@@ -107,7 +107,8 @@ class ComponentSource:
     def _members(self, order: EpochOrder, k: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Window member of each pass position `pos` in window `k` (its shuffled place)."""
         if not order.shuffle:
-            return pos - order.window_start[k]
+            members: np.ndarray = pos - order.window_start[k]
+            return members
         out = np.empty_like(pos)
         for w, at in groups(k):
             local = pos[at] - int(order.window_start[w])

@@ -48,7 +48,7 @@ class RedealEntry(StrictModel):
 
     @classmethod
     def of(cls, point: Redeal) -> RedealEntry:
-        remainder = REMAINDER_DROP if point.drop_last else REMAINDER_PAD
+        remainder: Literal["pad", "drop"] = REMAINDER_DROP if point.drop_last else REMAINDER_PAD
         return cls(
             step=point.step,
             slot=point.position,

@@ -56,7 +56,7 @@ def _read(sources: Sequence[ComponentSource], located: Sequence[tuple[int, int, 
             for b in needed:
                 decoded[(c, b)] = source.plan.keep(b, next(stream))
         finally:
-            stream.close()  # type: ignore[attr-defined]
+            stream.close()
     return [decoded[(c, b)][r] for b, r, c in located]
 
 

@@ -34,14 +34,17 @@ import bisect
 import hashlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final, TypeVar
 
 import numpy as np
 
 from trainvault.canonical import canonical_json
 from trainvault.errors import ConfigurationError, SelectionError
 
-REMAINDER_PAD = "pad"
-REMAINDER_DROP = "drop"
+REMAINDER_PAD: Final = "pad"
+REMAINDER_DROP: Final = "drop"
+
+R = TypeVar("R")
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -85,7 +88,7 @@ class BlockPlan:
     def __len__(self) -> int:
         return len(self.records)
 
-    def keep(self, i: int, records: list[object]) -> list[object]:
+    def keep(self, i: int, records: list[R]) -> list[R]:
         """The records plan block `i` deals, from its decoded stored records."""
         kept = self.kept.get(i)
         return records if kept is None else [records[j] for j in kept]
@@ -294,7 +297,7 @@ def chunk_batches(order: EpochOrder, batch_size: int, world_size: int, num_worke
     if num_workers <= 1 or order.windows == 0:
         return 1
     per_window = order.total / order.windows
-    target = 2 * per_window * (1 if order.shuffle else 8)
+    target: float = 2 * per_window * (1 if order.shuffle else 8)
     return max(1, round(target / (batch_size * world_size)))
 
 

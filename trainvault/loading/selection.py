@@ -65,8 +65,8 @@ def select(
         stages = list(curriculum_stages)
     if not all(isinstance(s, str) for s in stages):
         raise TypeError(f"stage names are str, got {stages!r}")
-        if len(set(stages)) != len(stages):
-            raise SelectionError(f"curriculum_stages lists a stage twice: {stages}")
+    if len(set(stages)) != len(stages):
+        raise SelectionError(f"curriculum_stages lists a stage twice: {stages}")
     known = sorted(entries.curricula)
     unknown = [s for s in stages if s not in entries.curricula]
     if unknown:

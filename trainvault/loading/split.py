@@ -14,7 +14,7 @@ from trainvault.loading.view import RecordView
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import read_descriptor
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 
 #: Blocks per shuffle window. A window is decoded whole, so a worker holds about two
 #: windows of decoded records (the current one and the one read ahead): with the default
@@ -74,7 +74,7 @@ class SplitDataLoader:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: ReadableStorage,
         manifest_uri: str | Publication,
         *,
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,

@@ -220,10 +220,10 @@ def _run_fields(state: Mapping[str, Any]) -> dict[str, Any]:
         remainder = _typed(h, "remainder", str)
         if remainder not in (REMAINDER_PAD, REMAINDER_DROP):
             raise ResumeStateError(f"loader state history remainder must be pad or drop, got {remainder!r}")
-        point = Redeal(
-            *(_typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")),
-            drop_last=remainder == REMAINDER_DROP,
+        step, epoch, position, batch_size, world_size = (
+            _typed(h, name, int) for name in ("step", "epoch", "position", "batch_size", "world_size")
         )
+        point = Redeal(step, epoch, position, batch_size, world_size, drop_last=remainder == REMAINDER_DROP)
         if min(point.step, point.epoch, point.position) < 0 or min(point.batch_size, point.world_size) < 1:
             raise ResumeStateError(f"loader state history entry {h!r} is out of range")
         points.append(point)

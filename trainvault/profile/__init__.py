@@ -1,6 +1,5 @@
-"""Dataset profiles: mergeable metrics per split, task-data validation, metrics sidecars, repeats."""
+"""Dataset profiles: mergeable metrics per split, task-data validation, metrics sidecars."""
 
-from trainvault.derivation.repeats import CollatedShard, SourceDataset, collate_sources, resolve_num_repeats
 from trainvault.profile.accumulators import MAX_CATEGORICAL_LABELS, AvgMinMax, CategoricalMetrics, StringMetrics
 from trainvault.profile.metrics import DatasetMetrics, ExtraMetricsHook, json_dumped_number_of_words, task_identity
 from trainvault.profile.sidecar import (
@@ -33,7 +32,6 @@ __all__ = [
     "MAX_RECORDED_OFFENDING_ROWS",
     "AvgMinMax",
     "CategoricalMetrics",
-    "CollatedShard",
     "DatasetMetrics",
     "DatasetProfile",
     "ExtraMetricsHook",
@@ -42,20 +40,17 @@ __all__ = [
     "ProfileSettings",
     "ShardProfile",
     "SidecarRef",
-    "SourceDataset",
     "SplitProfile",
     "StringMetrics",
     "TaskDataValidator",
     "ValidationMode",
     "approval_sidecars",
-    "collate_sources",
     "differing_keys",
     "json_dumped_number_of_words",
     "load_schema",
     "profile_publication",
     "profile_shard",
     "read_metrics_sidecar",
-    "resolve_num_repeats",
     "sidecar_name",
     "sidecar_uri",
     "task_identity",

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 from trainvault.errors import ProfileError
 from trainvault.profile.accumulators import AvgMinMax, CategoricalMetrics, StringMetrics
 from trainvault.publication.manifest import validate_name
 
-ExtraValue = Union[int, float, str, bool, None]
+ExtraValue = int | float | str | bool | None
 #: ``hook(row) -> {name: value}``. Numbers feed an `AvgMinMax`, strings and bools a
 #: `CategoricalMetrics` (bools as "true"/"false"); None observes nothing. A name keeps the
 #: kind of its first value. The hook must be deterministic: its results are published.
@@ -140,10 +140,10 @@ class DatasetMetrics:
             if isinstance(acc, AvgMinMax) != numeric:
                 kind = "numbers" if isinstance(acc, AvgMinMax) else "labels"
                 raise ProfileError(f"extra metric {name!r} held {kind} and now got {value!r}; a metric keeps one kind")
-            if numeric:
-                acc.observe(value)  # type: ignore[arg-type]
-            else:
-                acc.observe(("true" if value else "false") if isinstance(value, bool) else value)  # type: ignore[arg-type]
+            if isinstance(acc, AvgMinMax) and isinstance(value, (int, float)):
+                acc.observe(value)
+            elif isinstance(acc, CategoricalMetrics) and isinstance(value, (str, bool)):
+                acc.observe(("true" if value else "false") if isinstance(value, bool) else value)
 
     def _categorical(self) -> CategoricalMetrics:
         return CategoricalMetrics() if self._max_labels is None else CategoricalMetrics(self._max_labels)
@@ -163,11 +163,15 @@ class DatasetMetrics:
             mine = self.extra.get(name)
             if mine is None:
                 mine = self.extra[name] = AvgMinMax() if isinstance(acc, AvgMinMax) else self._categorical()
-            if type(mine) is not type(acc):
-                raise ProfileError(
-                    f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind"
-                )
-            mine.merge(acc)  # type: ignore[arg-type]
+            if isinstance(mine, AvgMinMax) and isinstance(acc, AvgMinMax):
+                mine.merge(acc)
+                continue
+            if isinstance(mine, CategoricalMetrics) and isinstance(acc, CategoricalMetrics):
+                mine.merge(acc)
+                continue
+            raise ProfileError(
+                f"extra metric {name!r} is numeric in one shard and labels in another; a metric keeps one kind"
+            )
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -38,7 +38,8 @@ from trainvault.publication.manifest import DataManifest, ShardEntry, validate_n
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef, Referenced, Sha256
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,10 @@ class ShardProfiler:
 
 
 def profile_shard(
-    storage: Storage, data_format: str, split: str, entry: ShardEntry, settings: ProfileSettings | None = None
+    storage: StorageSource, data_format: str, split: str, entry: ShardEntry, settings: ProfileSettings | None = None
 ) -> ShardProfile:
     """Read one shard (blocks verified) and compute its metrics and offending rows."""
+    storage = storage_of(storage)
     profiler = ShardProfiler(split, entry, settings)
     for _, rows in ShardReader(storage, entry, data_format).iter_blocks():
         profiler.observe(rows)
@@ -249,7 +251,7 @@ def load_manifest_pinned(storage: Storage, manifest_uri: str, sha256: str | None
 
 
 def profile_publication(
-    storage: Storage,
+    storage: StorageSource,
     manifest_uri: str,
     *,
     manifest_sha256: str | None = None,
@@ -268,6 +270,7 @@ def profile_publication(
     error or auto. In error mode offending rows raise `TaskDataValidationError` after all
     shards are read, unless `raise_on_invalid` is False (then call `raise_if_invalid`).
     """
+    storage = storage_of(storage)
     manifest, digest = load_manifest_pinned(storage, manifest_uri, manifest_sha256)
     validator = TaskDataValidator(schema, validation, dataset=normalize_uri(manifest_uri))
     settings = ProfileSettings(validator=validator, hook=hook, task_id_field=task_id_field, max_labels=max_labels)
@@ -312,11 +315,12 @@ def differing_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def write_metrics_sidecar(
-    storage: Storage, uri: str, sidecar: MetricsSidecar, *, overwrite: bool = False
+    storage: StorageSource, uri: str, sidecar: MetricsSidecar, *, overwrite: bool = False
 ) -> SidecarRef:
     """Write `sidecar` at `uri`. Identical bytes there already: nothing is written. A sidecar
     with different values: `ConflictError` naming the differing keys, unless `overwrite`
     (which replaces it, so approvals bound to the old digest stop matching, as they should)."""
+    storage = storage_of(storage)
     uri = normalize_uri(uri)
     data = sidecar.to_json_bytes()
     digest = sha256_hex(data)
@@ -350,9 +354,10 @@ def write_metrics_sidecar(
 
 
 def write_metrics_sidecars(
-    storage: Storage, profile: DatasetProfile, *, overwrite: bool = False
+    storage: StorageSource, profile: DatasetProfile, *, overwrite: bool = False
 ) -> dict[str, SidecarRef]:
     """Write every split's ``<split>_metrics.json``; all are checked for conflicts before any is written."""
+    storage = storage_of(storage)
     docs = profile.sidecars()
     if not overwrite:
         # Fail before writing anything, so a conflict in one split leaves the others untouched.
@@ -370,8 +375,9 @@ def write_metrics_sidecars(
     }
 
 
-def read_metrics_sidecar(storage: Storage, uri: str, sha256: str | None = None) -> MetricsSidecar:
+def read_metrics_sidecar(storage: StorageSource, uri: str, sha256: str | None = None) -> MetricsSidecar:
     """Read a sidecar; with `sha256`, bytes that hash differently raise `IntegrityError`."""
+    storage = storage_of(storage)
     uri = normalize_uri(uri)
     raw = storage.get_document(uri)
     if sha256 is not None and sha256_hex(raw) != sha256:

@@ -129,11 +129,12 @@ class TaskDataValidator:
 
     def raise_for(self, offending: list[OffendingRow], count: int) -> None:
         """In ``error`` mode, raise `TaskDataValidationError` when any row offended."""
-        if self.mode != "error" or count == 0:
+        # Mode "error" always has a schema (the constructor refuses one without).
+        if self.mode != "error" or count == 0 or self.schema is None:
             return
         shown = "; ".join(f"{o.split}/{o.shard_key} record {o.record_index}: {o.error}" for o in offending[:5])
         more = f" and {count - 5} more" if count > 5 else ""
         raise TaskDataValidationError(
-            f"{self.dataset}: {count} row(s) do not match task-data schema {schema_name(self.schema)}"  # type: ignore[arg-type]
+            f"{self.dataset}: {count} row(s) do not match task-data schema {schema_name(self.schema)}"
             f" ({shown}{more}). Fix the rows and publish again, or profile with validation 'warn' to record them"
         )

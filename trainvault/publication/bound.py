@@ -9,7 +9,8 @@ from trainvault.canonical import is_sha256_hex, sha256_hex
 from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 
 D = TypeVar("D", bound=Document)
 
@@ -22,19 +23,21 @@ class Bound(Referenced, Generic[D]):
     document: D
 
 
-def publish_document(storage: Storage, uri: str, document: D) -> Bound[D]:
+def publish_document(storage: StorageSource, uri: str, document: D) -> Bound[D]:
     """Write `document` as canonical JSON at `uri`, create-only; same bytes again is a no-op."""
+    storage = storage_of(storage)
     uri = normalize_uri(uri)
     data = document.to_json_bytes()
     storage.put_create(uri, data)
     return Bound(ObjectRef(uri=uri, sha256=sha256_hex(data), size=len(data)), document)
 
 
-def read_document(storage: Storage, cls: type[D], uri: str, *, sha256: str | None = None) -> Bound[D]:
+def read_document(storage: StorageSource, cls: type[D], uri: str, *, sha256: str | None = None) -> Bound[D]:
     """Read and parse a document; with `sha256`, refuse bytes that do not match it.
 
     The digest is of the bytes as stored, never of a re-serialisation.
     """
+    storage = storage_of(storage)
     uri = normalize_uri(uri)
     if sha256 is not None and not is_sha256_hex(sha256):
         raise ManifestError(f"{uri}: expected sha256 {sha256!r} is not a 64-character lowercase hex digest")

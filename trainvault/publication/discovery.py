@@ -21,7 +21,8 @@ from trainvault.publication.manifest import (
     shard_data_uri,
     shard_descriptor_uri,
 )
-from trainvault.storage import Storage, join_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri
 
 _DISCOVERY_THREADS = 16
 

@@ -22,7 +22,7 @@ from trainvault.documents import Document, StrictModel
 from trainvault.errors import InvalidNameError, SelectionError
 from trainvault.formats import FORMATS, BlockRef, ByteRange
 from trainvault.refs import ObjectRef, Sha256
-from trainvault.storage import join_uri, parse_uri
+from trainvault.uris import join_uri, parse_uri
 
 MANIFEST_NAME = "data-manifest-v1.json"
 DESCRIPTOR_SUFFIX = ".complete.json"
@@ -43,10 +43,10 @@ def validate_name(kind: str, value: Any) -> str:
 def validate_stage(value: Any) -> str | None:
     if value is None:
         return None
-    validate_name("curriculum stage", value)
-    if value == NO_STAGE:
+    stage = validate_name("curriculum stage", value)
+    if stage == NO_STAGE:
         raise InvalidNameError(f"curriculum stage {NO_STAGE!r} is reserved for 'no stage'; pass None instead")
-    return value
+    return stage
 
 
 def shard_key(curriculum_stage: str | None, shard_id: str) -> str:
@@ -202,7 +202,7 @@ class DataManifest(Document):
     @model_serializer(mode="wrap")
     def _omit_missing_pack(self, handler: Any) -> dict[str, Any]:
         # A manifest without a pack keeps the bytes (and sha256) it was published with.
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         if out.get("descriptor_pack") is None:
             out.pop("descriptor_pack", None)
         return out

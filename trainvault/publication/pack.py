@@ -19,7 +19,8 @@ from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.refs import ObjectRef
-from trainvault.storage import Storage, join_uri
+from trainvault.storage import ReadableStorage
+from trainvault.uris import join_uri
 
 PACK_FOLDER = "descriptor-packs"
 
@@ -53,7 +54,7 @@ def build_pack(data_format: str, descriptors: Sequence[tuple[str, ShardDescripto
     return DescriptorPack(data_format=data_format, descriptors=[d for _, d, _ in descriptors]).to_json_bytes()
 
 
-def read_pack(storage: Storage, ref: ObjectRef, manifest_uri: str) -> bytes:
+def read_pack(storage: ReadableStorage, ref: ObjectRef, manifest_uri: str) -> bytes:
     """The pack's bytes, read once to its bound size and checked against its bound sha256."""
     try:
         raw = storage.get(ref.uri, expected_size=ref.size)

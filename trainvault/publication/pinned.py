@@ -23,7 +23,7 @@ from trainvault.publication.manifest import (
 )
 from trainvault.publication.pack import read_pack, unpack
 from trainvault.publication.reader import check_descriptor, parse_descriptor
-from trainvault.storage import Storage
+from trainvault.storage import ReadableStorage
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, resolve_uri
 
 
@@ -98,7 +98,7 @@ class Publication:
 
     @classmethod
     def load(
-        cls, storage: Storage, uri: str, *, sha256: str | None = None, absolute: Absolute = "anywhere"
+        cls, storage: ReadableStorage, uri: str, *, sha256: str | None = None, absolute: Absolute = "anywhere"
     ) -> Publication:
         """Read the manifest at `uri` once and parse it (see `from_bytes`)."""
         uri = normalize_uri(uri)
@@ -144,10 +144,11 @@ class Publication:
             parsed = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), descriptors, strict=True)}
             return self._attach(parsed, lambda entry: f"descriptor pack {ref.uri}, shard {entry.key}")
 
-    def read_pack(self, storage: Storage) -> Publication:
+    def read_pack(self, storage: ReadableStorage) -> Publication:
         """This publication with every descriptor attached from its descriptor pack, read in one
         request and checked against the manifest (see `trainvault.publication.pack`). Unchanged
-        when descriptors are attached already or the manifest (written before packs) has none."""
+        when descriptors are attached already or the manifest (written before packs) has none.
+        `storage` is a `Storage` or the custody store of an approved dataset (which reads like one)."""
         ref = self.manifest.descriptor_pack
         if ref is None or self.descriptors:
             return self

@@ -18,7 +18,7 @@ from trainvault.errors import (
 )
 from trainvault.formats import BlockRef, get_format
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import Storage, StorageConfig
+from trainvault.storage import ReadableStorage, Storage, StorageSource, storage_or_default
 
 STREAM_CHUNK = 4 << 20
 
@@ -26,7 +26,7 @@ STREAM_CHUNK = 4 << 20
 Clock = Callable[[str, float], None]
 
 
-def read_descriptor(storage: Storage, entry: ShardEntry) -> ShardDescriptor:
+def read_descriptor(storage: ReadableStorage, entry: ShardEntry) -> ShardDescriptor:
     """Read a shard's descriptor and check it against the manifest entry that binds it."""
     return parse_descriptor(entry, storage.get_document(entry.descriptor_uri))
 
@@ -95,10 +95,15 @@ def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 1
 
 
 class ShardReader:
-    """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded."""
+    """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded. `storage`
+    is a `Storage` or the custody store of an approved dataset (which reads like one)."""
 
     def __init__(
-        self, storage: Storage, entry: ShardEntry, data_format: str, descriptor: ShardDescriptor | None = None
+        self,
+        storage: ReadableStorage,
+        entry: ShardEntry,
+        data_format: str,
+        descriptor: ShardDescriptor | None = None,
     ):
         self.storage = storage
         self.entry = entry
@@ -231,15 +236,15 @@ def iter_shard(
     data_format: str,
     shard: ShardEntry,
     *,
-    storage_config: StorageConfig | None = None,
-    storage: Storage | None = None,
+    storage: StorageSource | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield a published shard's records in order, each block verified before decoding.
 
     For deriving new datasets from old ones: pass ``manifest.data_format`` and one entry
-    of ``manifest.splits[split].shards``.
+    of ``manifest.splits[split].shards``. `storage`: a `TrainVault` or a `Storage` (default:
+    local paths and memory:// only).
     """
     if not isinstance(shard, ShardEntry):
         raise TypeError(f"iter_shard reads a manifest's ShardEntry, not {type(shard).__name__}")
-    reader = ShardReader(storage or Storage(storage_config), shard, data_format)
+    reader = ShardReader(storage_or_default(storage), shard, data_format)
     yield from reader.iter_records()

@@ -34,12 +34,8 @@ from trainvault.publication.manifest import (
 )
 from trainvault.publication.pack import build_pack, pack_uri
 from trainvault.refs import ObjectRef
-from trainvault.storage import (
-    SINGLE_PUT_LIMIT,
-    Storage,
-    normalize_uri,
-    parent_uri,
-)
+from trainvault.storage import SINGLE_PUT_LIMIT, StorageSource, storage_of
+from trainvault.uris import normalize_uri, parent_uri
 from trainvault.version import __version__
 
 
@@ -54,7 +50,8 @@ def _check_metadata(metadata: Mapping[str, Any] | None, what: str) -> dict[str, 
         raise ManifestError(f"{what} must be JSON-compatible: {exc}") from None
     import json
 
-    return json.loads(canonical_json(dict(metadata)))
+    checked: dict[str, Any] = json.loads(canonical_json(dict(metadata)))
+    return checked
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ class DatasetSaver:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: StorageSource,
         manifest_uri: str,
         *,
         data_format: str = "msgpack.zst",
@@ -92,6 +89,7 @@ class DatasetSaver:
         max_shard_bytes: int = SINGLE_PUT_LIMIT,
         rehash_reused: bool = True,
     ):
+        storage = storage_of(storage)
         self.storage = storage
         #: False: a shard found complete is checked by size only (one request, no bytes read), for
         #: callers whose next step hashes every shard against the manifest anyway.

@@ -10,6 +10,7 @@ decoded and tensors are views of the one buffer rather than a second copy.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import sys
 import warnings
@@ -101,13 +102,9 @@ def parse(buf: memoryview, entry: ArtifactEntry, uri: str) -> ParsedArtifact:
 
     block_ids, row_offsets = table("block_ids"), table("row_offsets")
     rows = entry.shape[0]
-    if any(b <= a for a, b in zip(block_ids, block_ids[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(block_ids)):
         raise IntegrityError(f"{uri}: block_ids are not strictly ascending; the artifact is damaged")
-    if (
-        row_offsets[0] != 0
-        or row_offsets[-1] != rows
-        or any(b <= a for a, b in zip(row_offsets, row_offsets[1:], strict=False))
-    ):
+    if row_offsets[0] != 0 or row_offsets[-1] != rows or any(b <= a for a, b in itertools.pairwise(row_offsets)):
         raise IntegrityError(
             f"{uri}: row_offsets do not split its {rows} rows into non-empty blocks; the artifact is damaged"
         )

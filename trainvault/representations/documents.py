@@ -16,8 +16,9 @@ binds each artifact by uri, sha256 and size.
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -29,8 +30,9 @@ MANIFEST_NAME = "representation-manifest-v1.json"
 ARTIFACT_MANIFEST_NAME = "representation-artifacts-v1.json"
 #: A safetensors header above this is refused before it is parsed (safetensors' own cap is ~100 MB).
 HEADER_LIMIT = 100 * 1024 * 1024
-ROW_DTYPES = ("bfloat16", "float16", "float32")
-TOKEN_DTYPE = "int32"
+RowDtype = Literal["bfloat16", "float16", "float32"]
+ROW_DTYPES: tuple[RowDtype, ...] = ("bfloat16", "float16", "float32")
+TOKEN_DTYPE: Final = "int32"
 #: Block ids are stored as int64.
 MAX_BLOCK_ID = 2**63 - 1
 
@@ -117,7 +119,7 @@ class RepresentationManifest(Document):
     projection: Projection
     layers: list[int] = Field(min_length=1)
     state_kinds: list[str] = Field(min_length=1)
-    row_dtype: Literal["bfloat16", "float16", "float32"]
+    row_dtype: RowDtype
     token_dtype: Literal["int32"] = TOKEN_DTYPE
     splits: dict[str, SplitEntry] = Field(min_length=1)
 
@@ -169,7 +171,7 @@ class RepresentationIndex(Document):
     @field_validator("blocks")
     @classmethod
     def _ascending(cls, value: list[IndexBlock]) -> list[IndexBlock]:
-        for prev, cur in zip(value, value[1:], strict=False):
+        for prev, cur in itertools.pairwise(value):
             if cur.block_id <= prev.block_id:
                 raise ValueError(
                     f"block ids must be strictly ascending: {cur.block_id} follows {prev.block_id}"

@@ -26,7 +26,8 @@ from trainvault.representations.documents import (
     SourceEntry,
     artifact_id,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri, parent_uri
+from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +135,7 @@ def _load_run(storage: Storage, root: str, run: _Run, layer: int, kind: str) -> 
 
 
 def iter_representation_examples(
-    storage: Storage,
+    storage: StorageSource,
     manifest_uri: str,
     manifest_sha256: str,
     *,
@@ -150,6 +151,7 @@ def iter_representation_examples(
     block id. The selection and every index are checked before this returns (errors
     raise here); artifacts are read as the iterator advances, one at a time.
     """
+    storage = storage_of(storage)
     require("torch", "representation")
     _check_request(sources, per_source_count)
     manifest_uri = normalize_uri(manifest_uri)

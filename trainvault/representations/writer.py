@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from trainvault.canonical import sha256_hex
 from trainvault.documents import describe_validation_error
@@ -28,6 +28,7 @@ from trainvault.representations.documents import (
     Projection,
     RepresentationIndex,
     RepresentationManifest,
+    RowDtype,
     SourceEntry,
     SplitEntry,
     Teacher,
@@ -36,12 +37,14 @@ from trainvault.representations.documents import (
     index_path,
     part_name,
 )
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import join_uri, normalize_uri
 
 _INT32 = (-(2**31), 2**31 - 1)
+M = TypeVar("M", bound=BaseModel)
 
 
-def _model(cls: type, value: Any, what: str) -> Any:
+def _model(cls: type[M], value: Any, what: str) -> M:
     if isinstance(value, cls):
         return value
     if not isinstance(value, Mapping):
@@ -71,7 +74,7 @@ class RepresentationWriter:
 
     def __init__(
         self,
-        storage: Storage,
+        storage: StorageSource,
         root_uri: str,
         *,
         teacher: Teacher | Mapping[str, Any],
@@ -80,6 +83,7 @@ class RepresentationWriter:
         state_kinds: Iterable[str],
         part_rows: int = 262_144,
     ):
+        storage = storage_of(storage)
         self._torch = require("torch", "representation")
         require("numpy", "representation")
         artifact.check_little_endian()
@@ -102,7 +106,7 @@ class RepresentationWriter:
         if part_rows < 1:
             raise ConfigurationError(f"part_rows must be a positive integer, got {part_rows!r}")
         self.part_rows = part_rows
-        self.row_dtype: str | None = None
+        self.row_dtype: RowDtype | None = None
         self._blocks: dict[tuple[str, str], dict[int, _Block]] = {}
         self._lock = threading.Lock()
 
@@ -159,7 +163,7 @@ class RepresentationWriter:
 
     def _encode_states(
         self, where: str, states: Mapping[tuple[int, str], Any], count: int
-    ) -> tuple[dict[tuple[int, str], bytes], str]:
+    ) -> tuple[dict[tuple[int, str], bytes], RowDtype | None]:
         """Every declared state's bytes, and the rows' dtype (one for all)."""
         torch = self._torch
         if not isinstance(states, Mapping):
@@ -177,9 +181,10 @@ class RepresentationWriter:
             t = states[key]
             if not isinstance(t, torch.Tensor):
                 raise EncodeError(f"{where}: states[{key}] must be a torch.Tensor, got {type(t).__name__}")
-            dtype = str(t.dtype).removeprefix("torch.")
-            if dtype not in ROW_DTYPES:
-                raise EncodeError(f"{where}: states[{key}] has dtype {dtype}; use one of {ROW_DTYPES}")
+            name = str(t.dtype).removeprefix("torch.")
+            dtype = next((d for d in ROW_DTYPES if d == name), None)
+            if dtype is None:
+                raise EncodeError(f"{where}: states[{key}] has dtype {name}; use one of {ROW_DTYPES}")
             if row_dtype is not None and dtype != row_dtype:
                 raise EncodeError(f"{where}: states[{key}] is {dtype} but this publication's rows are {row_dtype}")
             row_dtype = dtype
@@ -190,7 +195,7 @@ class RepresentationWriter:
                 )
             # Bytes now: later changes to the caller's tensor cannot change what is published.
             encoded[key] = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-        return encoded, row_dtype  # type: ignore[return-value]
+        return encoded, row_dtype
 
     # -- commit -------------------------------------------------------------------
 
@@ -233,7 +238,7 @@ class RepresentationWriter:
                 projection=self.projection,
                 layers=self.layers,
                 state_kinds=self.state_kinds,
-                row_dtype=row_dtype,  # type: ignore[arg-type]
+                row_dtype=row_dtype,
                 splits=self._write_indexes(index_blocks, ref),
             )
             uri, sha, _ = self._put(MANIFEST_NAME, manifest.to_json_bytes())
@@ -245,7 +250,7 @@ class RepresentationWriter:
         source: str,
         part: str,
         members: list[tuple[int, _Block]],
-        row_dtype: str,
+        row_dtype: RowDtype,
         out: list[IndexBlock],
     ) -> list[ArtifactEntry]:
         """Write one part's artifacts (tokens, then each state); its index blocks are appended to `out`."""
@@ -260,7 +265,7 @@ class RepresentationWriter:
         kinds += [(layer, kind) for layer in self.layers for kind in self.state_kinds]
         entries = []
         for layer, kind in kinds:
-            entry = dict(
+            entry: dict[str, Any] = dict(
                 artifact_id=artifact_id(split, source, part, layer, kind),
                 kind="tokens" if layer is None else "states",
                 split=split,
@@ -271,7 +276,7 @@ class RepresentationWriter:
                 dtype=TOKEN_DTYPE if layer is None else row_dtype,
                 shape=[rows] if layer is None else [rows, self.projection.dim],
             )
-            chunks = [b.input_ids if layer is None else b.states[(layer, kind)] for _, b in members]  # type: ignore[index]
+            chunks = [b.input_ids if layer is None or kind is None else b.states[(layer, kind)] for _, b in members]
             meta = ArtifactEntry.model_construct(**entry).metadata()
             data = artifact.encode(meta, entry["kind"], entry["dtype"], entry["shape"], ids, offsets, chunks)
             path = artifact_path(split, source, part, layer, kind)

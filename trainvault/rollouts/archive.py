@@ -38,16 +38,12 @@ from trainvault.rollouts.samples import (
     encode_samples,
     strip_transport,
 )
-from trainvault.storage import Storage, StorageSource, join_uri, normalize_uri, parent_uri, storage_of
+from trainvault.storage import Storage, StorageSource, storage_or_default
+from trainvault.uris import join_uri, normalize_uri, parent_uri
 from trainvault.version import __version__
 
 DEFAULT_POOL_NAME = "rollout-pool"
 SIDECAR_SUFFIX = ".metadata.json"
-
-
-def as_storage(storage: StorageSource | None) -> Storage:
-    """`storage_of(storage)`, or for None a default `Storage` (local and memory:// only)."""
-    return Storage() if storage is None else storage_of(storage)
 
 
 def sidecar_uri(uri: str) -> str:
@@ -83,8 +79,8 @@ def _publish(st: Storage, uri: str, pool: str, owner: str, payloads: dict[str, b
 class RolloutArchive:
     """An opened archive: its index is read and validated; chunks are read only on demand."""
 
-    def __init__(self, uri: str, *, storage: Any = None):
-        self.storage = as_storage(storage)
+    def __init__(self, uri: str, *, storage: StorageSource | None = None):
+        self.storage = storage_or_default(storage)
         self.uri = normalize_uri(uri)
         try:
             raw = self.storage.get_document(self.uri)
@@ -94,7 +90,7 @@ class RolloutArchive:
         self.index = ArchiveIndex.from_json_bytes(raw, source=self.uri)
 
     @classmethod
-    def open(cls, uri: str, *, storage: Any = None) -> RolloutArchive:
+    def open(cls, uri: str, *, storage: StorageSource | None = None) -> RolloutArchive:
         """Open the archive at `uri` (same as the constructor)."""
         return cls(uri, storage=storage)
 
@@ -128,7 +124,7 @@ class RolloutArchive:
         evaluation: bool = False,
         pool: str | None = None,
         chunk_size: int = 64,
-        storage: Any = None,
+        storage: StorageSource | None = None,
         describe_sample: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = describe_sample,
         task_key: Callable[[Mapping[str, Any]], str | None] = default_task_key,
     ) -> RolloutArchive:
@@ -140,7 +136,7 @@ class RolloutArchive:
         per-sample metadata. Raises `ArchiveExistsError` if `uri` holds an archive and
         `EncodeError` for bad samples, in both cases before any index is written.
         """
-        st = as_storage(storage)
+        st = storage_or_default(storage)
         uri = normalize_uri(uri)
         pool = normalize_uri(pool) if pool is not None else join_uri(parent_uri(uri), DEFAULT_POOL_NAME)
         _check_save_settings(chunk_size, rollout_id)
@@ -226,7 +222,7 @@ class RolloutArchive:
 
     @staticmethod
     def check_metadata(
-        uri: str, validate: Callable[[list[dict[str, Any]]], Any] | None = None, *, storage: Any = None
+        uri: str, validate: Callable[[list[dict[str, Any]]], Any] | None = None, *, storage: StorageSource | None = None
     ) -> list[dict[str, Any]]:
         """Per-sample metadata, in archive order, from the index alone or from its sidecar
         (``<uri>.metadata.json``, bound to the index digest); never reads a chunk.
@@ -262,7 +258,7 @@ class RolloutArchive:
         uri: str,
         describe_sample: Callable[[Mapping[str, Any]], Mapping[str, Any]] = describe_sample,
         *,
-        storage: Any = None,
+        storage: StorageSource | None = None,
     ) -> str:
         """Build ``<uri>.metadata.json`` (create-only) for an archive written without metadata."""
         archive = RolloutArchive(uri, storage=storage)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from trainvault.rollouts.archive import RolloutArchive, as_storage
+from trainvault.rollouts.archive import RolloutArchive
 from trainvault.rollouts.samples import Sample
+from trainvault.storage import StorageSource, storage_or_default
 
 
 def iter_archive_samples(
     uris: str | Iterable[str],
     *,
-    storage: Any = None,
+    storage: StorageSource | None = None,
     where: Callable[[Mapping[str, Any]], bool] | None = None,
     source_field: str | None = None,
 ) -> Iterator[Sample]:
@@ -22,7 +23,7 @@ def iter_archive_samples(
     given, adds ``{"archive", "rollout_id", "sample_key"}`` under that name, so a derived
     dataset records where each record came from. Every chunk is checked against its digest.
     """
-    st = as_storage(storage)
+    st = storage_or_default(storage)
     for uri in [uris] if isinstance(uris, str) else list(uris):
         archive = RolloutArchive(uri, storage=st)
         for entry, sample in archive.iter_samples():

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from numbers import Real
@@ -44,7 +44,8 @@ from trainvault.errors import (
     StorageError,
 )
 from trainvault.rollouts.documents import GcMarker, OwnerRecord
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import Storage, StorageSource, storage_or_default
+from trainvault.uris import join_uri, normalize_uri
 
 #: How long a collector may run before it stops deleting (writers wait at most this long).
 GC_MAX_SECONDS = 600.0
@@ -118,7 +119,7 @@ def write_owner(storage: Storage, pool: str, name: str, archive_uri: str, digest
 def settle_after_owner(
     storage: Storage,
     pool: str,
-    objects: dict[str, bytes | bytearray],
+    objects: Mapping[str, bytes | bytearray],
     *,
     max_wait_s: float = GC_MAX_SECONDS + 2 * CLOCK_MARGIN_S,
 ) -> list[str]:
@@ -200,7 +201,7 @@ def gc(
     pool: str,
     *,
     grace: float | timedelta,
-    storage: Storage | None = None,
+    storage: StorageSource | None = None,
     dry_run: bool = False,
     check_orphans: bool = True,
     max_seconds: float = GC_MAX_SECONDS,
@@ -214,7 +215,7 @@ def gc(
     when any owner record cannot be listed or read, it raises and deletes nothing.
     """
     grace_s = _grace_seconds(grace)
-    storage = storage or Storage()
+    storage = storage_or_default(storage)
     pool = normalize_uri(pool)
     _check_is_pool(storage, pool)
     report = GcReport(pool=pool, grace_s=grace_s, dry_run=dry_run)

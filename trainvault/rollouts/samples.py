@@ -90,9 +90,10 @@ def checked_metadata(value: Any, offset: int) -> dict[str, Any]:
             "inspection, so return fewer or shorter fields"
         )
     try:
-        return loads_strict(data, source=f"sample {offset} metadata")
+        metadata: dict[str, Any] = loads_strict(data, source=f"sample {offset} metadata")
     except ManifestError as exc:  # nested deeper than a document may be
         raise EncodeError(str(exc)) from None
+    return metadata
 
 
 def batches(samples: Iterable[Any], size: int) -> Iterator[tuple[int, list[Any]]]:

@@ -10,10 +10,12 @@ changes. Writing the same bytes again is a no-op; different bytes are a `Conflic
 The modules: `config` (settings), `local` and `objectstore` (the backends, behind the
 `backend` contract), `clients` (one backend per store), `recovery` (retries, resumes, the
 first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`),
-`reads` (`READS`: bytes and requests every read returned, per process).
+`reads` (`READS`: bytes and requests every read returned, per process), `readable`
+(`ReadableStorage`: the reads a loader makes, which custody offers too).
 """
 
 from trainvault.storage.config import S3_ENV_VARS, StorageConfig
+from trainvault.storage.readable import ReadableStorage
 from trainvault.storage.reads import READS, ReadCounts
 from trainvault.storage.recovery import CONTACTS, STATS, StorageStats
 from trainvault.storage.store import (
@@ -23,10 +25,8 @@ from trainvault.storage.store import (
     Storage,
     StorageSource,
     storage_of,
+    storage_or_default,
 )
-
-# URIs live in the core (trainvault.uris); storage keeps offering them under its own name.
-from trainvault.uris import Location, is_within, join_uri, normalize_uri, parent_uri, parse_uri
 
 __all__ = [
     "CONTACTS",
@@ -35,17 +35,13 @@ __all__ = [
     "SINGLE_PUT_LIMIT",
     "STATS",
     "HoldsStorage",
-    "Location",
     "ObjectInfo",
     "ReadCounts",
+    "ReadableStorage",
     "Storage",
     "StorageConfig",
     "StorageSource",
     "StorageStats",
-    "is_within",
-    "join_uri",
-    "normalize_uri",
-    "parent_uri",
-    "parse_uri",
     "storage_of",
+    "storage_or_default",
 ]

@@ -67,7 +67,16 @@ class StorageConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> StorageConfig:
         """Endpoint, region and keys from the `S3_ENV_VARS` variables (unset or empty: None)."""
         env = os.environ if environ is None else environ
-        return cls(**{name: env.get(var) or None for name, var in S3_ENV_VARS.items()})
+
+        def setting(name: str) -> str | None:
+            return env.get(S3_ENV_VARS[name]) or None
+
+        return cls(
+            s3_base_url=setting("s3_base_url"),
+            region=setting("region"),
+            access_key_id=setting("access_key_id"),
+            secret_access_key=setting("secret_access_key"),
+        )
 
 
 def require_s3_settings(cfg: StorageConfig, uri: str) -> None:

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import obstore
 import obstore.exceptions as obx
@@ -21,6 +21,10 @@ from trainvault.errors import StorageError
 from trainvault.storage.backend import OpenedStream, StoredObject, check_limit
 from trainvault.storage.config import StorageConfig, check_s3_values, require_s3_settings
 from trainvault.uris import Location
+
+if TYPE_CHECKING:
+    # obstore declares its request options in its stubs only.
+    from obstore import GetOptions
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -36,7 +40,7 @@ class ObstoreBackend:
         self.store = store
 
     def get(self, path: str, if_match: str | None = None, limit: int | None = None) -> bytes:
-        options = {"if_match": if_match} if if_match else None
+        options: GetOptions | None = {"if_match": if_match} if if_match else None
         result = obstore.get(self.store, path, options=options)
         # The size is known before the body is read: an oversized object is never downloaded.
         check_limit(int(result.meta["size"]), limit)
@@ -53,7 +57,7 @@ class ObstoreBackend:
     def open_stream(
         self, path: str, start: int, end: int | None, chunk_size: int, if_match: str | None, limit: int | None = None
     ) -> OpenedStream:
-        options: dict[str, Any] = {}
+        options: GetOptions = {}
         if start or end is not None:
             options["range"] = (start, end) if end is not None else {"offset": start}
         if if_match:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -50,7 +51,7 @@ class Storage:
         return {"config": self.config, "answered": bool(endpoint and CONTACTS.answered(endpoint))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["config"])
+        type(self).__init__(self, state["config"])
         if state.get("answered") and self.config.s3_base_url:
             CONTACTS.heard_from(self.config.s3_base_url)
 
@@ -255,10 +256,8 @@ def _check_range(uri: str, start: int, end: int, data: Any) -> None:
 
 
 def _delete_if_present(backend: Backend, path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         backend.delete(path)
-    except FileNotFoundError:
-        pass
 
 
 class HoldsStorage(Protocol):
@@ -281,3 +280,9 @@ def storage_of(source: StorageSource) -> Storage:
     if isinstance(storage, Storage):
         return storage
     raise TypeError(f"expected a TrainVault or a Storage, got {type(source).__name__}")
+
+
+def storage_or_default(source: StorageSource | None) -> Storage:
+    """`storage_of(source)`, or for None a default `Storage` (local paths and memory:// only):
+    what a function whose `storage` argument is optional reads through."""
+    return Storage() if source is None else storage_of(source)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 import re
-from typing import Any
+from typing import Any, Literal
 
 import obstore.exceptions as obx
 
@@ -20,7 +20,7 @@ from trainvault.errors import (
 )
 from trainvault.storage.backend import NotRegular, ObjectChanged, TooLarge
 
-_OS_HINTS = {
+_OS_HINTS: dict[int | None, str] = {
     errno.ELOOP: " (a symlink loop); an object must be a regular file: put the published object back",
     errno.ENXIO: " (a socket or device, not a regular file); put the published object back",
 }
@@ -43,7 +43,7 @@ class translate:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or isinstance(exc, (StorageError, IntegrityError, GeneratorExit, StopIteration)):
             return False
         typed = (

@@ -20,7 +20,8 @@ from trainvault.profile.sidecar import DatasetProfile, ProfileSettings, ShardPro
 from trainvault.profile.state import shard_profile_from_state, shard_profile_state
 from trainvault.profile.validation import TaskDataValidator
 from trainvault.publication.manifest import ShardEntry
-from trainvault.storage import Storage, normalize_uri
+from trainvault.storage import StorageSource, storage_of
+from trainvault.uris import normalize_uri
 from trainvault.verification.results import (
     DEFAULT_PROFILE,
     ScanKey,
@@ -56,10 +57,11 @@ def survey_key(entry: ShardEntry, data_format: str) -> SurveyKey:
 
 
 def verify_shard(
-    storage: Storage, folder: str, data_format: str, split: str, entry: ShardEntry, index: EvalIndex
+    storage: StorageSource, folder: str, data_format: str, split: str, entry: ShardEntry, index: EvalIndex
 ) -> VerifiedShard:
     """Shard `entry`'s scan under `index` and its survey: reused from `folder` where stored under
     their keys, else computed in one verified read of the shard and stored there."""
+    storage = storage_of(storage)
     skey, vkey = scan_key(entry, data_format, index), survey_key(entry, data_format)
     suri, vuri = key_uri(folder, "scan", skey), key_uri(folder, "survey", vkey)
     scan, survey = read_result(storage, StoredScan, suri, skey), read_result(storage, ShardSurvey, vuri, vkey)
@@ -87,8 +89,9 @@ def verify_shard(
     return VerifiedShard(result, survey or made, read=True)
 
 
-def stored_survey(storage: Storage, folder: str, data_format: str, entry: ShardEntry) -> ShardSurvey:
+def stored_survey(storage: StorageSource, folder: str, data_format: str, entry: ShardEntry) -> ShardSurvey:
     """Shard `entry`'s stored survey (`IntegrityError` when the verification pass has not stored one)."""
+    storage = storage_of(storage)
     key = survey_key(entry, data_format)
     uri = key_uri(folder, "survey", key)
     found = read_result(storage, ShardSurvey, uri, key)

@@ -21,7 +21,8 @@ from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.publication.bound import publish_document
 from trainvault.publication.manifest import ShardEntry
 from trainvault.refs import Sha256
-from trainvault.storage import Storage, join_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri
 
 #: The profile settings the verification pass computes a shard's profile under: the library's
 #: defaults (no task schema, no extra-metrics hook, the default task id field and label bound).
@@ -101,7 +102,7 @@ def read_result(storage: Storage, cls: type[R], uri: str, key: StrictModel) -> R
         raise IntegrityError(
             f"{uri}: a stored per-shard result does not parse ({exc}); delete it and run the verification pass again"
         ) from None
-    if doc.key != key:  # type: ignore[attr-defined]
+    if getattr(doc, "key", None) != key:
         raise IntegrityError(
             f"{uri}: the stored per-shard result is for another key than its name says; delete it "
             "and run the verification pass again"

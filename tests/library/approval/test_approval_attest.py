@@ -89,14 +89,14 @@ def test_signed_chain_is_approved_with_signers_and_rescan_recorded(signed: Any, 
     # 5 distinct shards: max(2, ceil(5 * 2 / 100)) = 2 re-scanned, drawn by the seed.
     assert att.rescan.seed == 7 and att.rescan.shards_total == 5 and len(att.rescan.shards) == 2
     again = approve_dataset(signed.vault, signed.request(), policy=trusting(rescan_seed=7))
-    assert again.summary.attestation.rescan.shards == att.rescan.shards  # type: ignore[union-attr]
+    assert again.summary.attestation.rescan.shards == att.rescan.shards
     # The approval records who signed and what was re-scanned; a trainer re-opens it under the same policy.
     key = SigningKey.generate()
     written = write_approval(signed.vault, str(tmp_path / "approval.json"), approved, signing_keys=key)
     opened = open_approved(
         signed.vault, written.uri, written.sha256, trusted_keys=[key.public_key], policy=trusting(rescan_seed=7)
     )
-    assert opened.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
+    assert opened.summary.attestation.report_signers == [SCANNER.keyid]
     with pytest.raises(UntrustedSignerError):
         open_approved(
             signed.vault,
@@ -127,7 +127,7 @@ def test_unsigned_documents_are_refused_when_scanner_keys_are_trusted(
     approved = approve_dataset(
         chain.vault, chain.request(training_scan_manifest=scan, contamination_report=signed_report), policy=trusting()
     )
-    assert approved.summary.attestation.report_signers == [SCANNER.keyid]  # type: ignore[union-attr]
+    assert approved.summary.attestation.report_signers == [SCANNER.keyid]
 
 
 def test_forged_report_signed_by_an_untrusted_key_is_refused_naming_it(dirty: Any) -> None:
@@ -170,7 +170,7 @@ def test_rescan_disabled_trusts_the_signature(dirty: Any) -> None:
     forged = dirty.attest("forged.dsse.json", forge_clean(dirty.extra["report"]), SCANNER)
     off = trusting(rescan_min_shards=0, rescan_fraction=(0, 1))
     approved = approve_dataset(dirty.vault, dirty.request(contamination_report=forged), policy=off)
-    assert approved.summary.attestation.rescan.shards == []  # type: ignore[union-attr]
+    assert approved.summary.attestation.rescan.shards == []
 
 
 def test_a_report_that_moves_a_hit_is_refused_by_the_rescan(dirty: Any) -> None:

@@ -32,7 +32,7 @@ def test_consume_refuses_bad_counts_and_overflow() -> None:
     assert b.consumed == 990
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError):
-            b.consume(bad)  # type: ignore[arg-type]
+            b.consume(bad)
 
 
 def test_configuration_is_validated() -> None:

@@ -125,7 +125,7 @@ def test_malformed_exclusions_are_refused(dirty: Any) -> None:
         with pytest.raises(ManifestError):
             Exclusions.from_obj({**base, "records": records})
     raw = dirty.put_raw("not-exclusions.json", b'{"format": "trainvault.exclusions", "version": 2}')
-    with pytest.raises(ApprovalError, match=r"exclusions is not a readable trainvault.exclusions"):
+    with pytest.raises(ApprovalError, match=r"exclusions is not a readable trainvault\.exclusions"):
         approve_dataset(dirty.vault, dirty.request(sidecars={"exclusions": raw}), policy=ALLOW)
     with pytest.raises(ContaminationError, match="report_sha256"):
         exclusions_from_report(dirty.extra["report"], report_sha256="nope")

@@ -13,7 +13,7 @@ import pytest
 import torch.utils.data
 
 from trainvault import IntegrityError, TrainVault
-from trainvault.approval import CustodyStorage
+from trainvault.approval import CustodyStore
 from trainvault.canonical import sha256_hex
 from trainvault.errors import CustodyError
 
@@ -118,19 +118,19 @@ def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         got += ids(type(loader)(chain.vault.storage, uri, sha, collate_fn=list).load("train"))
     with pytest.raises(TypeError, match="cannot be constructed directly"):
-        custody = CustodyStorage(chain.vault.storage_config, shards, {uri: chain.vault.storage.get(uri)})
+        custody = CustodyStore(chain.vault.storage_config, shards, {uri: chain.vault.storage.get(uri)})
         got += ids(type(loader)(custody, uri, sha, collate_fn=list).load("train"))
     with pytest.raises(TypeError, match="issued"):
-        type(loader)._issue(object(), approved.custody_storage(), uri, sha)
+        type(loader)._issue(object(), approved.custody_store(), uri, sha)
     with pytest.raises(TypeError, match="issued"):
-        CustodyStorage._issue(object(), chain.vault.storage_config, shards, {})
+        CustodyStore._issue(object(), chain.vault.storage_config, shards, {})
     assert got == []
     # The issued ones keep what the gate approved: no swapping in another storage or manifest.
     for name, value in (("storage", chain.vault.storage), ("manifest", forged), ("manifest_uri", uri)):
         with pytest.raises(AttributeError, match="read-only"):
             setattr(loader, name, value)
     with pytest.raises(CustodyError, match="not an object of the approved dataset"):
-        approved.custody_storage().get(next(iter(shards)))
+        approved.custody_store().get(next(iter(shards)))
     assert ids(loader.load("train")) == expected_ids(chain, ["s0", "s1", "s2", "s3"])
 
 
@@ -139,7 +139,7 @@ def test_approved_loader_and_custody_do_not_copy_or_pickle(approved_chain: Any, 
     _chain, approved = approved_chain
     clone = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}[how]
     loader = approved.split_data_loader(collate_fn=list)
-    objects = [loader, approved.custody_storage(), loader.storage]
+    objects = [loader, approved.custody_store(), loader.storage]
     if how != "copy":  # a shallow copy of the dataset shares its custody; a deep copy or a pickle would hold its own
         objects.append(loader.load("train").dataset)
     for obj in objects:
@@ -152,11 +152,11 @@ def worker_view(manifest_uri: str, records: list[dict[str, Any]]) -> dict[str, A
     info = torch.utils.data.get_worker_info()
     storage = info.dataset.fetcher.storage if info is not None else None
     try:
-        storage.get(manifest_uri)  # type: ignore[union-attr]
+        storage.get(manifest_uri)
         manifest = "read"
     except CustodyError:
         manifest = "refused"
-    return {"ids": [r["id"] for r in records], "custody": isinstance(storage, CustodyStorage), "manifest": manifest}
+    return {"ids": [r["id"] for r in records], "custody": isinstance(storage, CustodyStore), "manifest": manifest}
 
 
 def check_workers_get_approved_objects_only(chain: Any, context: str | None) -> None:

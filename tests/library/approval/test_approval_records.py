@@ -187,16 +187,16 @@ def test_approved_dataset_cannot_be_constructed_or_changed(chain: Any) -> None:
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         ApprovedDataset()
     with pytest.raises(TypeError):
-        ApprovedDataset._issue(object(), None, None)  # type: ignore[arg-type]
+        ApprovedDataset._issue(object(), None, None)
     approved = chain.vault.approve_dataset(chain.request())
     with pytest.raises(AttributeError):
-        approved._result = None  # type: ignore[misc]
+        approved._result = None
     with pytest.raises(AttributeError):
-        approved.bindings = {}  # type: ignore[misc]
+        approved.bindings = {}
     with pytest.raises(TypeError):
-        approved.bindings["data_manifest"] = approved.bindings["producer_pins"]  # type: ignore[index]
+        approved.bindings["data_manifest"] = approved.bindings["producer_pins"]
     with pytest.raises(ValidationError):
-        approved.bindings["data_manifest"].sha256 = "0" * 64  # type: ignore[misc]
+        approved.bindings["data_manifest"].sha256 = "0" * 64
     with pytest.raises(TypeError):
         pickle.dumps(approved)
     assert set(approved.bindings) == {
@@ -220,9 +220,9 @@ def test_manifest_is_a_detached_copy(chain: Any) -> None:
     assert len(records) == 20
 
 
-def test_custody_storage_reads_only_approved_objects(chain: Any) -> None:
+def test_custody_store_reads_only_approved_objects(chain: Any) -> None:
     approved = chain.vault.approve_dataset(chain.request())
-    storage = approved.custody_storage()
+    storage = approved.custody_store()
     with pytest.raises(CustodyError, match="not an object of the approved dataset"):
         storage.get(chain.refs["contamination_report"].uri)
     with pytest.raises(CustodyError, match="read-only"):

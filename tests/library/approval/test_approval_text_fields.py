@@ -77,7 +77,7 @@ def test_nested_and_list_fields_are_surveyed_and_exempted_by_dotted_path(
     # lang, labels, meta.page, messages.role and the ids hold short strings (or none): not text.
     assert caught.value.fields == ("messages.content", "meta.title", "tags")
     partial = ApprovalPolicy(unscanned_fields=["meta", "tags"])  # `meta` exempts meta.title
-    with pytest.raises(UnscannedFieldError, match=r"'messages.content'") as caught:
+    with pytest.raises(UnscannedFieldError, match=r"'messages\.content'") as caught:
         vault.approve_dataset(chain.request(), policy=partial)
     assert caught.value.fields == ("messages.content",)
     assert vault.approve_dataset(
@@ -113,7 +113,14 @@ def test_the_command_line_takes_unscanned_fields(
     assert main(["keygen", "--out", str(tmp_path / "k")]) == 0
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
-    approve = ["approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json")]
+    approve = [
+        "approve",
+        str(request),
+        "--signing-key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(tmp_path / "approval.json"),
+    ]
     capsys.readouterr()
     assert main(approve) == 1
     out, err = capsys.readouterr()
@@ -121,6 +128,6 @@ def test_the_command_line_takes_unscanned_fields(
     assert not (tmp_path / "approval.json").exists()
     assert main([*approve, "--unscanned-field", "text"]) == 0, capsys.readouterr().err
     sha = capsys.readouterr().out.split("sha256")[1].split()[0]
-    verify = ["verify", str(tmp_path / "approval.json"), "--sha256", sha, "--key", str(tmp_path / "k.pub")]
+    verify = ["verify", str(tmp_path / "approval.json"), "--sha256", sha, "--trusted-key", str(tmp_path / "k.pub")]
     assert main(verify) == 1 and "'text' carry text" in capsys.readouterr().err
     assert main([*verify, "--unscanned-field", "text"]) == 0, capsys.readouterr().err

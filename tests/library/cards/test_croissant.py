@@ -275,7 +275,7 @@ def test_an_approval_without_a_signed_record_gets_no_card(build_chain: Callable[
     with pytest.raises(ApprovalError, match="open_approved"):
         croissant_card(vault, vault.approve_dataset(chain.request()))
     with pytest.raises(TypeError, match="ApprovedDataset"):
-        croissant_card(vault, chain.request())  # type: ignore[arg-type]
+        croissant_card(vault, chain.request())
 
 
 def test_node_ids_that_would_collide_are_refused() -> None:
@@ -300,7 +300,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
     chain, approved = opened_chain(tmp_path, "parquet", profile=False)
     record, pub = chain.extra["record"], chain.extra["pub"]
     out_path = tmp_path / "cards" / "croissant.json"
-    base = ["croissant", record.uri, "--sha256", record.sha256, "--keys", pub, "--quiet"]
+    base = ["croissant", record.uri, "--sha256", record.sha256, "--trusted-key", pub, "--quiet"]
     args = [*base, "--out", str(out_path)]
 
     write_keypair(str(tmp_path / "other"))
@@ -311,7 +311,7 @@ def test_command_writes_the_card_of_a_verified_approval_only(
     )
     for bad, says in [
         (["--sha256", "0" * 64], "not the pinned"),
-        (["--keys", str(tmp_path / "other.pub")], "trusted keys"),
+        (["--trusted-key", str(tmp_path / "other.pub")], "trusted keys"),
     ]:
         argv = list(args)
         argv[argv.index(bad[0]) + 1] = bad[1]

@@ -48,7 +48,7 @@ def test_keygen_approve_verify(chain: Any, tmp_path: Path, capsys: pytest.Captur
         capsys,
         "approve",
         str(request),
-        "--key",
+        "--signing-key",
         prefix + ".key",
         "--out",
         approval,
@@ -57,16 +57,25 @@ def test_keygen_approve_verify(chain: Any, tmp_path: Path, capsys: pytest.Captur
     )
     assert code == 0, err
     sha = out.split("sha256")[1].split()[0]
-    code, out, err = run(capsys, "verify", approval, "--sha256", sha, "--key", prefix + ".pub")
+    code, out, err = run(capsys, "verify", approval, "--sha256", sha, "--trusted-key", prefix + ".pub")
     assert code == 0, err
     assert out.startswith("verified ") and "2 shards" not in out and "3 shards, 25 records" in out
+    # A private key and a trusted public key each have their own flag; the old `--key` is refused.
+    for argv in (
+        ["verify", approval, "--sha256", sha, "--key", prefix + ".pub"],
+        ["approve", str(request), "--key", prefix + ".key", "--out", approval],
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and ("required: --trusted-key" in err or "unrecognized arguments: --key" in err)
 
     # Failure: one line on stderr, exit 1.
     run(capsys, "keygen", "--out", str(tmp_path / "other"))
-    code, out, err = run(capsys, "verify", approval, "--sha256", sha, "--key", str(tmp_path / "other.pub"))
+    code, out, err = run(capsys, "verify", approval, "--sha256", sha, "--trusted-key", str(tmp_path / "other.pub"))
     assert code == 1 and out == ""
     assert err.startswith("trainvault: error: ") and err.count("\n") == 1 and "trusted keys signed it" in err
-    code, _, err = run(capsys, "verify", approval, "--sha256", "0" * 64, "--key", prefix + ".pub")
+    code, _, err = run(capsys, "verify", approval, "--sha256", "0" * 64, "--trusted-key", prefix + ".pub")
     assert code == 1 and "not the pinned" in err
     code, _, err = run(capsys, "inspect", str(tmp_path / "missing.json"))
     assert code == 1 and "does not exist" in err
@@ -81,7 +90,17 @@ def test_console_script_runs(chain: Any) -> None:
     )
     assert proc.returncode == 0 and "split train" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "trainvault.cli", "verify", "nowhere.json", "--sha256", "x", "--key", "nokey.pub"],
+        [
+            sys.executable,
+            "-m",
+            "trainvault.cli",
+            "verify",
+            "nowhere.json",
+            "--sha256",
+            "x",
+            "--trusted-key",
+            "nokey.pub",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -165,7 +184,7 @@ def test_cli_says_which_endpoint_it_is_still_connecting_to(
             text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
         try:
             first = lines.get(timeout=60)
         finally:
@@ -205,11 +224,11 @@ def test_the_hashing_bar_counts_the_files_the_summary_counts(
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
     approval = str(tmp_path / "approval.json")
-    code, out, _ = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    code, out, _ = run(capsys, "approve", str(request), "--signing-key", prefix + ".key", "--out", approval)
     sha = out.split("sha256")[1].split()[0]
     terminal = Tty()
     monkeypatch.setattr("sys.stderr", terminal)
-    code = main(["verify", approval, "--sha256", sha, "--key", prefix + ".pub"])
+    code = main(["verify", approval, "--sha256", sha, "--trusted-key", prefix + ".pub"])
     monkeypatch.undo()
     out = capsys.readouterr().out
     assert code == 0, terminal.getvalue()
@@ -226,7 +245,7 @@ def test_inspect_says_what_another_trainvault_file_is_and_what_reads_it(
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
     approval = str(tmp_path / "approval.json")
-    assert run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval, "--quiet")[0] == 0
+    assert run(capsys, "approve", str(request), "--signing-key", prefix + ".key", "--out", approval, "--quiet")[0] == 0
     code, out, err = run(capsys, "inspect", approval)
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert "is a signed approval record (a DSSE envelope), not a data manifest" in err
@@ -273,8 +292,8 @@ def test_output_into_a_closed_pipe_ends_quietly(chain: Any) -> None:
         stderr=subprocess.PIPE,
         text=True,
     ) as head:
-        first = head.stdout.readline()  # type: ignore[union-attr]
-        head.stdout.close()  # type: ignore[union-attr]
+        first = head.stdout.readline()
+        head.stdout.close()
         _, err = head.communicate(timeout=60)
     assert first.startswith("manifest ") and err == "" and head.returncode in (0, EXIT_BROKEN_PIPE)
 
@@ -315,7 +334,7 @@ def test_exclusions_then_approve_with_them(
     assert code == 0, err
     assert "excluded 1 records; tiny: 1" in out and f"request    file://{bound}" in out
     run(capsys, "keygen", "--out", str(tmp_path / "k"))
-    approve = ("approve", bound, "--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json"))
+    approve = ("approve", bound, "--signing-key", str(tmp_path / "k.key"), "--out", str(tmp_path / "approval.json"))
     code, _, err = run(capsys, *approve)
     assert code == 1 and "does not allow exclusions" in err
     code, _, err = run(capsys, *approve, "--allow-exclusions", "--max-excluded", "1/50")
@@ -323,7 +342,7 @@ def test_exclusions_then_approve_with_them(
     code, out, err = run(capsys, *approve, "--allow-exclusions", "--max-excluded", "1/10")
     assert code == 0, err
     sha = out.split("sha256")[1].split()[0]
-    verify = ("verify", str(tmp_path / "approval.json"), "--sha256", sha, "--key", str(tmp_path / "k.pub"))
+    verify = ("verify", str(tmp_path / "approval.json"), "--sha256", sha, "--trusted-key", str(tmp_path / "k.pub"))
     assert run(capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10")[0] == 0
     code, _, err = run(
         capsys, *verify, "--allow-exclusions", "--max-excluded", "1/10", "--scanner-key", str(tmp_path / "k.pub")
@@ -360,7 +379,7 @@ def test_bad_policy_options_fail_with_one_line(
     argv = [o.format(pub=tmp_path / "k.pub", dir=tmp_path) for o in options]
     approval = tmp_path / "approval.json"
     code, out, err = run(
-        capsys, "approve", str(request), "--key", str(tmp_path / "k.key"), "--out", str(approval), *argv
+        capsys, "approve", str(request), "--signing-key", str(tmp_path / "k.key"), "--out", str(approval), *argv
     )
     assert (code, out) == (1, "") and not approval.exists()
     assert err.startswith("trainvault: error: ") and err.count("\n") == 1 and says in err, err

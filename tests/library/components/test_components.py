@@ -19,8 +19,9 @@ from trainvault import TrainVault
 from trainvault.approval import ArtifactRef, PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
-from trainvault.components.custody import CompiledRecord, CompiledShard, check_record
-from trainvault.components.materializer import LazyRanges, group_sequences, materialize_record, read_record
+from trainvault.components.custody import CompiledRecord, CompiledShard, check_record, read_record
+from trainvault.components.materializer import materialize_record
+from trainvault.components.sequences import LazyRanges, group_sequences
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
 
 #: Tokens after the last frame of a hypothesis packing: never part of a range.
@@ -201,7 +202,7 @@ def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any
     """A copy of the good ledger with edits, written under <root>/forged/<name>/; returns its ref."""
     storage, chain, binding = world["vault"].storage, world["chain"], world["binding"]
     from trainvault.canonical import canonical_json, sha256_hex
-    from trainvault.storage import join_uri, parent_uri
+    from trainvault.uris import join_uri, parent_uri
 
     top = json.loads(storage.get(binding.uri))
     base = f"{chain.root}/forged/{name}"

@@ -27,7 +27,6 @@ from trainvault.contamination import (
     humaneval_benchmark,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
     read_report,
     reduce_report,
@@ -36,6 +35,7 @@ from trainvault.contamination import (
     write_report,
 )
 from trainvault.contamination.index import gram_fingerprint, token_fingerprint
+from trainvault.publication.bound import publish_document
 
 SCAN_SHA = sha256_hex(b"training-scan-manifest")
 PINS_SHA = sha256_hex(b"producer-pins")
@@ -363,7 +363,7 @@ def test_hash_collision_never_reaches_the_report(humaneval: Any) -> None:
     k = np.array([p[0] for p in pairs], dtype=np.uint64)
     ukeys, ustarts = np.unique(k, return_index=True)
     index.tables[13] = (ukeys, np.append(ustarts, len(k)), np.array([p[1] for p in pairs], dtype=np.int64))
-    stream = [*list(other), b"", *list(gram), b""]
+    stream = [*other, b"", *gram, b""]
     ids = index.token_ids(stream)
     assert index.find(stream, ids) == [(14, 0)]  # only the true window; the forged candidate is rejected
     # The pre-filtered stream search agrees, on the same stream as a token batch.

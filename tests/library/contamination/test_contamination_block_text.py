@@ -18,7 +18,6 @@ from trainvault.contamination import (
     VerifierContract,
     humaneval_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_records,
     scan_shard,
@@ -28,6 +27,7 @@ from trainvault.contamination.normalize import NormalizationSpec
 from trainvault.contamination.scan import _Accumulator, _add_block
 from trainvault.formats import encode_shard, get_format
 from trainvault.formats.msgpack_zst import unpack_records
+from trainvault.publication.bound import publish_document
 from trainvault.publication.reader import ShardReader
 
 FMT = get_format("msgpack.zst")

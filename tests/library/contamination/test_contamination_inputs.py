@@ -21,10 +21,9 @@ from trainvault.contamination import (
     humaneval_benchmark,
     jsonl_benchmark,
     load_release,
-    publish_document,
     publish_release,
-    read_document,
 )
+from trainvault.publication.bound import publish_document, read_document
 
 NORM = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 

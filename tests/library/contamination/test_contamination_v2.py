@@ -25,12 +25,11 @@ from trainvault.contamination import (
     VerifierContract,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
-    read_document,
     scan_records,
 )
 from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map, format_characters
+from trainvault.publication.bound import publish_document, read_document
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 V2 = Normalizer()

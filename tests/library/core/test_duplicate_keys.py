@@ -22,8 +22,9 @@ from trainvault.approval import (
     write_approval,
 )
 from trainvault.canonical import sha256_hex
-from trainvault.contamination import ContaminationReport, VerifierContract, jsonl_benchmark, load_release, read_document
+from trainvault.contamination import ContaminationReport, VerifierContract, jsonl_benchmark, load_release
 from trainvault.profile import profile_publication, read_metrics_sidecar, write_metrics_sidecars
+from trainvault.publication.bound import read_document
 from trainvault.publication.reader import read_descriptor
 from trainvault.rollouts import RolloutArchive
 

@@ -21,7 +21,7 @@ ROOT = "memory://bucket/root"
     ],
 )
 def test_references_that_stay_resolve(ref: str, absolute: str, expected: str) -> None:
-    assert resolve_uri(ref, ROOT, absolute=absolute, where="doc.json") == expected  # type: ignore[arg-type]
+    assert resolve_uri(ref, ROOT, absolute=absolute, where="doc.json") == expected
 
 
 @pytest.mark.parametrize(
@@ -41,5 +41,5 @@ def test_references_that_stay_resolve(ref: str, absolute: str, expected: str) ->
     ],
 )
 def test_references_that_would_leave_are_refused_naming_the_document(ref: str, absolute: str) -> None:
-    with pytest.raises(ManifestError, match=r"^doc.json: "):
-        resolve_uri(ref, ROOT, absolute=absolute, where="doc.json")  # type: ignore[arg-type]
+    with pytest.raises(ManifestError, match=r"^doc\.json: "):
+        resolve_uri(ref, ROOT, absolute=absolute, where="doc.json")

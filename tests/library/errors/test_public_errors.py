@@ -154,8 +154,8 @@ def test_save_records_are_encoded_or_refused(
 
 def test_save_records_of_a_wrong_type(bad: ModuleType, vault: TrainVault) -> None:
     saver = vault.dataset_saver(f"{bad.memory_root()}/m.json")
-    bad.refused(lambda: saver.save("train", None, None, shard_id="x"), TypeError)  # type: ignore[arg-type]
-    bad.refused(lambda: saver.save("train", None, "abc", shard_id="y"), EncodeError)  # type: ignore[arg-type]
+    bad.refused(lambda: saver.save("train", None, None, shard_id="x"), TypeError)
+    bad.refused(lambda: saver.save("train", None, "abc", shard_id="y"), EncodeError)
 
 
 # -- documents ------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_iter_shard_with_a_wrong_format_or_pin(bad: ModuleType, vault: TrainVaul
 
 
 def test_iter_shard_with_a_wrong_type_of_shard(bad: ModuleType, vault: TrainVault) -> None:
-    bad.refused(lambda: list(iter_shard("msgpack.zst", "train/_/a", storage=vault.storage)), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: list(iter_shard("msgpack.zst", "train/_/a", storage=vault.storage)), TypeError)
 
 
 # -- loading --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -87,12 +88,10 @@ def test_open_approved_with_bad_keys_and_thresholds(
     garbage = tmp_path / "garbage.pub"
     garbage.write_text("not a key")
     for keys in ([], [str(garbage)], [str(tmp_path / "missing.pub")]):
-        bad.refused(lambda keys=keys: vault.open_approved(approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
+        bad.refused(partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=keys), ApprovalError)
     for threshold in (0, -1, 2, "1", None):
         bad.refused(
-            lambda threshold=threshold: vault.open_approved(
-                approval_uri, approval_sha, trusted_keys=[public], threshold=threshold
-            ),
+            partial(vault.open_approved, approval_uri, approval_sha, trusted_keys=[public], threshold=threshold),
             ApprovalError,
         )
     bad.refused(lambda: vault.open_approved(approval_uri, approval_sha, trusted_keys=[5]), TypeError)
@@ -113,7 +112,7 @@ def test_approval_policy_with_a_string_of_versions(bad: ModuleType) -> None:
 def test_approval_policy_of_a_wrong_type(bad: ModuleType, vault: TrainVault, chain: Any) -> None:
     from trainvault.approval import ApprovalPolicy
 
-    bad.refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: ApprovalPolicy(allowed_producers=5), TypeError)
     bad.refused(lambda: vault.approve_dataset(chain[0].request(), policy=5), TypeError)
 
 
@@ -139,7 +138,7 @@ def test_position_budget_settings_and_consumption(
     )
     assert got is None or isinstance(got, BudgetError), got
     for n in consume if budget else []:
-        got = bad.outcome(lambda n=n: budget[0].consume(n))
+        got = bad.outcome(partial(budget[0].consume, n))
         assert got is None or isinstance(got, BudgetError), got
     if budget:
         got = bad.outcome(lambda: budget[0].restore({**budget[0].snapshot(), "consumed": -1}))
@@ -149,8 +148,8 @@ def test_position_budget_settings_and_consumption(
 def test_position_budget_of_wrong_types(bad: ModuleType) -> None:
     from trainvault.approval import PositionBudget
 
-    bad.refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)  # type: ignore[arg-type]
-    bad.refused(lambda: PositionBudget(10, checkpoints=5), TypeError)  # type: ignore[arg-type]
+    bad.refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)
+    bad.refused(lambda: PositionBudget(10, checkpoints=5), TypeError)
 
 
 # -- a missing split is a SelectionError on every path that selects one -----------------------
@@ -160,7 +159,8 @@ def test_missing_split_is_a_selection_error_everywhere(
     bad: ModuleType, vault: TrainVault, chain: Any, tmp_path: Path
 ) -> None:
     pytest.importorskip("torch")
-    from trainvault.profile import SourceDataset, collate_sources, profile_publication
+    from trainvault.derivation import SourceDataset, collate_sources
+    from trainvault.profile import profile_publication
 
     ch, approval_uri, approval_sha, public = chain
     approved = vault.open_approved(approval_uri, approval_sha, trusted_keys=[public])
@@ -203,10 +203,10 @@ def test_cli_refuses_bad_arguments_with_one_line(tmp_path: Path) -> None:
         ["inspect", str(tmp_path / "folder")],
         ["inspect", "s3://bucket/m.json"],
         ["keygen", "--out", str(tmp_path / "missing" / "k")],
-        ["approve", g, "--out", str(tmp_path / "a.json"), "--key", str(tmp_path / "not-a-key.key")],
-        ["approve", g, "--out", str(tmp_path / "a.json"), "--key", str(tmp_path / "missing.key")],
-        ["verify", g, "--sha256", "zz", "--key", str(tmp_path / "missing.pub")],
-        ["verify", g, "--sha256", "0" * 64, "--key", str(tmp_path / "missing.pub"), "--threshold", "0"],
+        ["approve", g, "--out", str(tmp_path / "a.json"), "--signing-key", str(tmp_path / "not-a-key.key")],
+        ["approve", g, "--out", str(tmp_path / "a.json"), "--signing-key", str(tmp_path / "missing.key")],
+        ["verify", g, "--sha256", "zz", "--trusted-key", str(tmp_path / "missing.pub")],
+        ["verify", g, "--sha256", "0" * 64, "--trusted-key", str(tmp_path / "missing.pub"), "--threshold", "0"],
         ["archive", "inspect", g],
         ["archive", "gc", "ftp://host/pool", "--grace", "1h"],
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,14 +32,14 @@ def vault() -> TrainVault:
 
 @pytest.mark.parametrize("max_rows", [1, 0, -3])
 def test_split_frame_below_two_rows_is_a_configuration_error(bad: ModuleType, max_rows: int) -> None:
-    got = bad.refused(lambda: split_frame(Frame("c", 0, 10), max_rows), ConfigurationError)
+    got = bad.refused(partial(split_frame, Frame("c", 0, 10), max_rows), ConfigurationError)
     assert isinstance(got, ValueError) and f"got {max_rows}" in str(got)
     assert split_frame(Frame("c", 0, 10), 2).ranges  # two rows are enough
 
 
 def test_split_frame_of_a_wrong_type(bad: ModuleType, vault: TrainVault) -> None:
     for max_rows in ("8", 8.0, True, None):
-        bad.refused(lambda max_rows=max_rows: split_frame(Frame("c", 0, 10), max_rows), TypeError)  # type: ignore[arg-type]
+        bad.refused(partial(split_frame, Frame("c", 0, 10), max_rows), TypeError)
 
 
 def test_materializer_settings(
@@ -48,14 +49,10 @@ def test_materializer_settings(
     chain = build_chain(vault, str(tmp_path / "data"), shards=1, records_per_shard=5)
     approved = vault.approve_dataset(chain.request())
     for kwargs in ({"mode": "bogus"}, {"mode": "UNPACK"}, {"max_rows": 0}, {"max_rows": -1}):
-        got = bad.refused(
-            lambda kwargs=kwargs: approved.component_range_materializer("train", **kwargs), ConfigurationError
-        )
+        got = bad.refused(partial(approved.component_range_materializer, "train", **kwargs), ConfigurationError)
         assert isinstance(got, ValueError), got
     for max_rows in ("8", 8.0, True):
-        bad.refused(
-            lambda max_rows=max_rows: approved.component_range_materializer("train", max_rows=max_rows), TypeError
-        )
+        bad.refused(partial(approved.component_range_materializer, "train", max_rows=max_rows), TypeError)
 
 
 # -- representations ------------------------------------------------------------------------
@@ -117,11 +114,11 @@ def test_gc_grace_out_of_range_deletes_nothing(bad: ModuleType, vault: TrainVaul
     archive.release()  # every object is unowned: only the grace check keeps them
     before = vault.storage.list(pool)
     for grace in (-1, -0.5, float("nan"), timedelta(seconds=-1)):
-        got = bad.refused(lambda grace=grace: gc(pool, grace=grace, storage=vault.storage), ConfigurationError)
+        got = bad.refused(partial(gc, pool, grace=grace, storage=vault.storage), ConfigurationError)
         assert isinstance(got, ValueError) and "grace" in str(got), got
     assert vault.storage.list(pool) == before  # not even a gc marker
     for grace in ("1h", None, True):
-        bad.refused(lambda grace=grace: gc(pool, grace=grace, storage=vault.storage), TypeError)  # type: ignore[arg-type]
+        bad.refused(partial(gc, pool, grace=grace, storage=vault.storage), TypeError)
     assert len(gc(pool, grace=timedelta(0), storage=vault.storage).deleted) == len(archive.index.chunks)
 
 
@@ -129,7 +126,7 @@ def test_a_selection_of_no_sample_is_a_selection_error_and_a_key_error(
     bad: ModuleType, archive: RolloutArchive
 ) -> None:
     for keys in ({"sample_key": "sample:9"}, {"task_key": "task-7"}, {"sample_key": "sample:0", "task_key": "task-1"}):
-        got = bad.refused(lambda keys=keys: archive.load_samples(**keys), SampleNotFoundError)
+        got = bad.refused(partial(archive.load_samples, **keys), SampleNotFoundError)
         assert isinstance(got, SelectionError) and isinstance(got, KeyError) and isinstance(got, ValueError)
         assert str(got).startswith(f"rollout archive {archive.uri} has no sample"), str(got)  # not quoted
     assert len(archive.load_samples(sample_key="sample:0", task_key="task-0")) == 1
@@ -139,9 +136,7 @@ def test_archive_save_settings(bad: ModuleType, vault: TrainVault) -> None:
     uri = f"memory://{uuid.uuid4().hex}/a.json"
     for chunk_size in (0, -1):
         got = bad.refused(
-            lambda chunk_size=chunk_size: RolloutArchive.save(
-                uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault
-            ),
+            partial(RolloutArchive.save, uri, SAMPLES, rollout_id=1, chunk_size=chunk_size, storage=vault),
             ConfigurationError,
         )
         assert isinstance(got, ValueError) and "chunk_size" in str(got)
@@ -153,16 +148,13 @@ def test_archive_save_settings(bad: ModuleType, vault: TrainVault) -> None:
         {"rollout_id": 1.5},
         {"rollout_id": True},
     ):
-        bad.refused(
-            lambda kwargs=kwargs: RolloutArchive.save(uri, SAMPLES, **{"rollout_id": 1, **kwargs}, storage=vault),
-            TypeError,
-        )
+        bad.refused(partial(RolloutArchive.save, uri, SAMPLES, storage=vault, **{"rollout_id": 1, **kwargs}), TypeError)
     assert not vault.storage.exists(uri)
 
 
 def test_an_archive_storage_of_a_wrong_type(bad: ModuleType, archive: RolloutArchive) -> None:
     for storage in (5, "memory://x", object()):
-        bad.refused(lambda storage=storage: RolloutArchive(archive.uri, storage=storage), TypeError)
+        bad.refused(partial(RolloutArchive, archive.uri, storage=storage), TypeError)
     assert RolloutArchive(archive.uri, storage=Storage()).keys() == archive.keys()
 
 

@@ -31,11 +31,11 @@ from trainvault.contamination import (
     V1_CONTRACT,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_dataset,
     write_report,
 )
+from trainvault.publication.bound import publish_document
 
 ROOT = "memory://golden"
 STAGES = [

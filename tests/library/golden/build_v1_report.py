@@ -19,11 +19,11 @@ from trainvault.contamination import (
     VerifierContract,
     jsonl_benchmark,
     load_index,
-    publish_document,
     publish_release,
     scan_dataset,
     write_report,
 )
+from trainvault.publication.bound import publish_document
 
 ROOT = "memory://golden-v1"
 ITEMS = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainVault, str, 
     return vault, uri, _save(vault, uri)
 
 
-def flat(batches: Any) -> list[Any]:
-    """The records of `batches` (lists of records), in order."""
-    return [record for batch in batches for record in batch]
-
-
 def _loader(
     ds: Any,
     *,
@@ -120,7 +116,7 @@ def test_shuffle_mixes_shards_and_reshuffles_each_epoch(dataset: Any) -> None:
     shard_of = {i: key for key, v in dataset[2].items() for i in v}
     loader = _loader(dataset)
     epoch0, epoch1 = list(loader), list(loader)
-    assert epoch0 != epoch1 and sorted(flat(epoch0)) == sorted(flat(epoch1))
+    assert epoch0 != epoch1 and sorted(chain.from_iterable(epoch0)) == sorted(chain.from_iterable(epoch1))
     shards_per_batch = [len({shard_of[i] for i in b}) for b in epoch0]
     assert min(shards_per_batch) >= 2 and np.mean(shards_per_batch) >= 3
     again = _loader(dataset)
@@ -215,15 +211,17 @@ def test_curriculum_stages(dataset: Any) -> None:
     by_shard = dataset[2]
     easy = sorted(i for k, v in by_shard.items() if k.startswith("easy/") for i in v)
     hard = sorted(i for k, v in by_shard.items() if k.startswith("hard/") for i in v)
-    assert sorted(flat(_loader(dataset, stage="easy", workers=2))) == easy
-    union = flat(_loader(dataset, stages=["hard", "easy"], workers=2))
+    assert sorted(chain.from_iterable(_loader(dataset, stage="easy", workers=2))) == easy
+    union = list(chain.from_iterable(_loader(dataset, stages=["hard", "easy"], workers=2)))
     assert sorted(union) == sorted(easy + hard)
-    ordered = flat(_loader(dataset, stages=["hard", "easy"], shuffle=False))
+    ordered = list(chain.from_iterable(_loader(dataset, stages=["hard", "easy"], shuffle=False)))
     assert ordered == [i for k in ("hard/s0", "hard/s1", "easy/s0", "easy/s1", "easy/s2") for i in by_shard[k]]
     with pytest.raises(SelectionError, match="known stages: easy, hard"):
         _loader(dataset, stage="medium")
     with pytest.raises(SelectionError, match="'medium'"):
         _loader(dataset, stages=["easy", "medium"])
+    with pytest.raises(SelectionError, match="lists a stage twice"):
+        _loader(dataset, stages=["easy", "hard", "easy"])
     with pytest.raises(SelectionError, match="published splits: train, valid"):
         dataset[0].split_data_loader(dataset[1]).load("test")
 

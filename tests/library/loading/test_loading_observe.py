@@ -228,7 +228,7 @@ def test_bad_settings_are_refused(settings: dict[str, Any]) -> None:
 
 def test_observe_must_be_an_observability(local_uri: str) -> None:
     with pytest.raises(ConfigurationError, match="Observability"):
-        SplitDataLoader(TrainVault().storage, local_uri, observe={"watchdog_s": 5})  # type: ignore[arg-type]
+        SplitDataLoader(TrainVault().storage, local_uri, observe={"watchdog_s": 5})
 
 
 def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:

@@ -48,15 +48,15 @@ def _loader(chain: Any, rank: int, world: int, **kw: Any) -> Any:
 
 
 def _approved(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    """`trace APPROVAL --sha256 ... --key ...` of a fresh approval of `chain`."""
+    """`trace APPROVAL --sha256 ... --trusted-key ...` of a fresh approval of `chain`."""
     prefix = str(tmp_path / "approver")
     assert run(capsys, "keygen", "--out", prefix)[0] == 0
     request = tmp_path / "request.json"
     request.write_bytes(chain.request().to_json_bytes())
     approval = str(tmp_path / "approval.json")
-    code, out, err = run(capsys, "approve", str(request), "--key", prefix + ".key", "--out", approval)
+    code, out, err = run(capsys, "approve", str(request), "--signing-key", prefix + ".key", "--out", approval)
     assert code == 0, err
-    return ["trace", approval, "--sha256", out.split("sha256")[1].split()[0], "--key", prefix + ".pub"]
+    return ["trace", approval, "--sha256", out.split("sha256")[1].split()[0], "--trusted-key", prefix + ".pub"]
 
 
 def test_trace_from_a_state_alone(chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

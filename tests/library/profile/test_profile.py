@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError, Storage
+from trainvault.derivation import SourceDataset, collate_sources, resolve_num_repeats
 from trainvault.errors import ProfileError, TaskDataValidationError
 from trainvault.profile import (
     MAX_CATEGORICAL_LABELS,
@@ -21,14 +22,11 @@ from trainvault.profile import (
     CategoricalMetrics,
     DatasetMetrics,
     MetricsSidecar,
-    SourceDataset,
     StringMetrics,
     TaskDataValidator,
     approval_sidecars,
-    collate_sources,
     profile_publication,
     read_metrics_sidecar,
-    resolve_num_repeats,
     sidecar_uri,
     write_metrics_sidecars,
 )
@@ -446,7 +444,7 @@ def test_validation_off_and_auto_without_schema(tmp_path: Path, storage: Storage
     with pytest.raises(ProfileError, match="needs a schema"):
         TaskDataValidator(None, "error")
     with pytest.raises(ProfileError, match="not one of"):
-        TaskDataValidator(TaskRow, "strict")  # type: ignore[arg-type]
+        TaskDataValidator(TaskRow, "strict")
     with pytest.raises(ProfileError, match="cannot be imported"):
         TaskDataValidator("no_such_module:Row", "auto")
 
@@ -502,7 +500,7 @@ def test_num_repeats_refuses_unknown_keys_and_bad_counts(tmp_path: Path) -> None
         resolve_num_repeats(sources, {"trian": 2})
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ManifestError):
-            resolve_num_repeats(sources, bad)  # type: ignore[arg-type]
+            resolve_num_repeats(sources, bad)
     with pytest.raises(ManifestError, match="twice"):
         resolve_num_repeats(sources * 2, 2)
 

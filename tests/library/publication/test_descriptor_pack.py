@@ -18,7 +18,8 @@ from trainvault.publication.pack import build_pack, descriptor_bytes, pack_uri
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import parse_descriptor
 from trainvault.refs import ObjectRef
-from trainvault.storage import Storage, join_uri, normalize_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, normalize_uri
 
 pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainvault import ConflictError, DataManifest, ManifestError, ShardDescriptor, TrainVault, iter_shard
-from trainvault.storage import join_uri
+from trainvault.uris import join_uri
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_storage_of_takes_a_vault_or_a_storage() -> None:
     assert storage_of(vault) is vault.storage
     assert storage_of(vault.storage) is vault.storage
     with pytest.raises(TypeError, match="TrainVault or a Storage"):
-        storage_of("memory://x")  # type: ignore[arg-type]
+        storage_of("memory://x")
 
 
 def _publish(vault: TrainVault, root: str) -> str:

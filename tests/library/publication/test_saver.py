@@ -27,7 +27,8 @@ from trainvault import (
 )
 from trainvault.canonical import sha256_hex
 from trainvault.publication.saver import DatasetSaver
-from trainvault.storage import StorageConfig, join_uri, normalize_uri
+from trainvault.storage import StorageConfig
+from trainvault.uris import join_uri, normalize_uri
 
 #: This folder: where the fresh interpreter below finds test_saver.
 HERE = Path(__file__).resolve().parent
@@ -319,7 +320,7 @@ def test_mixing_formats_in_one_publication_is_refused(tmp_path) -> None:
     uri = str(tmp_path / "m.json")
     vault.dataset_saver(uri).save("train", None, [{"a": 1}], shard_id="0")
     other = vault.dataset_saver(uri, data_format="jsonl.gz")
-    with pytest.raises(ConflictError, match=r"msgpack.zst"):
+    with pytest.raises(ConflictError, match=r"msgpack\.zst"):
         other.save("train", None, untouchable(), shard_id="0")
     other.save("train", None, [{"a": 1}], shard_id="1")
     with pytest.raises(ConflictError, match="one publication holds one format"):

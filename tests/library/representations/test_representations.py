@@ -26,7 +26,8 @@ from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.representations import MANIFEST_NAME, RepresentationExample
 from trainvault.representations import artifact as artifact_format
 from trainvault.representations.documents import ArtifactEntry
-from trainvault.storage import Storage, join_uri, parse_uri
+from trainvault.storage import Storage
+from trainvault.uris import join_uri, parse_uri
 
 DIM = 8
 TEACHER = {"name": "olmo-3-7b", "revision": "r1", "num_layers": 32, "hidden_size": 4096}
@@ -208,7 +209,7 @@ def test_examples_own_their_tensors(vault_root) -> None:
         artifacts = store.artifact_reads()
         assert artifacts and all(store.buffers[u]() is None for u in artifacts)
         with pytest.raises(dataclasses.FrozenInstanceError):
-            e.block_id = 0  # type: ignore[misc]
+            e.block_id = 0
     assert seen == 4 and len(store.artifact_reads()) == 4  # two parts, tokens + states each
 
 

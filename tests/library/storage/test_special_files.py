@@ -26,7 +26,8 @@ import pytest
 
 from trainvault import ApprovalError, IntegrityError, ObjectTooLargeError, StorageError, TrainVault
 from trainvault.approval import SigningKey, write_approval, write_keypair
-from trainvault.storage import Storage, StorageConfig, normalize_uri, parse_uri
+from trainvault.storage import Storage, StorageConfig
+from trainvault.uris import normalize_uri, parse_uri
 
 TESTS = Path(__file__).resolve().parent
 DEADLINE_S = 120  # far above a normal run of a few seconds; only a hang reaches it

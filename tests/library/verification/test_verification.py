@@ -43,7 +43,7 @@ def test_one_read_serves_scan_profile_and_survey_and_a_second_pass_reads_nothing
     first = {e.key: verify_shard(storage, folder, "msgpack.zst", split, e, chain.index) for split, e in shards}
     assert (READS.snapshot() - before).streamed == sum(e.size_bytes for _, e in shards)
     assert all(v.read for v in first.values())
-    for _split, e in shards:  # the scan is scan_shard's
+    for _, e in shards:  # the scan is scan_shard's
         assert first[e.key].scan == scan_shard(storage, "msgpack.zst", e, chain.index)
     assert any(v.scan.items for v in first.values())  # the contaminated shard's hit is there
     before = READS.snapshot()
