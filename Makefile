@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test docs demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv lint test test-fast docs demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -34,13 +34,22 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# The static checks first (a finding fails in seconds), then every test.
+# The static checks first (a finding fails in seconds), then every test: the library's spread over the
+# machine's cores (pytest-xdist; each worker has its own S3 server), then everything else (the code location,
+# the deployments, the docs) one at a time, as they share the machine's services.
 # The deployment tests need PostgreSQL, Redis and RabbitMQ on 127.0.0.1 (README "Deploy").
+# A PYTEST_ARGS selection (-k) may leave one half empty: pytest's "no tests collected" (5) is not a failure.
+TEST_WORKERS ?= auto
 test: lint $(CHROMIUM)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -q --ignore=tests/library $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The inner loop: the library's tests alone (no Dagster, no services), on every core.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/library $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) into site/; strict: a broken link, a page left out of the nav
-# or an API reference that does not resolve fails the build (tests/test_readme.py builds it in `make test` too).
+# or an API reference that does not resolve fails the build (tests/docs/test_readme.py builds it in `make test` too).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 

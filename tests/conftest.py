@@ -1,26 +1,31 @@
-"""Shared fixtures: real stores only (a temp folder, memory://, and a moto S3 server on 127.0.0.1)."""
+"""Fixtures every layer shares: real stores only (a temp folder, memory://, and a moto S3 server
+on 127.0.0.1), the S3 test settings, and the `slow` marker's --runslow switch.
+
+The tests follow the code's layers. `library/<package>/` tests one package of trainvault (the
+lowest package a test is about; `library/` itself holds the cross-package checks: public surface,
+golden bytes); it never imports Dagster and runs under pytest-xdist (`make test-fast`), so it uses
+no fixed port or shared folder. `location/` is the code location in process, `deploy/` the
+deployments, services and launch paths, `docs/` the README. Code that is not a fixture lives in
+`support/`; the conftest of the layer that needs it hands it to tests as a fixture.
+"""
 
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support import s3
 
 from trainvault import StorageConfig, TrainVault
-
-S3_KEY = "testing-access-key"
-S3_SECRET = "testing-secret-key-never-shown"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,32 +83,32 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.wait()
 
 
-def s3_config(endpoint: str, **overrides: object) -> StorageConfig:
-    base = dict(
-        s3_base_url=endpoint,
-        region="us-east-1",
-        access_key_id=S3_KEY,
-        secret_access_key=S3_SECRET,
-        connect_timeout_s=2.0,
-        read_timeout_s=30.0,
-        client_retries=3,
-        recovery_window_s=30.0,
-    )
-    base.update(overrides)
-    return StorageConfig(**base)
+@pytest.fixture(scope="session")
+def s3_config() -> Callable[..., StorageConfig]:
+    """`s3_config(endpoint, **overrides)`: a StorageConfig for the test server, its credentials set."""
+    return s3.s3_config
 
 
-def closed_loopback_port() -> int:
-    """A 127.0.0.1 port nothing listens on (bound, read, closed): connections to it are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture(scope="session")
+def s3_key_id() -> str:
+    return s3.S3_KEY
 
 
-def env_without_s3_settings(**extra: str) -> dict[str, str]:
-    """This process's environment less every TRAINVAULT_S3_* and AWS_* variable, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINVAULT_S3_", "AWS_"))}
-    return {**env, **extra}
+@pytest.fixture(scope="session")
+def s3_secret() -> str:
+    return s3.S3_SECRET
+
+
+@pytest.fixture(scope="session")
+def closed_loopback_port() -> Callable[[], int]:
+    """`closed_loopback_port()`: a 127.0.0.1 port nothing listens on."""
+    return s3.closed_loopback_port
+
+
+@pytest.fixture(scope="session")
+def env_without_s3_settings() -> Callable[..., dict[str, str]]:
+    """`env_without_s3_settings(**extra)`: this environment less every S3 setting, plus `extra`."""
+    return s3.env_without_s3_settings
 
 
 @pytest.fixture
@@ -116,7 +121,7 @@ def s3_bucket(s3_server: str) -> Iterator[str]:
 
 @pytest.fixture
 def s3_vault(s3_server: str) -> TrainVault:
-    return TrainVault(storage=s3_config(s3_server))
+    return TrainVault(storage=s3.s3_config(s3_server))
 
 
 @pytest.fixture(params=["local", "memory", "s3"])
@@ -128,4 +133,4 @@ def vault_root(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[TrainVau
         return TrainVault(), f"memory://{uuid.uuid4().hex}/ds"
     server = request.getfixturevalue("s3_server")
     bucket = request.getfixturevalue("s3_bucket")
-    return TrainVault(storage=s3_config(server)), f"s3://{bucket}/ds"
+    return TrainVault(storage=s3.s3_config(server)), f"s3://{bucket}/ds"

@@ -4,7 +4,7 @@
 # dagster-webserver (http://127.0.0.1:${UI_PORT:-3000}) on a Postgres instance, steps through
 # the deployment's own RabbitMQ vhost. A worker that exits is started again (its unfinished step
 # goes to the other worker); any other process exiting, or Ctrl-C, stops them all.
-# The same processes and settings as tests/test_deploy_celery.py; README "Deploy" explains each.
+# The same processes and settings as tests/deploy/test_deploy_celery.py; README "Deploy" explains each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$(cd "${VENV:-.venv}/bin" && pwd):$PATH"

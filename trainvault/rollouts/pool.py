@@ -244,8 +244,10 @@ def _check_is_pool(storage: Storage, pool: str) -> None:
     before a collector marks it. An empty one passes: a pool before its first save."""
     if storage.list(join_uri(pool, "owners")) or storage.list(join_uri(pool, "objects")):
         return
-    markers = join_uri(pool, "gc") + "/"
-    other = next((o.uri for o in storage.list(pool) if not o.uri.startswith(markers)), None)
+    # A writer may put the pool's first object between the listings above and this one: the
+    # pool's own folders never count as something else.
+    own = tuple(join_uri(pool, part) + "/" for part in ("gc", "owners", "objects"))
+    other = next((o.uri for o in storage.list(pool) if not o.uri.startswith(own)), None)
     if other is not None:
         raise ConfigurationError(
             f"{pool} is not a rollout pool: it holds {other} but no pool objects (objects/sha256/) or owner records "

@@ -1,0 +1,170 @@
+"""The lifecycle's fused verification pass on a real local store: one read per shard serves
+the scan, the profile and the field survey; results stored by content are reused without a
+read and refused when damaged; the scan manifest and the gate's re-scan read no shard again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainvault import TrainVault
+from trainvault.approval import build_training_scan_manifest
+from trainvault.cards.fields import survey_fields
+from trainvault.contamination import scan_shard
+from trainvault.errors import IntegrityError
+from trainvault.profile import profile_publication
+from trainvault.publication.pinned import Publication
+from trainvault.storage import READS
+from trainvault.verification import (
+    profile_from_surveys,
+    split_surveys,
+    stored_survey,
+    stored_verification,
+    verify_shard,
+)
+from trainvault.verification.fused import survey_key
+from trainvault.verification.results import key_uri
+
+#: build_chain keeps each shard's records by shard id, the valid shard's as "valid".
+RECORDS_OF = {"v0": "valid"}
+
+
+@pytest.fixture
+def chain(build_chain: Callable[..., Any], tmp_path: Path) -> Any:
+    return build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40, contaminate=True)
+
+
+def entries(chain: Any) -> list[tuple[str, Any]]:
+    manifest = Publication.load(chain.vault.storage, chain.manifest_uri).manifest
+    return [(split, e) for split, sm in manifest.splits.items() for e in sm.shards]
+
+
+def test_one_read_serves_scan_profile_and_survey_and_a_second_pass_reads_nothing(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    shards = entries(chain)
+    before = READS.snapshot()
+    first = {e.key: verify_shard(storage, folder, "msgpack.zst", split, e, chain.index) for split, e in shards}
+    assert (READS.snapshot() - before).streamed == sum(e.size_bytes for _, e in shards)
+    assert all(v.read for v in first.values())
+    for _, e in shards:  # the scan is scan_shard's
+        assert first[e.key].scan == scan_shard(storage, "msgpack.zst", e, chain.index)
+    assert any(v.scan.items for v in first.values())  # the contaminated shard's hit is there
+    before = READS.snapshot()
+    again = {e.key: verify_shard(storage, folder, "msgpack.zst", split, e, chain.index) for split, e in shards}
+    assert (READS.snapshot() - before).streamed == 0 and not any(v.read for v in again.values())
+    assert {k: v.scan for k, v in again.items()} == {k: v.scan for k, v in first.items()}
+
+    by_split: dict[str, list] = {}
+    for split, e in shards:
+        by_split.setdefault(split, []).append((e, stored_survey(storage, folder, "msgpack.zst", e)))
+    merged = profile_from_surveys(chain.manifest_uri, chain.refs["data_manifest"].sha256, by_split)
+    read = profile_publication(storage, chain.manifest_uri, raise_on_invalid=False)
+    assert merged.sidecars() == read.sidecars()
+    surveys = split_surveys(by_split)
+    for split in by_split:
+        want, count = survey_fields(
+            r for e, _ in by_split[split] for r in chain.records[RECORDS_OF.get(e.shard_id, e.shard_id)]
+        )
+        got, got_count = surveys[split]
+        assert got_count == count and [s.state() for s in got] == [s.state() for s in want]
+
+
+def test_stored_verification_finds_what_verify_shard_reuses_without_the_index(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    split, entry = entries(chain)[0]
+    digests = {"release_sha256": chain.index.release_sha256, "contract_sha256": chain.index.contract_sha256}
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **digests) is None
+    made = verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index)
+    before = READS.snapshot()
+    found = stored_verification(storage, folder, "msgpack.zst", entry, **digests)
+    assert (READS.snapshot() - before).streamed == 0
+    assert found is not None and not found.read
+    assert (found.scan, found.survey) == (made.scan, made.survey)
+    # Results stored under another release are not this one's.
+    other = {**digests, "release_sha256": "0" * 64}
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **other) is None
+
+
+def test_a_damaged_or_misnamed_stored_result_is_refused_not_recomputed(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    (split, a), (_, b) = entries(chain)[:2]
+    verify_shard(storage, folder, "msgpack.zst", split, a, chain.index)
+    verify_shard(storage, folder, "msgpack.zst", split, b, chain.index)
+    survey_a, survey_b = (
+        Path(folder) / key_uri(folder, "survey", survey_key(e, "msgpack.zst")).rsplit("/", 1)[1] for e in (a, b)
+    )
+    original = survey_a.read_bytes()
+    survey_a.write_bytes(b"{not json")
+    with pytest.raises(IntegrityError, match=f"{survey_a.name}: a stored per-shard result does not parse"):
+        verify_shard(storage, folder, "msgpack.zst", split, a, chain.index)
+    survey_a.write_bytes(survey_b.read_bytes())  # b's result under a's name
+    with pytest.raises(IntegrityError, match="for another key than its name says"):
+        stored_survey(storage, folder, "msgpack.zst", a)
+    survey_a.write_bytes(original)
+    assert stored_survey(storage, folder, "msgpack.zst", a).key.shard.shard_sha256 == a.sha256
+
+
+def test_a_changed_shard_yields_no_result(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    split, entry = entries(chain)[0]
+    path = Path(entry.uri.removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError):
+        verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index)
+    assert not Path(folder).exists() or not any(Path(folder).iterdir())
+    with pytest.raises(IntegrityError, match="no stored survey"):
+        stored_survey(storage, folder, "msgpack.zst", entry)
+
+
+def test_the_scan_manifest_lists_verified_shards_without_reading_them(chain) -> None:
+    shards = {e.uri for _, e in entries(chain)}
+    before = READS.snapshot()
+    full = build_training_scan_manifest(chain.vault, chain.manifest_uri)
+    streamed_full = (READS.snapshot() - before).streamed
+    before = READS.snapshot()
+    listed = build_training_scan_manifest(chain.vault, chain.manifest_uri, verified=shards)
+    streamed = (READS.snapshot() - before).streamed
+    assert listed == full
+    assert streamed_full - streamed == sum(e.size_bytes for _, e in entries(chain))
+
+
+def test_the_gate_rescans_from_its_hash_pass_reading_each_shard_once(build_chain: Callable[..., Any], tmp_path) -> None:
+    from trainvault.approval import ApprovalPolicy
+
+    clean = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40)
+    shard_bytes = sum(e.size_bytes for _, e in entries(clean))
+    before = READS.snapshot()
+    approved = clean.vault.approve_dataset(clean.request(), policy=ApprovalPolicy())  # no scanner keys: every shard
+    assert (READS.snapshot() - before).streamed == shard_bytes
+    assert approved.summary.shards == len(entries(clean)) and approved.summary.files_hashed > len(entries(clean))
+
+
+def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_record(
+    build_chain: Callable[..., Any], tmp_path
+) -> None:
+    from trainvault.approval import SigningKey, with_record, write_approval
+    from trainvault.cards import croissant_card
+
+    clean = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40)
+    storage, folder = clean.vault.storage, str(tmp_path / "results")
+    by_split: dict[str, list] = {}
+    for split, e in entries(clean):
+        verify_shard(storage, folder, "msgpack.zst", split, e, clean.index)
+        by_split.setdefault(split, []).append((e, stored_survey(storage, folder, "msgpack.zst", e)))
+    key = SigningKey.generate()
+    approved = clean.vault.approve_dataset(clean.request())
+    record = write_approval(clean.vault, f"{clean.root}/approval.json", approved, signing_keys=[key])
+    opened = with_record(clean.vault, approved, record.uri, record.sha256, trusted_keys=[key.public_key])
+    surveys = split_surveys(by_split)
+    before = READS.snapshot()
+    card = croissant_card(clean.vault, opened, surveys=surveys)
+    assert (READS.snapshot() - before).streamed == 0  # no shard read
+    assert card == croissant_card(clean.vault, opened)
+    fields, records = surveys["train"]
+    with pytest.raises(IntegrityError, match="the field survey of split train counts"):
+        croissant_card(clean.vault, opened, surveys={**surveys, "train": (fields, records - 1)})
