@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
