@@ -13,11 +13,15 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import dagster as dg
+import pytest
 import yaml
 from services import BIN, Process, Processes, free_port, port_open, wait_for
 
@@ -405,3 +409,20 @@ class Deployment:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+@contextmanager
+def instance_of(deployment: Deployment) -> Iterator[dg.DagsterInstance]:
+    """A deployment's instance read from this process (same dagster.yaml, same database)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in deployment.procs.env.items():
+            if name.startswith("DAGSTER_PG_"):
+                mp.setenv(name, value)
+        with dg.DagsterInstance.from_config(str(deployment.home)) as inst:
+            yield inst
+
+
+def check_results(instance, run_id: str) -> dict[str, bool]:
+    """{check name: passed} of the run's asset check evaluations."""
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    return {r.dagster_event.event_specific_data.check_name: r.dagster_event.event_specific_data.passed for r in records}

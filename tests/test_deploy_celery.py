@@ -13,7 +13,6 @@ import os
 import signal
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,18 @@ pytest.importorskip("dagster_celery")
 pytest.importorskip("dagster_postgres")
 
 from conftest import S3_KEY, S3_SECRET, s3_config  # noqa: E402
-from deployment import DEPLOY, REPO, Deployment, children, dataset_entry, unique_name, write_catalog, write_home  # noqa: E402
+from deployment import (  # noqa: E402
+    DEPLOY,
+    REPO,
+    Deployment,
+    check_results,
+    children,
+    dataset_entry,
+    instance_of,
+    unique_name,
+    write_catalog,
+    write_home,
+)
 from gated_records import GATE_ENV  # noqa: E402
 from services import (  # noqa: E402
     Processes,
@@ -194,25 +204,8 @@ def celery_hosts(instance, run_id: str) -> dict[str, set[str]]:
     return hosts
 
 
-def check_results(instance, run_id: str) -> dict[str, bool]:
-    """{check name: passed} of the run's asset check evaluations."""
-    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-    return {r.dagster_event.event_specific_data.check_name: r.dagster_event.event_specific_data.passed for r in records}
-
-
 def entry_id(entry) -> tuple:
     return entry.timestamp, entry.step_key, entry.user_message
-
-
-@contextmanager
-def instance_of(deployment: Deployment) -> Iterator[dg.DagsterInstance]:
-    """A deployment's instance read from this process (same dagster.yaml, same database)."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in deployment.procs.env.items():
-            if name.startswith("DAGSTER_PG_"):
-                mp.setenv(name, value)
-        with dg.DagsterInstance.from_config(str(deployment.home)) as inst:
-            yield inst
 
 
 @pytest.fixture(scope="module")
