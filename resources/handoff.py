@@ -15,6 +15,7 @@ none or more than one.
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Literal
 
 import dagster as dg
@@ -27,6 +28,8 @@ from trainvault.documents import Document
 from trainvault.errors import ConfigurationError, IntegrityError
 from trainvault.refs import ObjectRef
 
+#: Materialization records read per request when looking up a run's materializations of one asset.
+PAGE = 1000
 HANDOFF_URI = "handoff"
 HANDOFF_SHA256 = "handoff sha256"
 
@@ -115,14 +118,28 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
 
 
 def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
-    """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned)."""
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned).
+
+    Read from `key`'s own records since the run was created, not from the run's whole event log:
+    a run of 10,000 shard partitions logs 10,000 materializations of other assets, which every
+    input load would otherwise read again."""
+    run = instance.get_run_record_by_id(run_id)
+    created = run.create_timestamp if run is not None else None
+    # Run storage may keep a naive UTC datetime.
+    since = created.replace(tzinfo=created.tzinfo or UTC).timestamp() if created else None
     out: dict[str | None, dict] = {}
-    for record in records:
-        mat = record.event_log_entry.asset_materialization
-        if mat is not None and mat.asset_key == key:
-            out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    return out
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=since), limit=PAGE, cursor=cursor, ascending=True
+        )
+        for record in page.records:
+            mat = record.asset_materialization
+            if record.run_id == run_id and mat is not None:
+                out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if not page.has_more:
+            return out
+        cursor = page.cursor
 
 
 def run_handoff(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> tuple[str, str] | None:
