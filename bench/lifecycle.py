@@ -299,6 +299,7 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
 def measure(
     total: int, records: int, celery: bool = False, executors: tuple[str, ...] = ("multiprocess", "in_process")
 ) -> dict[str, float]:
+    from pipelines.definitions import DEPLOYMENT_ENV
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -325,6 +326,7 @@ def measure(
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
             env = {
                 **os.environ,
+                **DEPLOYMENT_ENV,
                 "DAGSTER_HOME": str(home),
                 "PYTHONWARNINGS": "ignore",
                 "TRAINVAULT_DEMO_ROOT": root,

@@ -50,7 +50,7 @@ from services import (  # noqa: E402
 
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.celery_app import LOST_KEY  # noqa: E402
-from pipelines.definitions import build_definitions  # noqa: E402
+from pipelines.definitions import DEPLOYMENT_ENV, build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
@@ -108,6 +108,7 @@ class Site:
             DAGSTER_PG_DB=db,
             TRAINVAULT_DATASETS=str(self.catalog),
             TRAINVAULT_EXECUTOR="celery",
+            **DEPLOYMENT_ENV,
             TRAINVAULT_S3_URL=s3_server,
             TRAINVAULT_S3_REGION="us-east-1",
             TRAINVAULT_S3_KEY_ID=S3_KEY,
