@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv test test-scale demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,12 @@ $(CHROMIUM):
 test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# tests/test_deploy_scale.py alone (`make test` runs it too): 10,000 shard partitions through the Celery
+# deployment as one backfill; it prints the location's load, backfill and UI render times.
+# TRAINVAULT_SCALE_SHARDS=20 make test-scale runs it at 64 shards.
+test-scale: $(STAMP) $(CHROMIUM)
+	$(PY) -m pytest -q -s tests/test_deploy_scale.py $(PYTEST_ARGS)
 
 # The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
 # modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
