@@ -56,10 +56,10 @@ demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 
 # The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo;
 # TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog. A taken port fails at once.
-# One "planned" event per asset for a run over a range of shards (pipelines.definitions.DEPLOYMENT_ENV).
+# Dagster's event settings for runs over many shards: pipelines.definitions.DEPLOYMENT_ENV.
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	pipelines/deploy/check-ports.sh UI_PORT=$(UI_PORT)
-	DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+	DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 DAGSTER_EVENT_BATCH_SIZE=1000 DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 # The Celery deployment on this machine's PostgreSQL and RabbitMQ (README "Deploy"): code server,
 # two dagster-celery workers (restarted when one dies), daemon and webserver on
