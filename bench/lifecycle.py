@@ -395,6 +395,21 @@ def measure(
     return out
 
 
+def library_wall(total: int, records: int) -> float:
+    """Wall time of the lifecycle's library work alone for `total` shards, on a fresh local store."""
+    from pipelines.examples.spec import example_spec, key_fields
+    from trainvault.approval import write_keypair
+
+    per_stage, eval_shards = split_shards(total)
+    with tempfile.TemporaryDirectory(prefix="tv-library-") as tmp:
+        keys = Path(tmp) / "approver"
+        write_keypair(keys)
+        spec = example_spec(
+            f"{tmp}/library", shards_per_stage=per_stage, eval_shards=eval_shards, records=records, **key_fields(keys)
+        )
+        return library_only(spec, keys)
+
+
 def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
     """Bytes read per shard byte stored, requests and wall time of a build, an unchanged rebuild and
     a 1-of-N-changed rebuild, each run in this process."""
@@ -571,10 +586,19 @@ def main() -> None:
         action="store_true",
         help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process",
     )
+    parser.add_argument(
+        "--library-only",
+        action="store_true",
+        help="only the library's work, no Dagster: what a deployment's figure is set against (tests/test_deploy_scale.py)",
+    )
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     if args.reads:
         print_reads([r for n in args.shards.split(",") for r in reads_of_runs(int(n), records)], records)
+        return
+    if args.library_only:
+        for n in args.shards.split(","):
+            print(f"library only, {n} shards of {records} records: {library_wall(int(n), records):.1f} s")
         return
     if args.in_process_only:
         print_in_process([measure(int(n), records, executors=("in_process",)) for n in args.shards.split(",")], records)
