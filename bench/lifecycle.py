@@ -395,8 +395,10 @@ def measure(
     return out
 
 
-def library_wall(total: int, records: int) -> float:
-    """Wall time of the lifecycle's library work alone for `total` shards, on a fresh local store."""
+def library_wall(total: int, records: int, scale_catalog: bool = False) -> float:
+    """Wall time of the lifecycle's library work alone for `total` shards, on a fresh local store: the
+    demo's dataset, or (`scale_catalog`) tests/scale_datasets.yaml's, as the deployment test serves it."""
+    from pipelines.catalog import load_datasets
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -404,9 +406,24 @@ def library_wall(total: int, records: int) -> float:
     with tempfile.TemporaryDirectory(prefix="tv-library-") as tmp:
         keys = Path(tmp) / "approver"
         write_keypair(keys)
-        spec = example_spec(
-            f"{tmp}/library", shards_per_stage=per_stage, eval_shards=eval_shards, records=records, **key_fields(keys)
-        )
+        if scale_catalog:
+            if eval_shards != 2:
+                raise SystemExit("the scale catalog has 2 valid and 2 test shards: give 3 x N + 4 shards")
+            os.environ.update(
+                TRAINVAULT_SCALE_ROOT=f"{tmp}/library",
+                TRAINVAULT_SCALE_KEYS=str(keys),
+                TRAINVAULT_SCALE_SHARDS=str(per_stage),
+                TRAINVAULT_SCALE_RECORDS=str(records),
+            )
+            (spec,) = load_datasets(REPO / "tests" / "scale_datasets.yaml")
+        else:
+            spec = example_spec(
+                f"{tmp}/library",
+                shards_per_stage=per_stage,
+                eval_shards=eval_shards,
+                records=records,
+                **key_fields(keys),
+            )
         return library_only(spec, keys)
 
 
@@ -591,6 +608,9 @@ def main() -> None:
         action="store_true",
         help="only the library's work, no Dagster: what a deployment's figure is set against (tests/test_deploy_scale.py)",
     )
+    parser.add_argument(
+        "--scale-catalog", action="store_true", help="with --library-only: tests/scale_datasets.yaml's dataset"
+    )
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     if args.reads:
@@ -598,7 +618,8 @@ def main() -> None:
         return
     if args.library_only:
         for n in args.shards.split(","):
-            print(f"library only, {n} shards of {records} records: {library_wall(int(n), records):.1f} s")
+            wall = library_wall(int(n), records, args.scale_catalog)
+            print(f"library only, {n} shards of {records} records: {wall:.1f} s")
         return
     if args.in_process_only:
         print_in_process([measure(int(n), records, executors=("in_process",)) for n in args.shards.split(",")], records)
