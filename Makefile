@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-fast docs demo ui deploy-local chromium bench bench-venv clean
+.PHONY: venv lint test test-fast test-scale docs demo ui deploy-local chromium bench bench-venv clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,12 @@ test-fast: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# tests/deploy/test_deploy_scale.py alone (`make test` runs it too): 10,000 shard partitions through the Celery
+# deployment as one backfill; it prints the location's load, backfill and UI render times.
+# TRAINVAULT_SCALE_SHARDS=20 make test-scale runs it at 64 shards.
+test-scale: $(STAMP) $(CHROMIUM)
+	$(PY) -m pytest -q -s tests/deploy/test_deploy_scale.py $(PYTEST_ARGS)
+
 # The Dagster instance lives in the project (.dagster_home/, telemetry off, no "Join the Dagster community"
 # modal over the UI's first page), never in ~/.dagster; made when missing (pipelines/examples/demo.py writes the same).
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster_home
@@ -71,9 +77,10 @@ demo: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 
 # The Dagster UI (webserver + daemon) on http://127.0.0.1:$(UI_PORT), same instance as the demo;
 # TRAINVAULT_DATASETS=other.yaml make ui serves another dataset catalog. A taken port fails at once.
+# Dagster's event settings for runs over many shards: pipelines.definitions.DEPLOYMENT_ENV.
 ui: $(STAMP) $(DAGSTER_HOME_DIR)/dagster.yaml
 	pipelines/deploy/check-ports.sh UI_PORT=$(UI_PORT)
-	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+	DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 DAGSTER_EVENT_BATCH_SIZE=1000 DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 # The Celery deployment on this machine's PostgreSQL and RabbitMQ (README "Deploy"): code server,
 # two dagster-celery workers (restarted when one dies), daemon and webserver on

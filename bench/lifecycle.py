@@ -13,7 +13,12 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
 - with ``--celery``: the same CLI run through the Celery executor, steps on two
   ``dagster-celery`` workers (one task at a time each; RabbitMQ on 127.0.0.1, a vhost of
   the benchmark's own made and deleted by pipelines/deploy/rabbitmq-vhost.sh, the settings
-  of pipelines/deploy/celery-worker.yaml).
+  of pipelines/deploy/celery-worker.yaml), on the deployment's instance
+  (pipelines/deploy/dagster-celery.yaml, a fresh PostgreSQL database on 127.0.0.1, dropped
+  after; a SQLite instance when PostgreSQL is not running).
+
+Every CLI run gets pipelines.definitions.DEPLOYMENT_ENV (one "planned" event per asset of a
+range run). The last table gives Dagster's overhead per shard for each executor.
 
 Dagster overhead = CLI wall time - library-only wall time. "steps" is the time Dagster
 recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as it ran there.
@@ -245,6 +250,30 @@ def own_vhost() -> Iterator[str]:
         subprocess.run([str(VHOST_SCRIPT), "delete", name], check=True, timeout=60)
 
 
+PG_ENV = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
+
+
+@contextlib.contextmanager
+def own_database() -> Iterator[str | None]:
+    """A fresh PostgreSQL database on 127.0.0.1 for the Celery run's instance, as deployed, dropped
+    afterwards; None (the run uses a SQLite instance) when PostgreSQL is not running."""
+    import psycopg2
+
+    try:
+        admin = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="postgres", connect_timeout=5)
+    except psycopg2.OperationalError:
+        yield None
+        return
+    admin.autocommit = True
+    name = f"trainvault_bench_{uuid.uuid4().hex[:10]}"
+    admin.cursor().execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
 @contextlib.contextmanager
 def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[None]:
     """`count` dagster-celery workers on the broker in `env` (each in its own process group, stopped after)."""
@@ -299,6 +328,9 @@ def celery_workers(env: dict[str, str], home: Path, count: int = 2) -> Iterator[
 def measure(
     total: int, records: int, celery: bool = False, executors: tuple[str, ...] = ("multiprocess", "in_process")
 ) -> dict[str, float]:
+    import dagster as dg
+
+    from pipelines.definitions import DEPLOYMENT_ENV
     from pipelines.examples.spec import example_spec, key_fields
     from trainvault.approval import write_keypair
 
@@ -325,6 +357,7 @@ def measure(
             (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
             env = {
                 **os.environ,
+                **DEPLOYMENT_ENV,
                 "DAGSTER_HOME": str(home),
                 "PYTHONWARNINGS": "ignore",
                 "TRAINVAULT_DEMO_ROOT": root,
@@ -343,8 +376,13 @@ def measure(
                 env.update(
                     TRAINVAULT_EXECUTOR="celery", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
                 )
-                with own_vhost() as broker:
+                with own_vhost() as broker, own_database() as db:
                     env["TRAINVAULT_CELERY_BROKER"] = broker
+                    if db:  # the deployment's instance: Postgres (pipelines/deploy/dagster-celery.yaml)
+                        env.update(PG_ENV, DAGSTER_PG_DB=db)
+                        os.environ.update(PG_ENV, DAGSTER_PG_DB=db)  # this process reads the run back
+                        (home / "dagster.yaml").write_text((REPO / "pipelines/deploy/dagster-celery.yaml").read_text())
+                        dg.DagsterInstance.from_config(str(home)).dispose()  # its tables, made once
                     with celery_workers(env, home):
                         wall, inside, ok = cli_run(spec_for(root), env, executor)
             else:
@@ -355,6 +393,38 @@ def measure(
             if executor == "in_process":
                 out["rebuild"], _, ok = cli_run(spec_for(root), env, executor)
     return out
+
+
+def library_wall(total: int, records: int, scale_catalog: bool = False) -> float:
+    """Wall time of the lifecycle's library work alone for `total` shards, on a fresh local store: the
+    demo's dataset, or (`scale_catalog`) tests/deploy/scale_datasets.yaml's, as the deployment test serves it."""
+    from pipelines.catalog import load_datasets
+    from pipelines.examples.spec import example_spec, key_fields
+    from trainvault.approval import write_keypair
+
+    per_stage, eval_shards = split_shards(total)
+    with tempfile.TemporaryDirectory(prefix="tv-library-") as tmp:
+        keys = Path(tmp) / "approver"
+        write_keypair(keys)
+        if scale_catalog:
+            if eval_shards != 2:
+                raise SystemExit("the scale catalog has 2 valid and 2 test shards: give 3 x N + 4 shards")
+            os.environ.update(
+                TRAINVAULT_SCALE_ROOT=f"{tmp}/library",
+                TRAINVAULT_SCALE_KEYS=str(keys),
+                TRAINVAULT_SCALE_SHARDS=str(per_stage),
+                TRAINVAULT_SCALE_RECORDS=str(records),
+            )
+            (spec,) = load_datasets(REPO / "tests" / "deploy" / "scale_datasets.yaml")
+        else:
+            spec = example_spec(
+                f"{tmp}/library",
+                shards_per_stage=per_stage,
+                eval_shards=eval_shards,
+                records=records,
+                **key_fields(keys),
+            )
+        return library_only(spec, keys)
 
 
 def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
@@ -457,6 +527,18 @@ def print_in_process(rows: list[dict[str, float]], records: int) -> None:
         )
 
 
+def print_per_shard(rows: list[dict[str, float]]) -> None:
+    """Dagster's overhead per shard: (wall time - library-only wall time) / shards, per executor."""
+    executors = [e for e in ("in_process", "multiprocess", "celery") if all(e in r for r in rows)]
+    print("\nDagster overhead per shard, (wall - library only) / shards (ms)\n")
+    print(f"{'shards':>6} " + " ".join(f"{e:>12}" for e in executors))
+    for r in rows:
+        print(
+            f"{r['shards']:>6.0f} "
+            + " ".join(f"{1000 * (r[e] - r['library']) / r['shards']:>12.1f}" for e in executors)
+        )
+
+
 def demo_time() -> float:
     """Wall time of `make demo`'s program (every catalog dataset, default sizes) on a fresh store and instance."""
     import subprocess
@@ -523,10 +605,23 @@ def main() -> None:
         action="store_true",
         help="only bytes read per byte stored: build, unchanged and 1-changed rebuild, in-process",
     )
+    parser.add_argument(
+        "--library-only",
+        action="store_true",
+        help="only the library's work, no Dagster: what a deployment's figure is set against (tests/deploy/test_deploy_scale.py)",
+    )
+    parser.add_argument(
+        "--scale-catalog", action="store_true", help="with --library-only: tests/deploy/scale_datasets.yaml's dataset"
+    )
     args, _ = parser.parse_known_args()
     records = min(args.records, 200) if "--lifecycle-records" not in sys.argv else args.records
     if args.reads:
         print_reads([r for n in args.shards.split(",") for r in reads_of_runs(int(n), records)], records)
+        return
+    if args.library_only:
+        for n in args.shards.split(","):
+            wall = library_wall(int(n), records, args.scale_catalog)
+            print(f"library only, {n} shards of {records} records: {wall:.1f} s")
         return
     if args.in_process_only:
         print_in_process([measure(int(n), records, executors=("in_process",)) for n in args.shards.split(",")], records)
@@ -556,6 +651,7 @@ def main() -> None:
                 f"{r['shards']:>6.0f} {r['library']:>12.1f} {r['celery']:>17.1f} {co:>11.1f} ({co / r['celery']:>4.0%} ) "
                 f"{r['celery_steps']:>8.1f}"
             )
+    print_per_shard(rows)
     if not args.no_demo:
         print(f"\nmake demo (every catalog dataset, default sizes, fresh store and instance): {demo_time():.1f} s")
 

@@ -15,6 +15,7 @@ none or more than one.
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Literal
 
 import dagster as dg
@@ -27,6 +28,8 @@ from trainvault.documents import Document
 from trainvault.errors import ConfigurationError, IntegrityError
 from trainvault.refs import ObjectRef
 
+#: Materialization records read per request when looking up a run's materializations of one asset.
+PAGE = 1000
 HANDOFF_URI = "handoff"
 HANDOFF_SHA256 = "handoff sha256"
 
@@ -117,17 +120,19 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
 def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
     """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned).
 
-    Asks the event log for `key`'s materializations since the run was created (an indexed query
-    by asset), not for every materialization of the run: a run of many partitions records
-    thousands, and each hand-off load read them all again."""
+    Read from `key`'s own records since the run was created, not from the run's whole event log:
+    a run of 10,000 shard partitions logs 10,000 materializations of other assets, which every
+    input load would otherwise read again."""
     run = instance.get_run_record_by_id(run_id)
+    created = run.create_timestamp if run is not None else None
+    # Run storage may keep a naive UTC datetime.
     # An hour's margin: events carry the clock of the process that wrote them.
-    after = None if run is None else run.create_timestamp.timestamp() - 3600
+    since = created.replace(tzinfo=created.tzinfo or UTC).timestamp() - 3600 if created else None
     out: dict[str | None, dict] = {}
     cursor = None
     while True:
         page = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, after_timestamp=after), limit=1000, cursor=cursor, ascending=True
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=since), limit=PAGE, cursor=cursor, ascending=True
         )
         for record in page.records:
             mat = record.asset_materialization

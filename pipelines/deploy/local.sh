@@ -15,6 +15,9 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$PWD/.dagster_home_deploy}
 export DAGSTER_PG_USER=${DAGSTER_PG_USER:-postgres} DAGSTER_PG_PASSWORD=${DAGSTER_PG_PASSWORD:-}
 export DAGSTER_PG_HOST=${DAGSTER_PG_HOST:-127.0.0.1} DAGSTER_PG_DB=${DAGSTER_PG_DB:-trainvault}
 export TRAINVAULT_EXECUTOR=celery
+# pipelines.definitions.DEPLOYMENT_ENV: one "planned" event per asset for a run over a range of shards,
+# a step's per-partition materializations stored 1,000 to a database write.
+export DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS=1 DAGSTER_EVENT_BATCH_SIZE=1000
 # The deployment's own vhost (named after its database): another deployment on the same broker
 # never takes its steps. A broker URL given in TRAINVAULT_CELERY_BROKER is used as it is.
 VHOST=${TRAINVAULT_CELERY_VHOST:-$DAGSTER_PG_DB}

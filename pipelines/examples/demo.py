@@ -40,7 +40,7 @@ from pathlib import Path
 from dagster import RunsFilter
 
 from pipelines.catalog import datasets_path, load_datasets
-from pipelines.definitions import whole_build_tags
+from pipelines.definitions import DEPLOYMENT_ENV, whole_build_tags
 from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 
@@ -375,7 +375,7 @@ def main() -> int:
     # costs several times the work (bench/lifecycle.py); TRAINVAULT_DEMO_EXECUTOR picks another.
     os.environ["TRAINVAULT_EXECUTOR"] = os.environ.get("TRAINVAULT_DEMO_EXECUTOR") or DEMO_EXECUTOR
     os.environ["DAGSTER_HOME"] = str(home)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    env = {**os.environ, **DEPLOYMENT_ENV, "PYTHONWARNINGS": "ignore", "DAGSTER_DISABLE_TELEMETRY": "1"}
     specs = load_datasets(datasets_path())
     prepare_keys(specs)
     print(

@@ -13,7 +13,6 @@ import os
 import signal
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,14 +26,13 @@ pytest.importorskip("dagster_postgres")
 
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.celery_app import LOST_KEY  # noqa: E402
-from pipelines.definitions import build_definitions  # noqa: E402
+from pipelines.definitions import DEPLOYMENT_ENV, build_definitions  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
 
-PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
 GENERATOR = "support.gated_records:generate_records"
 RECORDS = 20
 #: The catalog: each check builds its own dataset (3 train stages x N shards + valid + test).
@@ -43,17 +41,6 @@ SHARDS_PER_STAGE = {MAIN: 10, KILL: 10, RESTART: 2, PAIR: 2}
 #: The local.sh deployment's catalog.
 LOCAL_PAIR, LOCAL_KILL = "local_pair", "local_kill"
 LOCAL_SHARDS_PER_STAGE = {LOCAL_PAIR: 2, LOCAL_KILL: 4}
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @dataclass
@@ -106,9 +93,10 @@ def make_site(
         env = services.base_env(
             DAGSTER_HOME=str(tmp / "home"),
             PYTHONPATH=f"{dagster_deploy.REPO}:{dagster_deploy.REPO / 'tests'}",
-            **PG,
+            **dagster_deploy.PG,
             TRAINVAULT_DATASETS=str(catalog),
             TRAINVAULT_EXECUTOR="celery",
+            **DEPLOYMENT_ENV,
             TRAINVAULT_S3_REGION="us-east-1",
             TRAINVAULT_S3_KEY_ID=s3_key_id,
             TRAINVAULT_S3_SECRET=s3_secret,
@@ -200,30 +188,13 @@ def celery_hosts(instance, run_id: str) -> dict[str, set[str]]:
     return hosts
 
 
-def check_results(instance, run_id: str) -> dict[str, bool]:
-    """{check name: passed} of the run's asset check evaluations."""
-    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-    return {r.dagster_event.event_specific_data.check_name: r.dagster_event.event_specific_data.passed for r in records}
-
-
 def entry_id(entry) -> tuple:
     return entry.timestamp, entry.step_key, entry.user_message
 
 
-@contextmanager
-def instance_of(deployment: Any) -> Iterator[dg.DagsterInstance]:
-    """A deployment's instance read from this process (same dagster.yaml, same database)."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in deployment.procs.env.items():
-            if name.startswith("DAGSTER_PG_"):
-                mp.setenv(name, value)
-        with dg.DagsterInstance.from_config(str(deployment.home)) as inst:
-            yield inst
-
-
 @pytest.fixture(scope="module")
-def instance(celery) -> Iterator[dg.DagsterInstance]:
-    with instance_of(celery.deployment) as inst:
+def instance(celery, dagster_deploy: ModuleType) -> Iterator[dg.DagsterInstance]:
+    with dagster_deploy.instance_of(celery.deployment) as inst:
         yield inst
 
 
@@ -254,42 +225,20 @@ def shard_step(name: str) -> str:
 
 
 def test_lifecycle_through_celery_workers_to_an_approval(
-    s3_secret: str, s3_key_id: str, celery, instance, main_run
+    s3_secret: str, s3_key_id: str, dagster_deploy: ModuleType, celery, instance, main_run
 ) -> None:
     spec = celery.specs[MAIN]
     assert len(spec.partition_keys()) >= 32
     materialized = celery.deployment.materialized(main_run)
     assert sorted(p for k, p in materialized if k == f"{MAIN}/dataset_shards" and p) == sorted(spec.partition_keys())
     assert f"{MAIN}/approved_dataset" in {k for k, _ in materialized}
-    checks = check_results(instance, main_run)
+    checks = dagster_deploy.check_results(instance, main_run)
     assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
     hosts = celery_hosts(instance, main_run)
     assert {h.split("@")[0] for hs in hosts.values() for h in hs} == {"w1", "w2"}, hosts
     deployed = data_objects(celery.s3, spec)
     assert spec.publication().manifest_uri in deployed
     assert deployed == reference_run(celery, MAIN, s3_key_id, s3_secret)  # the manifest and every shard, byte for byte
-
-
-@pytest.fixture
-def browser_page(tmp_path):
-    """A page of Debian's Chromium (never a downloaded browser) on a fresh profile."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make chromium` installs Debian's package", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 2400, "height": 1200},
-        )
-        context.set_default_timeout(60_000)
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
 
 
 def catalog_rows(text: str, assets: list[str]) -> dict[str, str]:
@@ -407,7 +356,7 @@ def test_daemon_and_webserver_killed_mid_run_lose_no_run_record(
 
 
 def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(
-    services: ModuleType, celery, instance, main_run
+    services: ModuleType, dagster_deploy: ModuleType, celery, instance, main_run
 ) -> None:
     spec = celery.specs[MAIN]
     before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)}
@@ -431,7 +380,7 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(
     assert len(shards) == len(spec.partition_keys())
     assert not any(m.metadata["written"].value for m in shards)
     assert f"{MAIN}/approved_dataset" in {k for k, _ in deployment.materialized(run_id)}
-    checks = check_results(instance, run_id)
+    checks = dagster_deploy.check_results(instance, run_id)
     assert {"within_contract", "approval_opens"} <= set(checks) and all(checks.values()), checks
 
 
@@ -473,7 +422,7 @@ def local(
         )
         script = deployment.start_local()
         try:
-            with instance_of(deployment) as inst:
+            with dagster_deploy.instance_of(deployment) as inst:
                 yield Local(deployment, site, inst, script.log.read_text(errors="replace"))
         finally:
             script.stop(grace=60)  # local.sh stops its processes itself (SIGKILL after 10 s)

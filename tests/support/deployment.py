@@ -13,11 +13,15 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import dagster as dg
+import pytest
 import yaml
 
 from pipelines.examples.spec import key_fields
@@ -405,3 +409,36 @@ class Deployment:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+@contextmanager
+def instance_of(deployment: Deployment) -> Iterator[dg.DagsterInstance]:
+    """A deployment's instance read from this process (same dagster.yaml, same database)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in deployment.procs.env.items():
+            if name.startswith("DAGSTER_PG_"):
+                mp.setenv(name, value)
+        with dg.DagsterInstance.from_config(str(deployment.home)) as inst:
+            yield inst
+
+
+def check_results(instance, run_id: str) -> dict[str, bool]:
+    """{check name: passed} of the run's asset check evaluations."""
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    return {r.dagster_event.event_specific_data.check_name: r.dagster_event.event_specific_data.passed for r in records}
+
+
+#: The Postgres settings every deployment's dagster.yaml reads (trust auth on 127.0.0.1).
+PG = {"DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_HOST": "127.0.0.1"}
+#: Debian's Chromium, which the UI checks drive through Playwright (never a downloaded browser).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
