@@ -326,7 +326,7 @@ def test_non_canonical_descriptor_is_not_packed(publish: Callable[..., str], tmp
         build_pack("msgpack.zst", [(entry.descriptor_uri, desc, spaced)])
 
 
-def test_a_v1_pack_written_before_columns_still_opens(tmp_path: Path) -> None:
+def test_a_v1_pack_written_before_columns_still_opens(publish: Callable[..., str], tmp_path: Path) -> None:
     vault = TrainVault()
     uri = publish(vault, str(tmp_path / "ds"), 3)
     entries = vault.load_manifest(uri).splits["train"].shards
