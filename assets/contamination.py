@@ -158,10 +158,15 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         def verify(partition: str) -> tuple[str, VerifiedShard]:
             split = parse_partition_key(partition)[0]
             entry = shard_entry(manifest, partition)
-            found = stored_verification(
+            # One lookup of the stored results serves both: a shard they cover is not read, and a
+            # changed one is verified without looking them up again.
+            stored = stored_verification(
                 vault.storage, folder, data_format, entry, release_sha256=release, contract_sha256=contract
             )
-            return partition, found or verify_shard(vault.storage, folder, data_format, split, entry, index())
+            found = stored.verified
+            return partition, found or verify_shard(
+                vault.storage, folder, data_format, split, entry, index(), stored=stored
+            )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:

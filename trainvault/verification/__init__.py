@@ -2,6 +2,7 @@
 scan, profile and field survey, and the per-shard results stored by content for reuse."""
 
 from trainvault.verification.fused import (
+    StoredVerification,
     VerifiedShard,
     profile_from_surveys,
     split_surveys,
@@ -15,6 +16,7 @@ __all__ = [
     "DEFAULT_PROFILE",
     "ShardSurvey",
     "StoredScan",
+    "StoredVerification",
     "VerifiedShard",
     "profile_from_surveys",
     "split_surveys",

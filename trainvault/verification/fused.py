@@ -15,7 +15,7 @@ from typing import Any
 from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.scan import ShardScanResult, scan_shard
-from trainvault.errors import IntegrityError, ProfileError
+from trainvault.errors import ConfigurationError, IntegrityError, ProfileError
 from trainvault.profile.sidecar import DatasetProfile, ProfileSettings, ShardProfile, ShardProfiler, SplitProfile
 from trainvault.profile.state import shard_profile_from_state, shard_profile_state
 from trainvault.profile.validation import TaskDataValidator
@@ -44,16 +44,33 @@ class VerifiedShard:
     read: bool
 
 
-def scan_key(entry: ShardEntry, data_format: str, index: EvalIndex) -> ScanKey:
+def scan_key(entry: ShardEntry, data_format: str, *, release_sha256: str, contract_sha256: str) -> ScanKey:
     return ScanKey(
-        shard=ShardKey.of(entry, data_format),
-        contract_sha256=index.contract_sha256,
-        release_sha256=index.release_sha256,
+        shard=ShardKey.of(entry, data_format), contract_sha256=contract_sha256, release_sha256=release_sha256
     )
 
 
 def survey_key(entry: ShardEntry, data_format: str) -> SurveyKey:
     return SurveyKey(shard=ShardKey.of(entry, data_format), profile=DEFAULT_PROFILE)
+
+
+@dataclass(frozen=True)
+class StoredVerification:
+    """What a results folder holds for one shard under one release and contract: each result, or None."""
+
+    scan_key: ScanKey
+    scan_uri: str
+    scan: StoredScan | None
+    survey_key: SurveyKey
+    survey_uri: str
+    survey: ShardSurvey | None
+
+    @property
+    def verified(self) -> VerifiedShard | None:
+        """Both results, reused with no read of the shard (None: `verify_shard` must read it)."""
+        if self.scan is None or self.survey is None:
+            return None
+        return VerifiedShard(self.scan.result, self.survey, read=False)
 
 
 def stored_verification(
@@ -64,30 +81,41 @@ def stored_verification(
     *,
     release_sha256: str,
     contract_sha256: str,
-) -> VerifiedShard | None:
-    """Shard `entry`'s scan and survey as stored in `folder` under their keys, if both are: what
-    `verify_shard` reuses, found without building the release's index (None: verify it)."""
+) -> StoredVerification:
+    """Shard `entry`'s results as stored in `folder` under their keys, looked up without building
+    the release's index; hand it to `verify_shard` so that it does not look again."""
     storage = storage_of(storage)
-    skey = ScanKey(
-        shard=ShardKey.of(entry, data_format), contract_sha256=contract_sha256, release_sha256=release_sha256
-    )
+    skey = scan_key(entry, data_format, release_sha256=release_sha256, contract_sha256=contract_sha256)
     vkey = survey_key(entry, data_format)
-    scan = read_result(storage, StoredScan, key_uri(folder, "scan", skey), skey)
-    survey = read_result(storage, ShardSurvey, key_uri(folder, "survey", vkey), vkey)
-    return None if scan is None or survey is None else VerifiedShard(scan.result, survey, read=False)
+    suri, vuri = key_uri(folder, "scan", skey), key_uri(folder, "survey", vkey)
+    scan = read_result(storage, StoredScan, suri, skey)
+    return StoredVerification(skey, suri, scan, vkey, vuri, read_result(storage, ShardSurvey, vuri, vkey))
 
 
 def verify_shard(
-    storage: StorageSource, folder: str, data_format: str, split: str, entry: ShardEntry, index: EvalIndex
+    storage: StorageSource,
+    folder: str,
+    data_format: str,
+    split: str,
+    entry: ShardEntry,
+    index: EvalIndex,
+    *,
+    stored: StoredVerification | None = None,
 ) -> VerifiedShard:
     """Shard `entry`'s scan under `index` and its survey: reused from `folder` where stored under
-    their keys, else computed in one verified read of the shard and stored there."""
+    their keys (`stored`: that lookup, already made), else computed in one verified read of the
+    shard and stored there."""
     storage = storage_of(storage)
-    skey, vkey = scan_key(entry, data_format, index), survey_key(entry, data_format)
-    suri, vuri = key_uri(folder, "scan", skey), key_uri(folder, "survey", vkey)
-    scan, survey = read_result(storage, StoredScan, suri, skey), read_result(storage, ShardSurvey, vuri, vkey)
-    if scan is not None and survey is not None:
-        return VerifiedShard(scan.result, survey, read=False)
+    digests = {"release_sha256": index.release_sha256, "contract_sha256": index.contract_sha256}
+    if stored is None:
+        stored = stored_verification(storage, folder, data_format, entry, **digests)
+    elif stored.scan_key != scan_key(entry, data_format, **digests):
+        raise ConfigurationError(
+            f"shard {split}/{entry.key}: the stored results looked up are for another shard, release or contract "
+            "than the index; look them up under the index's release and contract"
+        )
+    if stored.verified is not None:
+        return stored.verified
     profiler = ShardProfiler(split, entry, ProfileSettings())
     parts: list[tuple[list[FieldSurvey], int]] = []
 
@@ -97,17 +125,19 @@ def verify_shard(
 
     result = scan_shard(storage, data_format, entry, index, on_records=observe)
     fields, _ = merge_surveys(parts)
-    made = ShardSurvey(key=vkey, profile=shard_profile_state(profiler.finish()), fields=[f.state() for f in fields])
-    if scan is None:
-        store_result(storage, suri, StoredScan(key=skey, result=result))
-    elif scan.result != result:
+    made = ShardSurvey(
+        key=stored.survey_key, profile=shard_profile_state(profiler.finish()), fields=[f.state() for f in fields]
+    )
+    if stored.scan is None:
+        store_result(storage, stored.scan_uri, StoredScan(key=stored.scan_key, result=result))
+    elif stored.scan.result != result:
         raise IntegrityError(
-            f"{suri}: the stored scan of shard {split}/{entry.key} is not what scanning it gives now; "
+            f"{stored.scan_uri}: the stored scan of shard {split}/{entry.key} is not what scanning it gives now; "
             "delete it and run the verification pass again"
         )
-    if survey is None:
-        store_result(storage, vuri, made)
-    return VerifiedShard(result, survey or made, read=True)
+    if stored.survey is None:
+        store_result(storage, stored.survey_uri, made)
+    return VerifiedShard(result, stored.survey or made, read=True)
 
 
 def stored_survey(storage: StorageSource, folder: str, data_format: str, entry: ShardEntry) -> ShardSurvey:

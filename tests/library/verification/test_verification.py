@@ -14,7 +14,7 @@ from trainvault import TrainVault
 from trainvault.approval import build_training_scan_manifest
 from trainvault.cards.fields import survey_fields
 from trainvault.contamination import scan_shard
-from trainvault.errors import IntegrityError
+from trainvault.errors import ConfigurationError, IntegrityError
 from trainvault.profile import profile_publication
 from trainvault.publication.pinned import Publication
 from trainvault.storage import READS
@@ -76,16 +76,49 @@ def test_stored_verification_finds_what_verify_shard_reuses_without_the_index(ch
     storage, folder = chain.vault.storage, str(tmp_path / "results")
     split, entry = entries(chain)[0]
     digests = {"release_sha256": chain.index.release_sha256, "contract_sha256": chain.index.contract_sha256}
-    assert stored_verification(storage, folder, "msgpack.zst", entry, **digests) is None
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **digests).verified is None
     made = verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index)
     before = READS.snapshot()
-    found = stored_verification(storage, folder, "msgpack.zst", entry, **digests)
+    found = stored_verification(storage, folder, "msgpack.zst", entry, **digests).verified
     assert (READS.snapshot() - before).streamed == 0
     assert found is not None and not found.read
     assert (found.scan, found.survey) == (made.scan, made.survey)
     # Results stored under another release are not this one's.
     other = {**digests, "release_sha256": "0" * 64}
-    assert stored_verification(storage, folder, "msgpack.zst", entry, **other) is None
+    assert stored_verification(storage, folder, "msgpack.zst", entry, **other).verified is None
+
+
+def test_a_shard_verified_after_its_lookup_is_read_once_and_its_results_not_looked_up_again(chain, tmp_path) -> None:
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    split, entry = entries(chain)[0]
+    digests = {"release_sha256": chain.index.release_sha256, "contract_sha256": chain.index.contract_sha256}
+    made = verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index)
+    survey_path = Path(key_uri(folder, "survey", survey_key(entry, "msgpack.zst")).removeprefix("file://"))
+
+    def reverify(**lookup: Any) -> tuple[Any, Any]:
+        """The survey lost, the scan kept: the shard is read again, for the survey."""
+        survey_path.unlink(missing_ok=True)
+        before = READS.snapshot()
+        verified = verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index, **lookup)
+        return verified, READS.snapshot() - before
+
+    _, looked_up_inside = reverify()
+    survey_path.unlink()
+    stored = stored_verification(storage, folder, "msgpack.zst", entry, **digests)
+    assert stored.scan is not None and stored.survey is None and stored.verified is None
+    again, handed = reverify(stored=stored)
+    # The same stream, and the stored scan not fetched a second time (READS counts what reads
+    # return: the absent survey's lookup returns nothing either way).
+    assert handed.streamed == looked_up_inside.streamed == entry.size_bytes
+    scan_path = Path(stored.scan_uri.removeprefix("file://"))
+    assert looked_up_inside.requests - handed.requests == 1
+    assert looked_up_inside.bytes - handed.bytes == scan_path.stat().st_size
+    assert again.read and (again.scan, again.survey) == (made.scan, made.survey)
+    assert stored_survey(storage, folder, "msgpack.zst", entry) == made.survey
+    # A lookup made under another release is refused, not trusted for this index.
+    other = stored_verification(storage, folder, "msgpack.zst", entry, **{**digests, "release_sha256": "0" * 64})
+    with pytest.raises(ConfigurationError, match="for another shard, release or contract than the index"):
+        verify_shard(storage, folder, "msgpack.zst", split, entry, chain.index, stored=other)
 
 
 def test_a_damaged_or_misnamed_stored_result_is_refused_not_recomputed(chain, tmp_path) -> None:
