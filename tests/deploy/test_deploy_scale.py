@@ -6,9 +6,11 @@ tests/test_deploy_celery.py starts it: PostgreSQL, its own RabbitMQ vhost, a cod
 two `dagster-celery` workers, the daemon and the webserver. The data lives in a local
 folder every process shares (the S3 path is covered at 32 shards by test_deploy_celery.py).
 The daemon is killed and restarted while the backfill runs; every shard is recorded once.
-An unchanged rebuild (a second backfill of the shard asset) reuses every shard. The UI's partitions page of
+An unchanged rebuild (the lifecycle job launched as one run over every shard, as the nightly
+schedule launches it) reuses every shard and writes nothing. The UI's partitions page of
 the shard asset and the page of the 10,000-partition run render in headless Chromium; the
-figures (location load, backfill wall time, render times) are printed, never asserted.
+figures (location load, backfill and rebuild wall time with each run's, render times) are
+printed, never asserted.
 
 ``TRAINVAULT_SCALE_SHARDS`` (shards per train stage, default 3,332) makes it smaller.
 `make test-scale` runs this file alone (`make test` runs it too).
@@ -34,7 +36,7 @@ pytest.importorskip("dagster_postgres")
 
 
 from pipelines.catalog import load_datasets  # noqa: E402
-from pipelines.definitions import DEPLOYMENT_ENV  # noqa: E402
+from pipelines.definitions import DEPLOYMENT_ENV, whole_build_tags  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`")
@@ -209,16 +211,25 @@ def test_one_backfill_records_every_shard_once_across_a_daemon_restart(scale, bu
 
 
 def test_an_unchanged_rebuild_reuses_every_shard(scale, build) -> None:
-    # The shard asset's partitions again (what a nightly rebuild starts with): every shard is found
-    # complete and reused. The whole lifecycle's rebuild, through to a new approval, is
-    # test_deploy_celery.py's nightly-tick test at 32 shards; at 10,000 it would double this file's time.
+    # What the nightly schedule launches: the lifecycle job as one run over every shard partition.
+    # Every shard is found complete and reused, every stage after it reuses its stored results, and
+    # the same inputs approved again reuse the approval record: nothing under the dataset is written.
     before = stored(scale.data_root)
-    _, run_ids, wall = backfill(scale, [[NAME, "dataset_shards"]], kill_daemon=False)
-    print(f"\nunchanged rebuild backfill of the {len(scale.spec.partition_keys())} shard partitions: {wall:.1f} s")
-    meta = shard_metadata(scale.instance, run_ids)
+    start = time.perf_counter()
+    run_id = scale.deployment.launch_run(NAME, tags=whole_build_tags(scale.spec))
+    status = scale.deployment.wait_run(run_id, timeout=900 + 0.5 * len(scale.spec.partition_keys()))
+    wall = time.perf_counter() - start
+    assert status == "SUCCESS"
+    print(
+        f"\nunchanged rebuild of the whole lifecycle, {len(scale.spec.partition_keys())} shards, one run: "
+        f"{wall:.1f} s (the run {run_spans(scale.instance, [run_id])})"
+    )
+    meta = shard_metadata(scale.instance, [run_id])
     assert set(meta) == set(scale.spec.partition_keys())
     assert not any(m["written"] for m in meta.values())
-    assert stored(scale.data_root) == before  # no shard, descriptor or manifest written again
+    counts = materializations(scale.instance, [run_id])
+    assert {a for a, _ in counts} >= {"data_manifest", "contamination_report", "approved_dataset"}
+    assert stored(scale.data_root) == before  # no shard, result, manifest or approval written again
 
 
 def render(page, url: str, shown, shot: Path) -> float:
