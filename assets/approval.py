@@ -181,13 +181,13 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
 def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest), else written."""
     from trainvault.cards import write_croissant
-    from trainvault.verification import split_surveys
+    from trainvault.verification import shard_field_surveys
 
     uri = pub.croissant_uri(request_sha256)
     if (existing := stored_ref(vault, uri)) is not None:
         return existing, False
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
-    surveys = split_surveys(surveys_of(vault.storage, spec, opened.manifest))
+    surveys = shard_field_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(
         vault, opened, uri, name=spec.name, description=spec.description or None, version=pub.version, surveys=surveys
     )

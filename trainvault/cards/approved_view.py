@@ -16,6 +16,7 @@ from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset
 from trainvault.approval.guard import CustodyStore
+from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
@@ -24,6 +25,11 @@ from trainvault.storage import StorageSource, storage_of
 from trainvault.uris import join_uri
 
 VIEW_FOLDER = "approved-view"
+#: Rows surveyed at a time while a clean copy is written (the survey holds no rows).
+SURVEY_BATCH = 1024
+
+#: A run of records' field surveys and record count (`survey_fields`, `merge_surveys`).
+Survey = tuple[list[FieldSurvey], int]
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,8 @@ class ViewShard:
     records: int
     #: Records of the published shard the approval excludes (0: `ref` is the published shard).
     excluded: int
+    #: The field survey of the clean copy's records, taken as it was written (None: not a copy).
+    survey: Survey | None = None
 
 
 def approved_rows(
@@ -56,9 +64,23 @@ def excluded_by_shard(approved: ApprovedDataset, split: str) -> Mapping[str, fro
     return exclusions.by_shard(split) if exclusions is not None else {}
 
 
+def surveyed(rows: Iterator[dict[str, Any]], parts: list[Survey]) -> Iterator[dict[str, Any]]:
+    """`rows` as they are, their field survey appended to `parts` batch by batch (one pass serves both)."""
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == SURVEY_BATCH:
+            parts.append(survey_fields(batch))
+            batch = []
+        yield row
+    if batch:
+        parts.append(survey_fields(batch))
+
+
 def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
     """Every shard of `split` in manifest order as the approved view holds it, writing the clean
-    copy of each shard with excluded records under `folder` (create-only; the same copy again is a no-op)."""
+    copy of each shard with excluded records under `folder` (create-only; the same copy again is a
+    no-op) and surveying its records in the same read."""
     manifest = approved.manifest
     fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
@@ -70,12 +92,12 @@ def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, f
             ref = ObjectRef(uri=entry.uri, sha256=entry.sha256, size=entry.size_bytes)
             out.append(ViewShard(entry, ref, entry.record_count, 0))
             continue
-        rows = approved_rows(custody, manifest.data_format, entry, dropped)
+        parts: list[Survey] = []
+        rows = surveyed(approved_rows(custody, manifest.data_format, entry, dropped), parts)
         copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
         storage_of(storage).put_create(uri, data)
-        out.append(
-            ViewShard(entry, ObjectRef(uri=uri, sha256=copy.sha256, size=len(data)), copy.record_count, len(dropped))
-        )
+        ref = ObjectRef(uri=uri, sha256=copy.sha256, size=len(data))
+        out.append(ViewShard(entry, ref, copy.record_count, len(dropped), merge_surveys(parts)))
     return out

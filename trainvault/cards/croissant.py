@@ -27,8 +27,8 @@ from urllib.parse import quote
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.approval.result import VerificationSummary
 from trainvault.canonical import sha256_hex
-from trainvault.cards.approved_view import ViewShard, approved_rows, excluded_by_shard, view_shards
-from trainvault.cards.fields import FieldSurvey, survey_fields
+from trainvault.cards.approved_view import Survey, ViewShard, approved_rows, excluded_by_shard, view_shards
+from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError, ManifestError
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
@@ -180,13 +180,43 @@ def _field(split: str, survey: FieldSurvey, records: int, parent: FieldSurvey | 
     return out
 
 
+def _split_survey(
+    approved: ApprovedDataset,
+    data_format: str,
+    split: str,
+    shards: list[ViewShard],
+    shard_surveys: Mapping[str, Survey] | None,
+) -> Survey:
+    """The split's field survey over its approved view, in manifest order: each clean copy's from its
+    writing, each other shard's from `shard_surveys` (by shard key); without them, read from every record."""
+    if shard_surveys is None:
+        custody = approved.custody_store()
+        excluded = excluded_by_shard(approved, split)
+        return survey_fields(
+            row
+            for v in shards
+            for row in approved_rows(custody, data_format, v.entry, excluded.get(v.entry.key, frozenset()))
+        )
+    parts = []
+    for v in shards:
+        part = v.survey if v.survey is not None else shard_surveys.get(v.entry.key)
+        if part is None or part[1] != v.records:
+            raise IntegrityError(
+                f"shard {split}/{v.entry.key}: the field survey given counts "
+                f"{'no survey' if part is None else f'{part[1]} records'}, the approved view {v.records}: "
+                "survey every approved shard"
+            )
+        parts.append(part)
+    return merge_surveys(parts)
+
+
 def _split_nodes(
     storage: StorageSource,
     approved: ApprovedDataset,
     manifest: DataManifest,
     split: str,
     folder: str,
-    survey: tuple[list[FieldSurvey], int] | None = None,
+    shard_surveys: Mapping[str, Survey] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The split's file objects and file set (its approved view), and its record set."""
     formats, note = ENCODINGS.get(manifest.data_format, (["application/octet-stream"], manifest.data_format))
@@ -206,17 +236,8 @@ def _split_nodes(
                 "includes": filled,
             }
         )
-    excluded = excluded_by_shard(approved, split)
     dropped = sum(v.excluded for v in shards)
-    if survey is None or excluded:
-        # Exclusions leave records out of the view: survey the approved rows as they are read.
-        custody = approved.custody_store()
-        survey = survey_fields(
-            row
-            for v in shards
-            for row in approved_rows(custody, manifest.data_format, v.entry, excluded.get(v.entry.key, frozenset()))
-        )
-    surveys, records = survey
+    surveys, records = _split_survey(approved, manifest.data_format, split, shards, shard_surveys)
     if records != sum(v.records for v in shards):
         raise IntegrityError(
             f"the field survey of split {split} counts {records} records, the approved view "
@@ -287,18 +308,18 @@ def croissant_card(
     cite_as: str | None = None,
     version: str | None = None,
     date_published: str | None = None,
-    surveys: Mapping[str, tuple[list[FieldSurvey], int]] | None = None,
+    surveys: Mapping[str, Mapping[str, Survey]] | None = None,
 ) -> dict[str, Any]:
     """The Croissant JSON-LD document of `approved` (opened from a signed record with
     `open_approved`), for a card stored at `card_uri` (default `default_card_uri`).
 
     Reads every record once (blocks verified) to declare each split's fields, unless
-    `surveys` gives a split's (field surveys, record count) from a verification pass over
-    exactly the approved shards (used where the approval excludes none of the split's
-    records); and reads each bound ``<split>_metrics`` sidecar. For an approval with
-    exclusions it first writes the clean copies of the shards with excluded records beside
-    the card (``approved-view/``, create-only, named by content): the card lists those
-    instead. Properties left None are omitted (Croissant recommends
+    `surveys` gives each approved shard's (field surveys, record count) by split and shard key,
+    from a verification pass over its bytes; and reads each bound ``<split>_metrics`` sidecar.
+    For an approval with exclusions it first writes the clean copies of the shards with
+    excluded records beside the card (``approved-view/``, create-only, named by content),
+    surveying their records as it writes them: the card lists those instead, and reads no
+    other shard when `surveys` is given. Properties left None are omitted (Croissant recommends
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
@@ -325,7 +346,9 @@ def croissant_card(
     ]
     record_sets = []
     for split in manifest.splits:
-        files, record_set = _split_nodes(storage, approved, manifest, split, folder, (surveys or {}).get(split))
+        files, record_set = _split_nodes(
+            storage, approved, manifest, split, folder, None if surveys is None else surveys.get(split, {})
+        )
         distribution += files
         record_sets.append(record_set)
     _check_unique_ids([*distribution, *record_sets])

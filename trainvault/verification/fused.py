@@ -175,14 +175,12 @@ def survey_fields_of(survey: ShardSurvey) -> list[FieldSurvey]:
         ) from None
 
 
-def split_surveys(
+def shard_field_surveys(
     entries: Mapping[str, list[tuple[ShardEntry, ShardSurvey]]],
-) -> dict[str, tuple[list[FieldSurvey], int]]:
-    """Per split, the field survey of its records in manifest order (what the Croissant card declares)."""
-    return {
-        split: merge_surveys((survey_fields_of(s), e.record_count) for e, s in pairs)
-        for split, pairs in entries.items()
-    }
+) -> dict[str, dict[str, tuple[list[FieldSurvey], int]]]:
+    """Per split, each shard's field survey and record count by shard key (what the Croissant card
+    merges into each split's fields, in manifest order)."""
+    return {split: {e.key: (survey_fields_of(s), e.record_count) for e, s in pairs} for split, pairs in entries.items()}
 
 
 def profile_from_surveys(

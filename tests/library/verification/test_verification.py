@@ -20,7 +20,7 @@ from trainvault.publication.pinned import Publication
 from trainvault.storage import READS
 from trainvault.verification import (
     profile_from_surveys,
-    split_surveys,
+    shard_field_surveys,
     stored_survey,
     stored_verification,
     verify_shard,
@@ -63,13 +63,12 @@ def test_one_read_serves_scan_profile_and_survey_and_a_second_pass_reads_nothing
     merged = profile_from_surveys(chain.manifest_uri, chain.refs["data_manifest"].sha256, by_split)
     read = profile_publication(storage, chain.manifest_uri, raise_on_invalid=False)
     assert merged.sidecars() == read.sidecars()
-    surveys = split_surveys(by_split)
+    surveys = shard_field_surveys(by_split)
     for split in by_split:
-        want, count = survey_fields(
-            r for e, _ in by_split[split] for r in chain.records[RECORDS_OF.get(e.shard_id, e.shard_id)]
-        )
-        got, got_count = surveys[split]
-        assert got_count == count and [s.state() for s in got] == [s.state() for s in want]
+        for e, _ in by_split[split]:
+            want, count = survey_fields(chain.records[RECORDS_OF.get(e.shard_id, e.shard_id)])
+            got, got_count = surveys[split][e.key]
+            assert got_count == count and [s.state() for s in got] == [s.state() for s in want]
 
 
 def test_stored_verification_finds_what_verify_shard_reuses_without_the_index(chain, tmp_path) -> None:
@@ -193,11 +192,42 @@ def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_rec
     approved = clean.vault.approve_dataset(clean.request())
     record = write_approval(clean.vault, f"{clean.root}/approval.json", approved, signing_keys=[key])
     opened = with_record(clean.vault, approved, record.uri, record.sha256, trusted_keys=[key.public_key])
-    surveys = split_surveys(by_split)
+    surveys = shard_field_surveys(by_split)
     before = READS.snapshot()
     card = croissant_card(clean.vault, opened, surveys=surveys)
     assert (READS.snapshot() - before).streamed == 0  # no shard read
     assert card == croissant_card(clean.vault, opened)
-    fields, records = surveys["train"]
-    with pytest.raises(IntegrityError, match="the field survey of split train counts"):
-        croissant_card(clean.vault, opened, surveys={**surveys, "train": (fields, records - 1)})
+    (key_, (fields, records)) = next(iter(surveys["train"].items()))
+    short = {**surveys, "train": {**surveys["train"], key_: (fields, records - 1)}}
+    with pytest.raises(
+        IntegrityError, match=f"shard train/{key_}: the field survey given counts {records - 1} records"
+    ):
+        croissant_card(clean.vault, opened, surveys=short)
+
+
+def test_a_card_with_exclusions_reads_only_the_shards_it_copies(chain, tmp_path) -> None:
+    from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
+    from trainvault.cards import croissant_card
+    from trainvault.contamination import exclusions_from_report
+
+    storage, folder = chain.vault.storage, str(tmp_path / "results")
+    by_split: dict[str, list] = {}
+    for split, e in entries(chain):
+        verify_shard(storage, folder, "msgpack.zst", split, e, chain.index)
+        by_split.setdefault(split, []).append((e, stored_survey(storage, folder, "msgpack.zst", e)))
+    report_sha256 = chain.refs["contamination_report"].sha256
+    exclusions = exclusions_from_report(chain.extra["report"], report_sha256=report_sha256)
+    affected = {(r.split, r.shard) for r in exclusions.records}
+    allow = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 2))
+    approved = chain.vault.approve_dataset(chain.with_exclusions(exclusions), policy=allow)
+    key = SigningKey.generate()
+    record = write_approval(chain.vault, f"{chain.root}/approval.json", approved, signing_keys=[key])
+    opened = chain.vault.open_approved(record.uri, record.sha256, trusted_keys=[key.public_key], policy=allow)
+    copied = [e for split, e in entries(chain) if (split, e.key) in affected]
+    assert copied and len(copied) < len(entries(chain))
+    before = READS.snapshot()
+    card = croissant_card(chain.vault, opened, surveys=shard_field_surveys(by_split))
+    # Each shard with excluded records read once, for its clean copy and its survey; no other shard.
+    read = READS.snapshot() - before
+    assert read.streamed == sum(e.size_bytes for e in copied)
+    assert card == croissant_card(chain.vault, opened)  # the card that surveys every approved record
