@@ -112,6 +112,8 @@ def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
     if exclusions:
         fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
         args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
+    if spec.policy.unscanned_fields:
+        args.append(f"unscanned_fields={sorted(set(spec.policy.unscanned_fields))!r}")
     return f"ApprovalPolicy({', '.join(args)})"
 
 
@@ -124,6 +126,7 @@ def trace_command(
     words += [w for p in paths for w in ("--scanner-key", p)]
     if exclusions:
         words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
+    words += [w for f in sorted(set(spec.policy.unscanned_fields)) for w in ("--unscanned-field", f)]
     words += [
         "--batch-size",
         str(batch_size),

@@ -2,7 +2,8 @@
 
 Trusted scanner keys make the gate re-scan a seeded sample of shards instead of every
 shard; `allow_exclusions` lets contaminated records be left out of the approval (the
-`contamination_exclusions` asset) up to `max_excluded_fraction`. Fractions are written
+`contamination_exclusions` asset) up to `max_excluded_fraction`; `unscanned_fields` exempts
+fields trainers never train on from the gate's text-field survey. Fractions are written
 ``N/D`` (``"2/100"``), as the ``trainvault`` command line takes them.
 """
 
@@ -38,6 +39,11 @@ class PolicySpec(dg.Config):
     rescan_seed: int | None = Field(default=None, description="seed of the re-scan sample (None: random, recorded)")
     allow_exclusions: bool = Field(default=False, description="approve with contaminated records excluded")
     max_excluded_fraction: str = Field(default="1/100", description="at most this fraction of records excluded (N/D)")
+    unscanned_fields: list[str] = Field(
+        default_factory=list,
+        description="record fields (dotted paths such as meta.title) trainers never train on: text the verifier "
+        "contract leaves unscanned there does not deny the approval",
+    )
 
     def approval_policy(
         self,
@@ -59,6 +65,7 @@ class PolicySpec(dg.Config):
             rescan_seed=self.rescan_seed,
             allow_exclusions=self.allow_exclusions,
             max_excluded_fraction=parse_fraction(self.max_excluded_fraction, "max_excluded_fraction"),
+            unscanned_fields=self.unscanned_fields,
         )
 
     def check(self) -> None:
@@ -69,3 +76,9 @@ class PolicySpec(dg.Config):
             raise ConfigurationError("field 'policy.scanner_threshold' must be at least 1")
         parse_fraction(self.rescan_fraction, "rescan_fraction")
         parse_fraction(self.max_excluded_fraction, "max_excluded_fraction")
+        bad = [f for f in self.unscanned_fields if not f or f.startswith(".") or f.endswith(".")]
+        if bad:
+            raise ConfigurationError(
+                f"field 'policy.unscanned_fields' holds {bad!r}: each must be a field name or a dotted path "
+                "such as meta.title"
+            )

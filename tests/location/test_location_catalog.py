@@ -259,3 +259,61 @@ def test_a_malformed_catalog_fails_the_location_load(tmp_path) -> None:
     path.write_text(yaml.safe_dump({"datasets": [entry()]}))
     good = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+
+
+def test_fields_the_policy_exempts_are_approved_and_the_trainer_lines_exempt_them_too(tmp_path) -> None:
+    """A nested text field the contract cannot scan denies the approval, unless the catalog's
+    `policy.unscanned_fields` exempts it; the trainer lines the approval's metadata gives then
+    pass the same exemption and open it."""
+    from pipelines.definitions import whole_build_tags
+    from resources.storage import ObjectStore
+    from trainvault.approval import write_keypair
+
+    write_keypair(tmp_path / "approver")
+    keys = {"signing_key_path": "approver.key", "trusted_keys_path": "approver.pub"}
+    runs = {}
+    for name, unscanned in (("denied", []), ("exempt", ["meta.title"])):
+        generator = "support.titled_notes:generate_titled_notes"
+        path = catalog(tmp_path, entry(name, generator=generator, policy={"unscanned_fields": unscanned}, **keys))
+        (spec,) = load_datasets(path)
+        assert spec.approval_policy().unscanned_fields == tuple(unscanned)
+        job = build_definitions([spec], ObjectStore()).resolve_job_def(f"lifecycle_{name}")
+        runs[name] = job.execute_in_process(
+            instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec), raise_on_error=False
+        )
+    denied = runs["denied"]
+    assert not denied.success
+    (failure,) = [e for e in denied.all_events if e.is_step_failure]
+    assert failure.step_key == "denied__approved_dataset"
+    assert "'meta.title' carry text" in str(failure.event_specific_data.error)
+
+    assert runs["exempt"].success
+    (approval,) = [
+        e for e in runs["exempt"].get_asset_materialization_events() if e.asset_key.path[-1] == "approved_dataset"
+    ]
+    lines = (
+        approval.materialization.metadata["open it (trainer)"].value.removeprefix("```python\n").removesuffix("\n```")
+    )
+    assert "unscanned_fields=['meta.title']" in lines
+    scope: dict = {}
+    exec(lines, scope)  # the lines the UI shows, run as a trainer pastes them
+    batch = next(iter(scope["loader"]))
+    assert batch and all(r["meta"]["title"].startswith("Field notes, train shard") for r in batch)
+    # The trace command the demo prints passes the exemption too.
+    from assets.approval import trace_command
+
+    command = trace_command(
+        approval.materialization.metadata["dagster/uri"].value,
+        "0" * 64,
+        spec,
+        exclusions=False,
+        batch_size=8,
+        stages=None,
+    )
+    assert "--unscanned-field meta.title" in command
+
+
+def test_a_malformed_unscanned_field_fails_the_load_naming_the_field(tmp_path) -> None:
+    path = catalog(tmp_path, entry(policy={"unscanned_fields": ["meta."]}))
+    with pytest.raises(ConfigurationError, match=r"'tiny'.*field 'policy.unscanned_fields' holds \['meta.'\]"):
+        load_datasets(path)
