@@ -166,6 +166,13 @@ def backfill(scale: Scale, assets: list[list[str]], kill_daemon: bool) -> tuple[
     return backfill_id, [r.run_id for r in runs], wall
 
 
+def step_times(instance, run_id: str) -> str:
+    """Each step's wall time in the run, longest first."""
+    stats = [s for s in instance.get_run_step_stats(run_id) if s.start_time and s.end_time]
+    stats.sort(key=lambda s: s.end_time - s.start_time, reverse=True)
+    return ", ".join(f"{s.step_key.split('__')[-1]} {s.end_time - s.start_time:.1f} s" for s in stats)
+
+
 def run_spans(instance, run_ids: list[str]) -> str:
     """Each run's wall time and the wait before it (after the previous run ended), in start order:
     where a backfill's time goes besides its steps."""
@@ -222,7 +229,7 @@ def test_an_unchanged_rebuild_reuses_every_shard(scale, build) -> None:
     assert status == "SUCCESS"
     print(
         f"\nunchanged rebuild of the whole lifecycle, {len(scale.spec.partition_keys())} shards, one run: "
-        f"{wall:.1f} s (the run {run_spans(scale.instance, [run_id])})"
+        f"{wall:.1f} s (the run {run_spans(scale.instance, [run_id])}; steps: {step_times(scale.instance, run_id)})"
     )
     meta = shard_metadata(scale.instance, [run_id])
     assert set(meta) == set(scale.spec.partition_keys())
