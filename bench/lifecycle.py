@@ -26,7 +26,9 @@ recorded inside the steps (STEP_START to STEP_SUCCESS), i.e. the library work as
 Bytes read per byte stored (``--reads``): the lifecycle job run in this process
 (in-process executor, ephemeral instance) three times on one store: a fresh build, an
 unchanged rebuild, and a rebuild in which 1 of the N shards changed (the planted
-generator changes ``train/hard/0`` only, which makes a new version). Each row gives, over
+generator changes ``train/hard/0`` only, which makes a new version whose shards are all
+written again; the evaluation items planted there make its approval exclude records, so the
+Croissant card reads that shard once more for its clean copy). Each row gives, over
 the bytes of the shards the manifest binds, the bytes streamed (whole objects read
 without keeping them: how shards are read) and the bytes every `Storage` read returned
 (``trainvault.storage.READS``: shards, descriptors, documents, hand-offs, stored

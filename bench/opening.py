@@ -27,7 +27,9 @@ build is that one GET of the manifest (shown as `manifest GET`): ratio = build /
     .venv/bin/python bench/opening.py --shards 1000,10000,100000
 
 Before (main at 6ff2a69, descriptor-pack-v1, idle machine): loader build 0.10 s at 1,000
-shards, 1.1 s at 10,000, 15.2 s at 100,000.
+shards, 1.1 s at 10,000, 15.2 s at 100,000. After (descriptor-pack-v2, an idle machine of
+the same kind): 0.02 s, 0.12 s and 0.95 s (median of 3 at 100,000), one request beyond the
+manifest at every size.
 """
 
 from __future__ import annotations
