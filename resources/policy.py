@@ -15,6 +15,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from trainvault.approval.policy import is_field_path
 from trainvault.errors import ConfigurationError
 
 FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -76,7 +77,7 @@ class PolicySpec(dg.Config):
             raise ConfigurationError("field 'policy.scanner_threshold' must be at least 1")
         parse_fraction(self.rescan_fraction, "rescan_fraction")
         parse_fraction(self.max_excluded_fraction, "max_excluded_fraction")
-        bad = [f for f in self.unscanned_fields if not f or f.startswith(".") or f.endswith(".")]
+        bad = [f for f in self.unscanned_fields if not is_field_path(f)]
         if bad:
             raise ConfigurationError(
                 f"field 'policy.unscanned_fields' holds {bad!r}: each must be a field name or a dotted path "

@@ -12,6 +12,11 @@ from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy
 from trainvault.errors import ApprovalError
 
 
+def is_field_path(name: object) -> bool:
+    """Whether `name` names a record field: a key, or a dotted path of keys such as ``meta.title``."""
+    return isinstance(name, str) and bool(name) and not name.startswith(".") and not name.endswith(".")
+
+
 def _ratio(value: Any, what: str) -> tuple[int, int]:
     """A fraction ``(n, d)`` of ints with ``0 <= n <= d`` and ``d >= 1``."""
     ok = (
@@ -94,7 +99,7 @@ class ApprovalPolicy:
         if (
             isinstance(fields, (str, bytes))
             or not isinstance(fields, Collection)
-            or not all(isinstance(f, str) and f and not f.startswith(".") and not f.endswith(".") for f in fields)
+            or not all(is_field_path(f) for f in fields)
         ):
             raise ApprovalError(
                 f"ApprovalPolicy.unscanned_fields must be a list of field names (dotted paths such as "
