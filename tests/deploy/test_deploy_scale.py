@@ -143,19 +143,23 @@ def stored(root: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
-def backfill(scale: Scale, assets: list[list[str]], kill_daemon: bool) -> tuple[str, list[str], float]:
-    """One backfill of every partition of `assets`; (id, run ids, wall s). With `kill_daemon`,
-    the daemon is killed once the shard run has started and is started again."""
-    deployment, timeout = scale.deployment, 900 + 0.5 * len(scale.spec.partition_keys())
+def deadline(scale: Scale) -> float:
+    """Seconds a run or backfill over every shard may take before the test fails."""
+    return 900 + 0.5 * len(scale.spec.partition_keys())
+
+
+def backfill_across_a_daemon_restart(scale: Scale) -> tuple[str, list[str], float]:
+    """One backfill of every asset and partition of the dataset; the daemon is killed once the
+    shard run has written a shard, and started again. (id, run ids, wall s)."""
+    deployment, timeout = scale.deployment, deadline(scale)
     start = time.perf_counter()
-    backfill_id = deployment.launch_backfill(assets)
-    if kill_daemon:
-        scale.services.wait_for(
-            lambda: any(scale.data_root.rglob("*.complete.json")), timeout, "the shard run to write its first shard", 1
-        )
-        deployment.procs.get("daemon").kill9()
-        assert deployment.backfill(backfill_id)["status"] == "REQUESTED"
-        deployment.start_daemon()
+    backfill_id = deployment.launch_backfill(deployment.asset_keys(NAME))
+    scale.services.wait_for(
+        lambda: any(scale.data_root.rglob("*.complete.json")), timeout, "the shard run to write its first shard", 1
+    )
+    deployment.procs.get("daemon").kill9()
+    assert deployment.backfill(backfill_id)["status"] == "REQUESTED"
+    deployment.start_daemon()
     status = wait_backfill(scale, backfill_id, timeout)
     wall = time.perf_counter() - start
     runs = backfill_runs(scale.instance, backfill_id)
@@ -190,7 +194,7 @@ def run_spans(instance, run_ids: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def build(scale) -> tuple[str, list[str]]:
-    backfill_id, run_ids, wall = backfill(scale, scale.deployment.asset_keys(NAME), kill_daemon=True)
+    backfill_id, run_ids, wall = backfill_across_a_daemon_restart(scale)
     shards = len(scale.spec.partition_keys())
     print(f"\nbackfill of {shards} shards ({len(run_ids)} runs, daemon restarted): {wall:.1f} s")
     print(f"its runs (wall, and the wait before each): {run_spans(scale.instance, run_ids)}")
@@ -224,7 +228,7 @@ def test_an_unchanged_rebuild_reuses_every_shard(scale, build) -> None:
     before = stored(scale.data_root)
     start = time.perf_counter()
     run_id = scale.deployment.launch_run(NAME, tags=whole_build_tags(scale.spec))
-    status = scale.deployment.wait_run(run_id, timeout=900 + 0.5 * len(scale.spec.partition_keys()))
+    status = scale.deployment.wait_run(run_id, timeout=deadline(scale))
     wall = time.perf_counter() - start
     assert status == "SUCCESS"
     print(
