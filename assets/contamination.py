@@ -163,8 +163,8 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             stored = stored_verification(
                 vault.storage, folder, data_format, entry, release_sha256=release, contract_sha256=contract
             )
-            found = stored.verified
-            return partition, found or verify_shard(
+            # verify_shard reuses them too, but would need the index (built on first use) to be called.
+            return partition, stored.verified or verify_shard(
                 vault.storage, folder, data_format, split, entry, index(), stored=stored
             )
 

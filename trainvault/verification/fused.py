@@ -114,8 +114,8 @@ def verify_shard(
             f"shard {split}/{entry.key}: the stored results looked up are for another shard, release or contract "
             "than the index; look them up under the index's release and contract"
         )
-    if stored.verified is not None:
-        return stored.verified
+    if (reused := stored.verified) is not None:
+        return reused
     profiler = ShardProfiler(split, entry, ProfileSettings())
     parts: list[tuple[list[FieldSurvey], int]] = []
 
