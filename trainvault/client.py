@@ -95,6 +95,7 @@ class TrainVault:
         dataloader_args: Mapping[str, Any] | None = None,
         shuffle: bool = False,
         seed: int = 0,
+        shuffle_window_blocks: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         observe: Observability | None = None,
@@ -106,7 +107,7 @@ class TrainVault:
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
         returns a DataLoader with ``state_dict()``/``load_state_dict()`` and ``figures()``;
-        `observe` (a `trainvault.loading.Observability`) sets its figures window and watchdog.
+        the options are `LoaderPlan.create`'s, as ``ApprovedDataset.loader_factory`` takes them.
         """
         from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
@@ -121,6 +122,7 @@ class TrainVault:
             dataloader_args=dataloader_args,
             shuffle=shuffle,
             seed=seed,
+            shuffle_window_blocks=shuffle_window_blocks,
             rank=rank,
             world_size=world_size,
             observe=observe,
