@@ -150,7 +150,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
+def open_verified(vault: Any, args: argparse.Namespace) -> Any:
     """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, the gate again."""
     from trainvault.approval.record import open_approved
 
@@ -167,7 +167,7 @@ def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    approved = _open_verified(vault_from_env(), args)
+    approved = open_verified(vault_from_env(), args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
     print(
@@ -181,7 +181,7 @@ def cmd_croissant(args: argparse.Namespace) -> int:
     from trainvault.cards.croissant import write_croissant
 
     vault = vault_from_env()
-    approved = _open_verified(vault, args)
+    approved = open_verified(vault, args)
     about = {
         "name": args.name,
         "description": args.description,

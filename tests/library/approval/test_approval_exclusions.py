@@ -23,7 +23,6 @@ from trainvault.contamination import (
     VerifierContract,
     exclusions_from_report,
 )
-
 from trainvault.loading import LoaderPlan, Observability, SplitLoaderFactory
 
 ALLOW = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
