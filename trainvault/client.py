@@ -153,15 +153,24 @@ class TrainVault:
         trusted_keys: Iterable[object],
         threshold: int = 1,
         policy: ApprovalPolicy | None = None,
+        audit: bool = False,
         progress: Callable[[HashProgress], None] | None = None,
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
-        least `threshold` of `trusted_keys`), then run the gate on its request: the gated path
-        to training data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
+        least `threshold` of `trusted_keys`) and what it binds under `policy`, reading no shard
+        byte (`audit=True`: the full gate again, every byte hashed): the gated path to training
+        data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(
-            self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold, policy=policy, progress=progress
+            self,
+            approval_uri,
+            sha256,
+            trusted_keys=trusted_keys,
+            threshold=threshold,
+            policy=policy,
+            audit=audit,
+            progress=progress,
         )
 
     # -- component ranges ---------------------------------------------------------

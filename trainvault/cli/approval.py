@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
@@ -151,10 +152,16 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
 
 
 def open_verified(vault: Any, args: argparse.Namespace) -> Any:
-    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, the gate again."""
+    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, what it
+    binds checked by digest (with ``--full``: the gate again, every byte hashed, under a bar)."""
     from trainvault.approval.record import open_approved
 
-    with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
+    full = bool(getattr(args, "full", False))
+    if full:
+        shown = gate_progress(args.quiet, f"auditing {args.approval}: hashing every file it binds")
+    else:
+        shown = nullcontext() if args.quiet else waiting(f"checking {args.approval} and the documents it binds")
+    with shown as bar:
         return open_approved(
             vault,
             args.approval,
@@ -162,6 +169,7 @@ def open_verified(vault: Any, args: argparse.Namespace) -> Any:
             trusted_keys=args.trusted_key,
             threshold=args.threshold,
             policy=policy_from_args(args),
+            audit=full,
             progress=bar,
         )
 
@@ -170,9 +178,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     approved = open_verified(vault_from_env(), args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
+    checked = (
+        f"{s.files_hashed} files hashed"
+        if args.full
+        else "its documents checked by sha256 and its shards' sizes listed (--full hashes every byte)"
+    )
     print(
         f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
-        f"{s.records:,} records, {mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}"
+        f"{s.records:,} records, {mb(s.shard_bytes)}; {checked}; signed by {signers}"
     )
     return 0
 
@@ -203,7 +216,7 @@ def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
     p.add_argument("--trusted-key", action="append", required=True, help="trusted public key file (repeatable)")
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or notice")
     add_policy_options(p)
 
 
@@ -223,8 +236,11 @@ def add_approval_parsers(sub: Any) -> None:
     add_policy_options(p)
     p.set_defaults(run=cmd_approve)
 
-    p = sub.add_parser("verify", help="verify an approval record and re-run the gate")
+    p = sub.add_parser(
+        "verify", help="verify an approval record and what it binds (--full: re-run the gate, hashing every byte)"
+    )
     _add_approval_arguments(p)
+    p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
     p.set_defaults(run=cmd_verify)
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")

@@ -229,7 +229,7 @@ def test_the_hashing_bar_counts_the_files_the_summary_counts(
     sha = out.split("sha256")[1].split()[0]
     terminal = Tty()
     monkeypatch.setattr("sys.stderr", terminal)
-    code = main(["verify", approval, "--sha256", sha, "--trusted-key", prefix + ".pub"])
+    code = main(["verify", approval, "--sha256", sha, "--trusted-key", prefix + ".pub", "--full"])
     monkeypatch.undo()
     out = capsys.readouterr().out
     assert code == 0, terminal.getvalue()
