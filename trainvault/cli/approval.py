@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
@@ -157,6 +157,7 @@ def open_verified(vault: Any, args: argparse.Namespace) -> Any:
     from trainvault.approval.record import open_approved
 
     full = bool(getattr(args, "full", False))
+    shown: AbstractContextManager[Any]
     if full:
         shown = gate_progress(args.quiet, f"auditing {args.approval}: hashing every file it binds")
     else:

@@ -94,18 +94,19 @@ def test_a_bound_document_altered_after_approval_fails_the_open(approved: Any) -
     chain, gated, written = approved
     ref = gated.bindings["contamination_report"]
     chain.vault.storage.put(ref.uri, chain.vault.storage.get(ref.uri) + b" ")
-    with pytest.raises(ApprovalError, match="contamination_report .* it was replaced or altered"):
+    with pytest.raises(ApprovalError, match=r"contamination_report .* it was replaced or altered"):
         open_counted(chain, written)
 
 
 def test_a_record_whose_signed_summary_lies_is_refused(approved: Any) -> None:
-    chain, gated, written = approved
+    chain, gated, _ = approved
     statement = approval_statement(gated)
     statement["predicate"]["verification"]["records"] += 1
     data = sign_envelope(canonical_json(statement), [KEY]).to_json_bytes()
     uri = f"{chain.root}/lying-approval.json"
     chain.vault.storage.put_create(uri, data)
     with pytest.raises(
-        ApprovalError, match="signed summary does not describe what it binds .*records 166, the bound documents say 165"
+        ApprovalError,
+        match=r"signed summary does not describe what it binds .*records 166, the bound documents say 165",
     ):
         chain.vault.open_approved(uri, sha256_hex(data), trusted_keys=[KEY.public_key])
