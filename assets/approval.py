@@ -13,8 +13,9 @@ request's digest: the same inputs approved again reuse the record already there.
 gate runs once per approval here: the record is then verified as a trainer verifies it
 (pinned digest, trusted keys) and must carry the request the gate just judged
 (`trainvault.approval.with_record`, no second hash pass); the Croissant card is written
-from that, and the blocking check `approval_opens` is reported by this step. Trainers
-still run the full gate when they open the record.
+from that, and the blocking check `approval_opens` is reported by this step. A trainer's
+open checks the record and every document it binds at the cost of its metadata (see
+docs/approval.md, "Opening an approval"); `audit=True` runs this gate again.
 """
 
 import shlex
