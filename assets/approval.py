@@ -291,11 +291,14 @@ def excluded_count(summary) -> int:
 
 
 def gate_metadata(summary) -> dict[str, object]:
-    """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions."""
+    """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions,
+    and the policy it applied."""
     out: dict[str, object] = {}
     if summary.attestation is not None:
         out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
         out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))
     if summary.exclusions is not None:
         out["excluded per benchmark"] = dg.MetadataValue.json(dict(summary.exclusions.per_benchmark))
+    if summary.policy is not None:  # signed with the record: what a trainer's policy is held against
+        out["applied policy"] = dg.MetadataValue.md("\n".join(f"- {line}" for line in summary.policy.describe()))
     return out

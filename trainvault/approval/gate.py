@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainvault.approval.applied import AppliedPolicy
 from trainvault.approval.approved import ApprovedDataset, issue
 from trainvault.approval.bound import DATA_ROLES, BoundChain, attach_descriptors, hash_bound, hash_declared, judge_chain
 from trainvault.approval.checks import check_producer, check_text_fields
@@ -102,13 +103,14 @@ def _gate(
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
     rescanned = rescan.finish(chain.report)
-    check_text_fields(survey, chain.index.contract, policy)
+    exempted = check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     summary = _summary(
         refs,
         chain,
         rescanned,
         policy,
+        AppliedPolicy.of(policy, shards_total=rescanned.shards_total, exempted_fields=exempted),
         files_hashed=len(hashed) + len(bound),
         bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()),
     )
@@ -122,6 +124,7 @@ def _summary(
     chain: BoundChain,
     rescan: RescanSummary,
     policy: ApprovalPolicy,
+    applied: AppliedPolicy,
     *,
     files_hashed: int,
     bytes_hashed: int,
@@ -158,6 +161,7 @@ def _summary(
         trainvault_version=__version__,
         attestation=attestation,
         exclusions=excluded,
+        policy=applied,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainvault.approval.applied import check_applied
 from trainvault.approval.bound import (
     DESCRIPTOR_ROLES,
     BoundChain,
@@ -48,12 +49,13 @@ def open_bound(
     signed: Mapping[str, Any],
     policy: ApprovalPolicy,
     *,
+    record_uri: str,
     threads: int = DEFAULT_THREADS,
 ) -> GateResult:
-    """What a signed record approved, checked as the module says; `signed`: the summary the
-    approver signed. Raises `ApprovalError` naming what failed."""
+    """What the signed record at `record_uri` approved, checked as the module says; `signed`: the
+    summary the approver signed. Raises `ApprovalError` naming what failed."""
     try:
-        return _open(storage, request, signed, policy, threads)
+        return _open(storage, request, signed, policy, record_uri, threads)
     except LedgerRefusal as exc:
         raise exc.error from None
     except ApprovalError:
@@ -63,11 +65,17 @@ def open_bound(
 
 
 def _open(
-    storage: Storage, request: ApprovalRequest, signed: Mapping[str, Any], policy: ApprovalPolicy, threads: int
+    storage: Storage,
+    request: ApprovalRequest,
+    signed: Mapping[str, Any],
+    policy: ApprovalPolicy,
+    record_uri: str,
+    threads: int,
 ) -> GateResult:
     refs = request.bindings()
     chain = judge_chain(storage, refs, hash_bound(storage, refs, threads), policy)
     summary = _signed_summary(signed, chain, refs["data_manifest"].sha256)
+    check_applied(policy, summary.policy, record_uri)
     hashed = hash_declared(storage, chain, DESCRIPTOR_ROLES, threads=threads)
     publication, descriptors_raw = attach_descriptors(chain.publication, hashed)
     for uri, desc in publication.descriptors.items():

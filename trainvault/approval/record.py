@@ -119,7 +119,7 @@ def open_approved(
     if audit:
         result = run_gate(store, request, policy=policy, progress=progress)
     else:
-        result = open_bound(store, request, signed, _policy(policy))
+        result = open_bound(store, request, signed, _policy(policy), record_uri=record.uri)
     return issue(result, store.config, record)
 
 

@@ -188,6 +188,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
         f"{s.records:,} records, {mb(s.shard_bytes)}; {checked}; signed by {signers}"
     )
+    if s.policy is not None:
+        print("approved under:\n" + "\n".join(f"  {line}" for line in s.policy.describe()))
     return 0
 
 
