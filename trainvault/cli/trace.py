@@ -42,9 +42,11 @@ class _Run:
 
 
 def _read_json(path: str, what: str) -> dict[str, Any]:
+    from trainvault.storage.local_file import JSON_FILE_LIMIT, read_local_file
+
+    data = read_local_file(path, limit=JSON_FILE_LIMIT, what=what)
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        value = json.loads(data)
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
         raise ConfigurationError(f"{path} is not JSON ({type(exc).__name__}: {exc}); it should hold {what}") from None
     if not isinstance(value, dict):
