@@ -183,13 +183,15 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
 
 
 def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
-    """The approval's Croissant card: the one already there (named by the request's digest), else written."""
-    from trainvault.cards import write_croissant
+    """The approval's Croissant card: the one already there (named by the request's digest) once its
+    clean copies match their digests (one that differs is written again), else written."""
+    from trainvault.cards import reuse_croissant, write_croissant
     from trainvault.verification import shard_field_surveys
 
     uri = pub.croissant_uri(request_sha256)
-    if (existing := stored_ref(vault, uri)) is not None:
-        return existing, False
+    if stored_ref(vault, uri) is not None:
+        reused, rewritten = reuse_croissant(vault, opened, uri)
+        return ObjectRef(uri=reused.uri, sha256=reused.sha256), rewritten
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
     surveys = shard_field_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(

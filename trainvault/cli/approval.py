@@ -213,6 +213,22 @@ def cmd_croissant(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_croissant_check(args: argparse.Namespace) -> int:
+    from trainvault.cards import check_card
+
+    with waiting(f"hashing every file {args.card} lists"):
+        files = check_card(vault_from_env().storage, args.card)
+    bad = [f for f in files if not f.ok]
+    for f in files:
+        print(f"{'ok' if f.ok else 'MISMATCH'}\t{f.uri}" + ("" if f.ok else f"\t{f.problem()}"))
+    if bad:
+        raise TrainVaultError(
+            f"{len(bad)} of {len(files)} files of {args.card} do not match the sha256 and size the card states "
+            "(listed above): a Croissant reader would read them unchecked; do not hand this card out"
+        )
+    return 0
+
+
 def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
@@ -245,6 +261,13 @@ def add_approval_parsers(sub: Any) -> None:
     _add_approval_arguments(p)
     p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
     p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser(
+        "croissant-check",
+        help="hash every file a Croissant card lists against the sha256 and size it states (exit 1 on a mismatch)",
+    )
+    p.add_argument("card", help="the card's URI or path (croissant.json)")
+    p.set_defaults(run=cmd_croissant_check)
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
     _add_approval_arguments(p)
