@@ -5,9 +5,10 @@ The scan fans out: each shard partition is the lifecycle's verification pass
 (`trainvault.verification.verify_shard`): one read of the shard, hashed and every block
 checked, serves its scan against the evaluation release under the verifier contract, its
 profile and its field survey. Both results are stored by content under the dataset's
-``shard-results/`` (keyed by shard sha256 + contract + release, and shard sha256 +
-profile settings), signed by the scanner's key, so a later version reuses an unchanged
-shard's results without reading it; one not signed by that key is logged and recomputed. The scan result is published create-only beside the report
+``shard-results/<scanner key id>/`` (keyed by shard sha256 + contract + release, and shard
+sha256 + profile settings), signed by the scanner's key, so a later version reuses an
+unchanged shard's results without reading it; one that key did not sign is logged and
+recomputed. The scan result is published create-only beside the report
 (``contamination/<release>-<contract>/shards/``); a multiprocess, Celery or k8s executor
 spreads the partitions, and a run over many partitions verifies `shard_threads` at once.
 The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
@@ -168,7 +169,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
                 entry,
                 release_sha256=release,
                 contract_sha256=contract,
-                trusted_keys=[scanner.public_key],
+                scanner_key=scanner,
             )
             # verify_shard reuses them too, but would need the index (built on first use) to be called.
             return partition, stored.verified or verify_shard(

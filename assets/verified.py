@@ -21,14 +21,9 @@ def shard_surveys(storage: Storage, spec: DatasetSpec, data_manifest: Handoff) -
 
 def surveys_of(storage: Storage, spec: DatasetSpec, manifest: DataManifest) -> Surveys:
     """`shard_surveys` of a manifest already loaded (an approval's)."""
-    trusted = results_keys(spec)
+    scanner = spec.scanner_signing_key().public_key  # the key the verification pass signed them with
     folder, data_format = spec.shard_results_root, manifest.data_format
     return {
-        split: [(e, stored_survey(storage, folder, data_format, e, trusted_keys=trusted)) for e in sm.shards]
+        split: [(e, stored_survey(storage, folder, data_format, e, scanner_key=scanner)) for e in sm.shards]
         for split, sm in manifest.splits.items()
     }
-
-
-def results_keys(spec: DatasetSpec) -> list:
-    """The public keys a stored per-shard result must be signed by: the scanner's own."""
-    return [spec.scanner_signing_key().public_key]

@@ -9,11 +9,12 @@ ones the manifest binds yields no result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainvault.approval.keys import SigningKey
+from trainvault.approval.keys import SigningKey, VerifyingKey, load_verifying_key
 from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.scan import ShardScanResult, scan_shard
@@ -36,6 +37,9 @@ from trainvault.verification.results import (
     read_result,
     store_result,
 )
+
+#: A scanner's public key as `load_verifying_key` takes it: the key, its signing key, PEM data or a path.
+TrustedKey = VerifyingKey | SigningKey | str | bytes | os.PathLike[str]
 
 
 @dataclass(frozen=True)
@@ -86,19 +90,19 @@ def stored_verification(
     *,
     release_sha256: str,
     contract_sha256: str,
-    trusted_keys: Iterable[object],
+    scanner_key: TrustedKey,
 ) -> StoredVerification:
-    """Shard `entry`'s results as stored in `folder` under their keys and signed by one of
-    `trusted_keys` (the scanner's public keys), looked up without building the release's index;
-    hand it to `verify_shard` so that it does not look again."""
+    """Shard `entry`'s results as stored in `folder` under their keys and signed by `scanner_key`
+    (the scanner's public key, or its signing key), looked up without building the release's
+    index; hand it to `verify_shard` so that it does not look again."""
     storage = storage_of(storage)
-    keys = list(trusted_keys)
+    scanner = load_verifying_key(scanner_key)
     skey = scan_key(entry, data_format, release_sha256=release_sha256, contract_sha256=contract_sha256)
     vkey = survey_key(entry, data_format)
-    suri, vuri = key_uri(folder, "scan", skey), key_uri(folder, "survey", vkey)
+    suri, vuri = key_uri(folder, "scan", skey, scanner), key_uri(folder, "survey", vkey, scanner)
     scan, survey = (
-        read_result(storage, StoredScan, suri, skey, keys),
-        read_result(storage, ShardSurvey, vuri, vkey, keys),
+        read_result(storage, StoredScan, suri, skey, scanner),
+        read_result(storage, ShardSurvey, vuri, vkey, scanner),
     )
     refused = frozenset(uri for uri, found in ((suri, scan), (vuri, survey)) if found.refused is not None)
     return StoredVerification(skey, suri, scan.document, vkey, vuri, survey.document, refused)
@@ -121,13 +125,12 @@ def verify_shard(
     storage = storage_of(storage)
     digests = {"release_sha256": index.release_sha256, "contract_sha256": index.contract_sha256}
     if stored is None:
-        stored = stored_verification(
-            storage, folder, data_format, entry, **digests, trusted_keys=[signing_key.public_key]
-        )
-    elif stored.scan_key != scan_key(entry, data_format, **digests):
+        stored = stored_verification(storage, folder, data_format, entry, **digests, scanner_key=signing_key)
+    expected = scan_key(entry, data_format, **digests)
+    if (stored.scan_key, stored.scan_uri) != (expected, key_uri(folder, "scan", expected, signing_key.public_key)):
         raise ConfigurationError(
-            f"shard {split}/{entry.key}: the stored results looked up are for another shard, release or contract "
-            "than the index; look them up under the index's release and contract"
+            f"shard {split}/{entry.key}: the stored results looked up are for another shard, release, contract "
+            "or scanner key than the index and the signing key; look them up under those"
         )
     if (reused := stored.verified) is not None:
         return reused
@@ -157,14 +160,15 @@ def verify_shard(
 
 
 def stored_survey(
-    storage: StorageSource, folder: str, data_format: str, entry: ShardEntry, *, trusted_keys: Iterable[object]
+    storage: StorageSource, folder: str, data_format: str, entry: ShardEntry, *, scanner_key: TrustedKey
 ) -> ShardSurvey:
-    """Shard `entry`'s stored survey signed by one of `trusted_keys` (`IntegrityError` when the
-    verification pass has not stored one, or the one stored is refused)."""
+    """Shard `entry`'s stored survey signed by `scanner_key` (`IntegrityError` when the
+    verification pass has not stored one under that key, or the one stored is refused)."""
     storage = storage_of(storage)
+    scanner = load_verifying_key(scanner_key)
     key = survey_key(entry, data_format)
-    uri = key_uri(folder, "survey", key)
-    found: Lookup[ShardSurvey] = read_result(storage, ShardSurvey, uri, key, trusted_keys)
+    uri = key_uri(folder, "survey", key, scanner)
+    found: Lookup[ShardSurvey] = read_result(storage, ShardSurvey, uri, key, scanner)
     if found.document is None:
         why = "none is stored" if found.refused is None else f"the one stored is {found.refused}"
         raise IntegrityError(

@@ -2,30 +2,31 @@
 contract and release) and its survey (profile state and field survey, keyed by shard sha256
 and profile settings), so the next version reuses every shard whose bytes did not change.
 
-Each result is a small document named by the digest of its key under one folder
-(``scan-<digest>.json``, ``survey-<digest>.json``), stored as a DSSE envelope signed by the
-scanner's Ed25519 key: the signature covers the document, key included, so a result is
-reused only by a reader holding the public key of its writer. Anyone who can write the
-folder can name a result correctly (its key is made of public digests) but cannot sign
-one. A stored result that is not signed by a trusted key (unsigned, altered, signed by
-another key, from before version 2) or is for another key than its name says is named in
-a logging warning and not reused: the verification pass recomputes it and writes its own
-signed result over it; a reader that cannot recompute fails closed. There is no unsigned
-form: without a scanner key nothing could tell a forged result from one's own, so such a
-scan reads every shard (`trainvault.contamination.scan_shard`) and stores nothing.
+Each result is a small document named by the digest of its key in a folder per scanner key
+(``<key id, 16 hex>/scan-<digest>.json``, ``.../survey-<digest>.json``), stored as a DSSE
+envelope signed by that scanner's Ed25519 key over the document, its key included. A result
+is reused only when the reader's scanner key's signature over it checks: anyone who can
+write the folder can name a result correctly (its key and the key id are public digests)
+but cannot sign one; the folder per key id only keeps scanners with different keys from
+replacing each other's results, and decides nothing. A stored result that key did not sign
+(unsigned, altered, signed by another key, from before version 2) or that is for another
+key than its name says is named in a logging warning and not reused: the verification pass
+recomputes it and writes its own signed result over it; a reader that cannot recompute
+fails closed. There is no unsigned form: without a scanner key nothing could tell a forged
+result from one's own, so such a scan reads every shard (`trainvault.contamination.scan_shard`)
+and stores nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import Field
 
-from trainvault.approval.dsse import Envelope, sign_envelope, trusted_key_set, verify_envelope
-from trainvault.approval.keys import SigningKey
+from trainvault.approval.dsse import Envelope, sign_envelope, verify_envelope
+from trainvault.approval.keys import SigningKey, VerifyingKey
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination.scan import ShardScanResult
 from trainvault.documents import Document, StrictModel
@@ -111,34 +112,33 @@ class ShardSurvey(StoredResult):
     fields: list[dict[str, Any]]
 
 
-def key_uri(folder: str, kind: str, key: StrictModel) -> str:
-    """Where the result of `kind` ("scan", "survey") under `key` is stored: named by the key's digest."""
-    return join_uri(folder, f"{kind}-{sha256_hex(canonical_json(key.model_dump(mode='json')))}.json")
+def key_uri(folder: str, kind: str, key: StrictModel, scanner: VerifyingKey) -> str:
+    """Where the result of `kind` ("scan", "survey") under `key` signed by `scanner` is stored:
+    in the scanner's folder, named by the key's digest."""
+    digest = sha256_hex(canonical_json(key.model_dump(mode="json")))
+    return join_uri(folder, f"{scanner.keyid[:16]}/{kind}-{digest}.json")
 
 
 @dataclass(frozen=True)
 class Lookup(Generic[R]):
-    """A stored result looked up: the one a trusted key signed under the key asked for, or None;
+    """A stored result looked up: the one the scanner key signed under the key asked for, or None;
     `refused` says why one stored there is not reused (None: reused, or nothing stored)."""
 
     document: R | None
     refused: str | None = None
 
 
-def read_result(
-    storage: Storage, cls: type[R], uri: str, key: StrictModel, trusted_keys: Iterable[object]
-) -> Lookup[R]:
-    """The result at `uri` when one of `trusted_keys` signed it as a `cls` under `key`; one
-    stored there that is not is refused, with a warning naming it."""
-    keys = trusted_key_set(trusted_keys, 1)  # no key at all is the caller's error, not the result's
+def read_result(storage: Storage, cls: type[R], uri: str, key: StrictModel, scanner: VerifyingKey) -> Lookup[R]:
+    """The result at `uri` when `scanner` signed it as a `cls` under `key`; one stored there
+    that is not is refused, with a warning naming it."""
     try:
         data = storage.get_document(uri)
     except ObjectNotFoundError:
         return Lookup(None)
     try:
-        doc = authenticated(data, cls, uri, keys)
+        doc = authenticated(data, cls, uri, scanner)
     except (ApprovalError, ManifestError) as exc:
-        reason = f"not authenticated by a trusted scanner key ({exc})"
+        reason = f"not authenticated by scanner key {scanner.keyid[:16]} ({exc})"
     else:
         if doc.key == key:
             return Lookup(doc)
@@ -147,16 +147,16 @@ def read_result(
     return Lookup(None, refused=reason)
 
 
-def authenticated(data: bytes, cls: type[R], uri: str, trusted_keys: Iterable[object]) -> R:
-    """The `cls` in the envelope `data` once a trusted key's signature over it checks."""
+def authenticated(data: bytes, cls: type[R], uri: str, scanner: VerifyingKey) -> R:
+    """The `cls` in the envelope `data` once `scanner`'s signature over it checks."""
     envelope = Envelope.from_json_bytes(data, source=uri)
-    payload, _ = verify_envelope(envelope, trusted_keys, payload_type=cls.PAYLOAD_TYPE, source=uri)
+    payload, _ = verify_envelope(envelope, [scanner], payload_type=cls.PAYLOAD_TYPE, source=uri)
     return cls.from_json_bytes(payload, source=uri)
 
 
 def store_result(storage: Storage, uri: str, doc: StoredResult, signing_key: SigningKey, *, replace: bool) -> None:
     """Write `doc` signed by `signing_key`: create-only (the same result again is a no-op), or
-    over a refused one with `replace` (what a trusted key did not sign is not worth keeping)."""
+    over a refused one with `replace` (what the scanner key did not sign is not worth keeping)."""
     data = sign_envelope(doc.to_json_bytes(), [signing_key], payload_type=doc.PAYLOAD_TYPE).to_json_bytes()
     if replace:
         storage.put(uri, data)

@@ -56,7 +56,7 @@ def contaminated(chain: Any, verified: dict[str, Any], folder: str) -> tuple[Any
     manifest = Publication.load(chain.vault.storage, chain.manifest_uri).manifest
     (entry,) = [e for sm in manifest.splits.values() for e in sm.shards if verified[e.key].scan.items]
     key = clean_forgery(verified, entry).key
-    return entry, Path(folder) / key_uri(folder, "scan", key).rsplit("/", 1)[1]
+    return entry, Path(key_uri(folder, "scan", key, SCANNER.public_key).removeprefix("file://"))
 
 
 def clean_forgery(verified: dict[str, Any], entry: Any) -> StoredScan:
@@ -103,20 +103,28 @@ def test_a_result_signed_by_another_key_is_not_reused(chain, tmp_path, caplog) -
     attacker = SigningKey.generate()
     store_result(chain.vault.storage, str(path), clean_forgery(verified, entry), attacker, replace=True)
     assert_recomputed(chain, folder, path, caplog, entry)
-    # And a reader trusting another scanner does not reuse the genuine results either.
+    # The key id only names the folder: the genuine results copied into another scanner's
+    # folder are not that scanner's, and are refused by a reader trusting it.
     release, contract = chain.index.release_sha256, chain.index.contract_sha256
+    lookup = {"release_sha256": release, "contract_sha256": contract}
+    genuine = stored_verification(chain.vault.storage, folder, "msgpack.zst", entry, **lookup, scanner_key=SCANNER)
+    other = stored_verification(chain.vault.storage, folder, "msgpack.zst", entry, **lookup, scanner_key=attacker)
+    for mine, theirs in ((genuine.scan_uri, other.scan_uri), (genuine.survey_uri, other.survey_uri)):
+        chain.vault.storage.put(theirs, chain.vault.storage.get_document(mine))
     with caplog.at_level("WARNING", logger=LOGGER):
-        found = stored_verification(
-            chain.vault.storage,
-            folder,
-            "msgpack.zst",
-            entry,
-            release_sha256=release,
-            contract_sha256=contract,
-            trusted_keys=[attacker.public_key],
-        )
+        found = stored_verification(chain.vault.storage, folder, "msgpack.zst", entry, **lookup, scanner_key=attacker)
     assert found.scan is None and found.survey is None and found.verified is None
     assert found.refused == {found.scan_uri, found.survey_uri}
+
+
+def test_scanners_with_different_keys_keep_their_results_apart(chain, tmp_path) -> None:
+    folder = str(tmp_path / "results")
+    verify_all(chain, folder)
+    other = SigningKey.generate()
+    _, theirs = verify_all(chain, folder, key=other)
+    assert all(v.read for v in theirs.values())  # nothing signed by it yet
+    _, mine = verify_all(chain, folder)
+    assert not any(v.read for v in mine.values())  # and it replaced none of the first scanner's
 
 
 def test_one_altered_byte_of_a_signed_result_is_not_reused(chain, tmp_path, caplog) -> None:
@@ -141,22 +149,22 @@ def test_a_forged_survey_is_refused_by_readers_that_cannot_recompute_and_recompu
     folder = str(tmp_path / "results")
     _, verified = verify_all(chain, folder)
     entry, _ = contaminated(chain, verified, folder)
-    path = Path(folder) / key_uri(folder, "survey", survey_key(entry, "msgpack.zst")).rsplit("/", 1)[1]
+    path = Path(key_uri(folder, "survey", survey_key(entry, "msgpack.zst"), SCANNER.public_key).removeprefix("file://"))
     genuine = path.read_bytes()
     path.write_bytes(verified[entry.key].survey.model_copy(update={"fields": []}).to_json_bytes())
     with pytest.raises(IntegrityError, match=f"no trusted stored survey at .*{path.name}"):
-        stored_survey(chain.vault.storage, folder, "msgpack.zst", entry, trusted_keys=[SCANNER.public_key])
+        stored_survey(chain.vault.storage, folder, "msgpack.zst", entry, scanner_key=SCANNER.public_key)
     with caplog.at_level("WARNING", logger=LOGGER):
         _, again = verify_all(chain, folder)
     assert f"{path.name}: stored per-shard result not trusted, not reused" in caplog.text and again[entry.key].read
     assert path.read_bytes() == genuine
 
 
-def test_a_lookup_trusting_no_key_is_refused(chain, tmp_path) -> None:
+def test_a_scanner_key_that_is_not_a_key_is_refused(chain, tmp_path) -> None:
     manifest = Publication.load(chain.vault.storage, chain.manifest_uri).manifest
     entry = manifest.split("train").shards[0]
     digests = {"release_sha256": chain.index.release_sha256, "contract_sha256": chain.index.contract_sha256}
-    with pytest.raises(ApprovalError, match="no trusted keys"):
+    with pytest.raises(ApprovalError, match="not a PEM public key"):
         stored_verification(
-            chain.vault.storage, str(tmp_path / "results"), "msgpack.zst", entry, **digests, trusted_keys=[]
+            chain.vault.storage, str(tmp_path / "results"), "msgpack.zst", entry, **digests, scanner_key=b"-----BEGIN x"
         )
