@@ -5,9 +5,10 @@ The scan fans out: each shard partition is the lifecycle's verification pass
 (`trainvault.verification.verify_shard`): one read of the shard, hashed and every block
 checked, serves its scan against the evaluation release under the verifier contract, its
 profile and its field survey. Both results are stored by content under the dataset's
-``shard-results/`` (keyed by shard sha256 + contract + release, and shard sha256 +
-profile settings), so a later version reuses an unchanged shard's results without reading
-it. The scan result is published create-only beside the report
+``shard-results/<scanner key id>/`` (keyed by shard sha256 + contract + release, and shard
+sha256 + profile settings), signed by the scanner's key, so a later version reuses an
+unchanged shard's results without reading it; one that key did not sign is logged and
+recomputed. The scan result is published create-only beside the report
 (``contamination/<release>-<contract>/shards/``); a multiprocess, Celery or k8s executor
 spreads the partitions, and a run over many partitions verifies `shard_threads` at once.
 The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
@@ -146,6 +147,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         folder, data_format = spec.shard_results_root, manifest.data_format
+        scanner = spec.scanner_signing_key()
         # The release's index is built only when a shard's stored results do not cover it.
         index_lock, built = Lock(), []
 
@@ -161,11 +163,17 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             # One lookup of the stored results serves both: a shard they cover is not read, and a
             # changed one is verified without looking them up again.
             stored = stored_verification(
-                vault.storage, folder, data_format, entry, release_sha256=release, contract_sha256=contract
+                vault.storage,
+                folder,
+                data_format,
+                entry,
+                release_sha256=release,
+                contract_sha256=contract,
+                scanner_key=scanner,
             )
             # verify_shard reuses them too, but would need the index (built on first use) to be called.
             return partition, stored.verified or verify_shard(
-                vault.storage, folder, data_format, split, entry, index(), stored=stored
+                vault.storage, folder, data_format, split, entry, index(), signing_key=scanner, stored=stored
             )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
