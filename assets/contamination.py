@@ -29,7 +29,7 @@ import dagster as dg
 from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, parse_partition_key
-from resources.handoff import Handoff, run_materializations
+from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
@@ -130,6 +130,26 @@ def report_metadata(report: ContaminationReport) -> dict[str, object]:
     }
 
 
+def signed_scan(vault, spec: DatasetSpec, manifest, partition: str, release: str, contract: str) -> ShardScanResult:
+    """Shard `partition`'s scan result, stored and signed by the dataset's scanner key; a missing or
+    refused one fails the step, naming it (the scan step recomputes it)."""
+    stored = stored_verification(
+        vault.storage,
+        spec.shard_results_root,
+        manifest.data_format,
+        shard_entry(manifest, partition),
+        release_sha256=release,
+        contract_sha256=contract,
+        scanner_key=spec.scanner_signing_key(),
+    )
+    if stored.scan is None:
+        raise IntegrityError(
+            f"{stored.scan_uri}: shard {partition}'s scan result is missing or not signed by the scanner key "
+            f"(see the warning above): materialize contamination_scan for {partition} again"
+        )
+    return stored.scan.result
+
+
 def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
     args = asset_args(spec, "contamination_scan", EVALUATE, SCAN_DESCRIPTION, "python")
     args.pop("io_manager_key")  # each shard's result is published beside the report
@@ -223,18 +243,10 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             return report_output(pub, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
-        # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
-        # earlier run: as stored); reduce_report checks each against the manifest's shard.
-        recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
-        results = [
-            read_document(
-                vault.storage,
-                ShardScanResult,
-                pub.shard_scan_uri(release, contract, k),
-                sha256=recorded.get(k, {}).get("sha256"),
-            ).document
-            for k in spec.partition_keys()
-        ]
+        # Each shard's result as the scanner's key signed it in shard-results/ (this run's scan step or
+        # an earlier one's): the publication's copies are hand-offs anyone with write access could
+        # replace. reduce_report checks each against the manifest's shard.
+        results = [signed_scan(vault, spec, manifest, k, release, contract) for k in spec.partition_keys()]
         report = reduce_report(
             index,
             manifest,
