@@ -20,7 +20,9 @@ seconds; the first batch: seconds from the start of the open to ``next(iter(load
 32, list collate, no workers); the bound, the goal's limit: bytes of the record, every binding,
 the release's item files and the descriptor pack, and their count plus ceil(listed objects /
 1,000) listings; main's open (`audit=True`). Reads are counted process-wide at the storage
-layer (`trainvault.storage.reads.READS`). Where main's open is not run (`--audit-max-s3-shards`:
+layer (`trainvault.storage.reads.READS`), which counts a listing as one request however many
+pages it takes; "S3 req" is what the S3 server logged during the open, one line per HTTP request
+(a LIST page of up to 1,000 keys is one). Where main's open is not run (`--audit-max-s3-shards`:
 100,000 shards over moto take minutes per pass), the approver's gate is shown in its place,
 marked "†": the same `run_gate` under the same policy that main's open runs, less the record's
 one read. "8 procs" rows: 8 processes opening the same approval at once (each imports first,
@@ -29,7 +31,7 @@ then all are released together); max bytes, requests and seconds over the 8.
 Goals (issue 35): open bytes <= bound + 1 MB at every size; requests <= the bound's count; first
 batch within 2 s at 100,000 shards over S3; each of 8 concurrent opens within the same bound.
 
-    .venv/bin/python bench/approved_open.py                       # every row, a few minutes
+    .venv/bin/python bench/approved_open.py          # every row: about 20 minutes on 2 busy cores
     .venv/bin/python bench/approved_open.py --sizes 10MB,1000shards --no-s3 --repeats 1
 """
 
@@ -91,6 +93,8 @@ class Opened:
     reads: ReadCounts
     seconds: float
     first_batch_s: float | None = None
+    #: HTTP requests the S3 server logged during the open (None: a local open).
+    wire: int | None = None
 
 
 @dataclass(frozen=True)
@@ -230,17 +234,26 @@ def approve(vault: TrainVault, root: str, uri: str, keys: Keys) -> Approval:
 
 
 def open_once(
-    cfg: StorageConfig, a: Approval, approver: VerifyingKey, scanner: VerifyingKey, *, audit: bool = False
+    cfg: StorageConfig,
+    a: Approval,
+    approver: VerifyingKey,
+    scanner: VerifyingKey,
+    *,
+    audit: bool = False,
+    log: Path | None = None,
 ) -> Opened:
-    """One trainer's open in a fresh client; with `audit=False`, then the first batch."""
+    """One trainer's open in a fresh client; with `audit=False`, then the first batch. `log`: the
+    S3 server's request log, whose lines during the open are its requests on the wire."""
     vault = TrainVault(storage=cfg)
+    mark = log.stat().st_size if log else 0
     start = time.perf_counter()
     with counted() as c:
         approved = vault.open_approved(
             a.uri, a.sha256, trusted_keys=[approver], policy=policy_for(scanner), audit=audit
         )
+    wire = http_requests(log, mark) if log else None
     if audit:
-        return Opened(*c)
+        return Opened(c[0], c[1], None, wire)
     loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
     batches = iter(loader)
     batch = next(batches)
@@ -249,7 +262,14 @@ def open_once(
         raise SystemExit(f"first batch holds {len(batch)} records, expected 32")
     getattr(batches, "close", lambda: None)()
     settle()
-    return Opened(c[0], c[1], first)
+    return Opened(c[0], c[1], first, wire)
+
+
+def http_requests(log: Path, start: int) -> int:
+    """Requests moto logged after byte `start` of its log (one line each: a LIST page is one)."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        return f.read().count(b' HTTP/1.1" ')
 
 
 def settle() -> None:
@@ -260,12 +280,15 @@ def settle() -> None:
             t.join(timeout=120)
 
 
-def median_open(cfg: StorageConfig, a: Approval, keys: Keys, repeats: int) -> Opened:
+def median_open(cfg: StorageConfig, a: Approval, keys: Keys, repeats: int, log: Path | None) -> Opened:
     """Median seconds of `repeats` opens (bytes and requests: the most any of them read)."""
-    runs = [open_once(cfg, a, keys.approver.public_key, keys.scanner.public_key) for _ in range(repeats)]
+    runs = [open_once(cfg, a, keys.approver.public_key, keys.scanner.public_key, log=log) for _ in range(repeats)]
     reads = max((r.reads for r in runs), key=lambda r: (r.bytes, r.requests))
     return Opened(
-        reads, statistics.median(r.seconds for r in runs), statistics.median(r.first_batch_s or 0.0 for r in runs)
+        reads,
+        statistics.median(r.seconds for r in runs),
+        statistics.median(r.first_batch_s or 0.0 for r in runs),
+        max((r.wire for r in runs if r.wire is not None), default=None),
     )
 
 
@@ -289,10 +312,14 @@ def publish(
 
 
 HEADER = (
-    f"{'where':5} {'size':>8} {'shards':>7} | {'open MB':>9} {'req':>5} {'s':>6} {'1st batch s':>11} | "
+    f"{'where':5} {'size':>8} {'shards':>7} | {'open MB':>9} {'req':>5} {'S3 req':>6} {'s':>6} {'1st batch s':>11} | "
     f"{'bound MB':>9} {'n':>5} {'open/bound':>10} {'excess KB':>9} | "
     f"{'main MB':>10} {'req':>7} {'s':>7} {'main/data':>9} | {'built s':>7}"
 )
+
+
+def wire(o: Opened) -> str:
+    return "-" if o.wire is None else str(o.wire)
 
 
 def mb(n: int) -> str:
@@ -304,7 +331,7 @@ def row(where: str, size: Size, a: Approval, trainer: Opened, main: Opened | Non
     m, mark = (main, " ") if main is not None else (a.gate, "†")
     r = trainer.reads
     return (
-        f"{where:5} {size.label:>8} {size.shards:>7} | {mb(r.bytes):>9} {r.requests:>5} {trainer.seconds:>6.2f} "
+        f"{where:5} {size.label:>8} {size.shards:>7} | {mb(r.bytes):>9} {r.requests:>5} {wire(trainer):>6} {trainer.seconds:>6.2f} "
         f"{trainer.first_batch_s or 0.0:>11.2f} | {mb(a.bound_bytes):>9} {a.bound_count:>5} "
         f"{r.bytes / a.bound_bytes:>10.3f} {(r.bytes - a.bound_bytes) / 1e3:>9.1f} | "
         f"{mb(m.reads.bytes):>9}{mark} {m.reads.requests:>7} {m.seconds:>7.2f} "
@@ -355,22 +382,26 @@ def child(spec_json: str) -> None:
 
 
 def procs_row(where: str, size: Size, a: Approval, results: list[dict[str, Any]]) -> str:
+    """The concurrent openers' row: the most any one of them read and took ("S3 req": not
+    counted, the server's log interleaves them)."""
     worst = max(r["bytes"] for r in results)
     return (
-        f"{where:5} {size.label:>8} {size.shards:>7} | {mb(worst):>9} {max(r['requests'] for r in results):>5} "
+        f"{where:5} {size.label:>8} {size.shards:>7} | {mb(worst):>9} {max(r['requests'] for r in results):>5} {'-':>6} "
         f"{max(r['s'] for r in results):>6.2f} {max(r['first'] for r in results):>11.2f} | {mb(a.bound_bytes):>9} "
         f"{a.bound_count:>5} {worst / a.bound_bytes:>10.3f} {(worst - a.bound_bytes) / 1e3:>9.1f} | "
         f"{len(results)} processes at once: max per process"
     )
 
 
-def run_where(where: str, sizes: list[Size], endpoint: str | None, keys: Keys, args: argparse.Namespace) -> None:
-    """Every row of one store, then the concurrent openers of its last row."""
+def run_where(where: str, sizes: list[Size], server: MotoServer | None, keys: Keys, args: argparse.Namespace) -> None:
+    """Every row of one store (`server`: the S3 server, None: local), then the concurrent
+    openers of its last row."""
+    endpoint, log = (server.endpoint, server.log) if server else (None, None)
     cfg = config(endpoint) if endpoint else StorageConfig()
     last: tuple[Size, Approval] | None = None
     for size in sizes:
         a, built_s = publish(where, size, cfg, endpoint, keys, args.data_dir)
-        trainer = median_open(cfg, a, keys, args.repeats)
+        trainer = median_open(cfg, a, keys, args.repeats, log)
         main = None
         if endpoint is None or size.shards <= args.audit_max_s3_shards:
             main = open_once(cfg, a, keys.approver.public_key, keys.scanner.public_key, audit=True)
@@ -404,8 +435,9 @@ def main(argv: list[str] | None = None) -> None:
     print(HEADER, flush=True)
     run_where("local", parse_sizes(args.sizes, args.shard_mb, args.small_records), None, keys, args)
     if args.s3:
-        with MotoServer() as endpoint:
-            run_where("s3", parse_sizes(args.s3_sizes, args.shard_mb, args.small_records), endpoint, keys, args)
+        server = MotoServer()
+        with server:
+            run_where("s3", parse_sizes(args.s3_sizes, args.shard_mb, args.small_records), server, keys, args)
 
 
 if __name__ == "__main__":
