@@ -10,10 +10,11 @@ are built by the library's own `build_pack` and `DataManifest`. Every shard exis
 (the open lists them and checks sizes). Locally the copies are hard links to the one file: 10 GB
 costs no disk, and every hash of the data reads that one inode from the page cache, so main's
 figure is hashing at memory speed (a cold store would be slower). Over S3 each copy is put (in
-memory: moto holds every byte, so 10 GB is not run there by default). The custody chain (scan
-manifest, pins, release, contract, report) comes from bench/chain.py, signed by a scanner key;
-the approver runs the gate under the policy the trainer opens with (a sampled re-scan, seed 0)
-and signs the record.
+memory: moto holds every byte, so 10 GB is not run there by default; at 100,000 keys moto takes
+about 0.65 s a LIST page on a busy 2-core machine, some 65 s of the open's 101 pages). The
+custody chain (scan manifest, pins, release, contract, report) comes from bench/chain.py,
+signed by a scanner key; the approver runs the gate under the policy the trainer opens with (a
+sampled re-scan, seed 0) and signs the record.
 
 Per row: the trainer's open (a fresh `TrainVault`, `open_approved`): bytes read, requests,
 seconds; the first batch: seconds from the start of the open to ``next(iter(loader))`` (batch
@@ -360,7 +361,10 @@ def concurrent(a: Approval, endpoint: str | None, keys: Keys, procs: int) -> lis
             if p.stdin is not None:
                 p.stdin.write("go\n")
                 p.stdin.flush()
-        return [json.loads(p.communicate(timeout=600)[0]) for p in children]
+        # moto serves the 8 processes' LIST pages one after another: at 100,000 shards over
+        # S3 that is 800 pages at ~0.65 s, over 600 s, so the deadline is for all of them.
+        deadline = time.monotonic() + 1800
+        return [json.loads(p.communicate(timeout=max(1, deadline - time.monotonic()))[0]) for p in children]
     finally:
         for p in children:
             if p.poll() is None:
