@@ -107,9 +107,15 @@ def trainer_snippet(
 def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
     """The `ApprovalPolicy` a trainer passes for this dataset (`exclusions`: the approval binds some), as Python source."""
     from resources.policy import parse_fraction
+    from trainvault.approval import ApprovalPolicy
 
     paths = spec.scanner_key_paths()
     args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
+    default = ApprovalPolicy()
+    rescan = (spec.policy.rescan_min_shards, parse_fraction(spec.policy.rescan_fraction, "rescan_fraction"))
+    if paths and rescan != (default.rescan_min_shards, default.rescan_fraction):
+        # The open holds the trainer's re-scan depth against the approver's: ask for what the approver did.
+        args += [f"rescan_min_shards={rescan[0]!r}", f"rescan_fraction={rescan[1]!r}"]
     if exclusions:
         fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
         args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
