@@ -13,8 +13,9 @@ request's digest: the same inputs approved again reuse the record already there.
 gate runs once per approval here: the record is then verified as a trainer verifies it
 (pinned digest, trusted keys) and must carry the request the gate just judged
 (`trainvault.approval.with_record`, no second hash pass); the Croissant card is written
-from that, and the blocking check `approval_opens` is reported by this step. Trainers
-still run the full gate when they open the record.
+from that, and the blocking check `approval_opens` is reported by this step. A trainer's
+open checks the record and every document it binds at the cost of its metadata (see
+docs/approval.md, "Opening an approval"); `audit=True` runs this gate again.
 """
 
 import shlex
@@ -106,9 +107,15 @@ def trainer_snippet(
 def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
     """The `ApprovalPolicy` a trainer passes for this dataset (`exclusions`: the approval binds some), as Python source."""
     from resources.policy import parse_fraction
+    from trainvault.approval import ApprovalPolicy
 
     paths = spec.scanner_key_paths()
     args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
+    default = ApprovalPolicy()
+    rescan = (spec.policy.rescan_min_shards, parse_fraction(spec.policy.rescan_fraction, "rescan_fraction"))
+    if paths and rescan != (default.rescan_min_shards, default.rescan_fraction):
+        # The open holds the trainer's re-scan depth against the approver's: ask for what the approver did.
+        args += [f"rescan_min_shards={rescan[0]!r}", f"rescan_fraction={rescan[1]!r}"]
     if exclusions:
         fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
         args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
@@ -182,13 +189,15 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
 
 
 def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
-    """The approval's Croissant card: the one already there (named by the request's digest), else written."""
-    from trainvault.cards import write_croissant
+    """The approval's Croissant card: the one already there (named by the request's digest) once its
+    clean copies match their digests (one that differs is written again), else written."""
+    from trainvault.cards import reuse_croissant, write_croissant
     from trainvault.verification import shard_field_surveys
 
     uri = pub.croissant_uri(request_sha256)
-    if (existing := stored_ref(vault, uri)) is not None:
-        return existing, False
+    if stored_ref(vault, uri) is not None:
+        reused, rewritten = reuse_croissant(vault, opened, uri)
+        return ObjectRef(uri=reused.uri, sha256=reused.sha256), rewritten
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
     surveys = shard_field_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(
@@ -290,11 +299,14 @@ def excluded_count(summary) -> int:
 
 
 def gate_metadata(summary) -> dict[str, object]:
-    """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions."""
+    """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions,
+    and the policy it applied."""
     out: dict[str, object] = {}
     if summary.attestation is not None:
         out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
         out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))
     if summary.exclusions is not None:
         out["excluded per benchmark"] = dg.MetadataValue.json(dict(summary.exclusions.per_benchmark))
+    if summary.policy is not None:  # signed with the record: what a trainer's policy is held against
+        out["applied policy"] = dg.MetadataValue.md("\n".join(f"- {line}" for line in summary.policy.describe()))
     return out

@@ -5,9 +5,10 @@ The scan fans out: each shard partition is the lifecycle's verification pass
 (`trainvault.verification.verify_shard`): one read of the shard, hashed and every block
 checked, serves its scan against the evaluation release under the verifier contract, its
 profile and its field survey. Both results are stored by content under the dataset's
-``shard-results/`` (keyed by shard sha256 + contract + release, and shard sha256 +
-profile settings), so a later version reuses an unchanged shard's results without reading
-it. The scan result is published create-only beside the report
+``shard-results/<scanner key id>/`` (keyed by shard sha256 + contract + release, and shard
+sha256 + profile settings), signed by the scanner's key, so a later version reuses an
+unchanged shard's results without reading it; one that key did not sign is logged and
+recomputed. The scan result is published create-only beside the report
 (``contamination/<release>-<contract>/shards/``); a multiprocess, Celery or k8s executor
 spreads the partitions, and a run over many partitions verifies `shard_threads` at once.
 The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
@@ -28,7 +29,7 @@ import dagster as dg
 from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, parse_partition_key
-from resources.handoff import Handoff, run_materializations
+from resources.handoff import Handoff
 from resources.storage import ObjectStore
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
@@ -129,6 +130,26 @@ def report_metadata(report: ContaminationReport) -> dict[str, object]:
     }
 
 
+def signed_scan(vault, spec: DatasetSpec, manifest, partition: str, release: str, contract: str) -> ShardScanResult:
+    """Shard `partition`'s scan result, stored and signed by the dataset's scanner key; a missing or
+    refused one fails the step, naming it (the scan step recomputes it)."""
+    stored = stored_verification(
+        vault.storage,
+        spec.shard_results_root,
+        manifest.data_format,
+        shard_entry(manifest, partition),
+        release_sha256=release,
+        contract_sha256=contract,
+        scanner_key=spec.scanner_signing_key(),
+    )
+    if stored.scan is None:
+        raise IntegrityError(
+            f"{stored.scan_uri}: shard {partition}'s scan result is missing or not signed by the scanner key "
+            f"(see the warning above): materialize contamination_scan for {partition} again"
+        )
+    return stored.scan.result
+
+
 def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
     args = asset_args(spec, "contamination_scan", EVALUATE, SCAN_DESCRIPTION, "python")
     args.pop("io_manager_key")  # each shard's result is published beside the report
@@ -146,6 +167,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         folder, data_format = spec.shard_results_root, manifest.data_format
+        scanner = spec.scanner_signing_key()
         # The release's index is built only when a shard's stored results do not cover it.
         index_lock, built = Lock(), []
 
@@ -161,11 +183,17 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             # One lookup of the stored results serves both: a shard they cover is not read, and a
             # changed one is verified without looking them up again.
             stored = stored_verification(
-                vault.storage, folder, data_format, entry, release_sha256=release, contract_sha256=contract
+                vault.storage,
+                folder,
+                data_format,
+                entry,
+                release_sha256=release,
+                contract_sha256=contract,
+                scanner_key=scanner,
             )
             # verify_shard reuses them too, but would need the index (built on first use) to be called.
             return partition, stored.verified or verify_shard(
-                vault.storage, folder, data_format, split, entry, index(), stored=stored
+                vault.storage, folder, data_format, split, entry, index(), signing_key=scanner, stored=stored
             )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
@@ -215,18 +243,10 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             return report_output(pub, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = index_of(vault, evaluation_release)
-        # Each shard's result by the digest this run's scan step recorded (any shard scanned in an
-        # earlier run: as stored); reduce_report checks each against the manifest's shard.
-        recorded = run_materializations(context.instance, context.run.run_id, key(spec, "contamination_scan"))
-        results = [
-            read_document(
-                vault.storage,
-                ShardScanResult,
-                pub.shard_scan_uri(release, contract, k),
-                sha256=recorded.get(k, {}).get("sha256"),
-            ).document
-            for k in spec.partition_keys()
-        ]
+        # Each shard's result as the scanner's key signed it in shard-results/ (this run's scan step or
+        # an earlier one's): the publication's copies are hand-offs anyone with write access could
+        # replace. reduce_report checks each against the manifest's shard.
+        results = [signed_scan(vault, spec, manifest, k, release, contract) for k in spec.partition_keys()]
         report = reduce_report(
             index,
             manifest,

@@ -1,5 +1,6 @@
 """The verification pass's stored per-shard results, as the stages after it read them
-(training_scan, dataset_profile, the Croissant card of approved_dataset)."""
+(training_scan, dataset_profile, the Croissant card of approved_dataset): each reused only when
+signed by the dataset's scanner key, the key the verification pass stored it under."""
 
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
@@ -20,7 +21,9 @@ def shard_surveys(storage: Storage, spec: DatasetSpec, data_manifest: Handoff) -
 
 def surveys_of(storage: Storage, spec: DatasetSpec, manifest: DataManifest) -> Surveys:
     """`shard_surveys` of a manifest already loaded (an approval's)."""
+    scanner = spec.scanner_signing_key().public_key  # the key the verification pass signed them with
+    folder, data_format = spec.shard_results_root, manifest.data_format
     return {
-        split: [(e, stored_survey(storage, spec.shard_results_root, manifest.data_format, e)) for e in sm.shards]
+        split: [(e, stored_survey(storage, folder, data_format, e, scanner_key=scanner)) for e in sm.shards]
         for split, sm in manifest.splits.items()
     }

@@ -95,6 +95,7 @@ class TrainVault:
         dataloader_args: Mapping[str, Any] | None = None,
         shuffle: bool = False,
         seed: int = 0,
+        shuffle_window_blocks: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         observe: Observability | None = None,
@@ -106,7 +107,7 @@ class TrainVault:
 
         ``.load(split, curriculum_stage=..., curriculum_stages=[...], infinite_iter=...)``
         returns a DataLoader with ``state_dict()``/``load_state_dict()`` and ``figures()``;
-        `observe` (a `trainvault.loading.Observability`) sets its figures window and watchdog.
+        the options are `LoaderPlan.create`'s, as ``ApprovedDataset.loader_factory`` takes them.
         """
         from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
@@ -121,6 +122,7 @@ class TrainVault:
             dataloader_args=dataloader_args,
             shuffle=shuffle,
             seed=seed,
+            shuffle_window_blocks=shuffle_window_blocks,
             rank=rank,
             world_size=world_size,
             observe=observe,
@@ -151,15 +153,24 @@ class TrainVault:
         trusted_keys: Iterable[object],
         threshold: int = 1,
         policy: ApprovalPolicy | None = None,
+        audit: bool = False,
         progress: Callable[[HashProgress], None] | None = None,
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
-        least `threshold` of `trusted_keys`), then run the gate on its request: the gated path
-        to training data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
+        least `threshold` of `trusted_keys`) and what it binds under `policy`, reading no shard
+        byte (`audit=True`: the full gate again, every byte hashed): the gated path to training
+        data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(
-            self, approval_uri, sha256, trusted_keys=trusted_keys, threshold=threshold, policy=policy, progress=progress
+            self,
+            approval_uri,
+            sha256,
+            trusted_keys=trusted_keys,
+            threshold=threshold,
+            policy=policy,
+            audit=audit,
+            progress=progress,
         )
 
     # -- component ranges ---------------------------------------------------------

@@ -119,7 +119,10 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
             approval = made["approved_dataset"]
             assert approval["version"] == spec.publication().version
             approved = TrainVault().open_approved(
-                approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")]
+                approval["uri"],
+                approval["sha256"],
+                trusted_keys=[load_verifying_key(f"{keys}.pub")],
+                policy=spec.approval_policy(),
             )
             for asset, binding in BOUND.items():
                 ref = approved.bindings[binding]

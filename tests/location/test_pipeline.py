@@ -418,6 +418,9 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(
     events = "\n".join(str(e) for e in instance.all_logs(result.run_id))
     assert s3_secret not in events and s3_key_id not in events
     approved = TrainVault(storage=s3_config(s3_server)).open_approved(
-        approval["uri"], approval["sha256"], trusted_keys=[load_verifying_key(f"{keys}.pub")]
+        approval["uri"],
+        approval["sha256"],
+        trusted_keys=[load_verifying_key(f"{keys}.pub")],
+        policy=spec.approval_policy(),  # the approver's scanner key and re-scan sample
     )
     assert approved.summary.records == 100

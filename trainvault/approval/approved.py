@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trainvault.approval.result import GateResult, VerificationSummary
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
+    from trainvault.loading.metrics import Observability
     from trainvault.publication.manifest import DataManifest
     from trainvault.refs import ArtifactRef
 
@@ -143,21 +144,35 @@ class ApprovedDataset:
         collate_fn: Callable[[list[dict[str, Any]]], Any] | None = None,
         dataloader_args: Mapping[str, Any] | None = None,
         *,
+        shuffle: bool = False,
+        seed: int = 0,
+        shuffle_window_blocks: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        observe: Observability | None = None,
         materializer: Any = None,
     ) -> ApprovedLoaderFactory:
-        """The factory of this dataset's loaders (needs the ``torch`` extra): ``.load(split)``
-        returns a finite DataLoader in manifest order, whatever ``num_workers``, that verifies
-        every block before yielding its records and skips the records of the bound exclusions.
-        With a `materializer` (from `component_range_materializer`) it batches its logical records."""
+        """The factory of this dataset's loaders (needs the ``torch`` extra), with the options of
+        `TrainVault.ungated_loader_factory` (`LoaderPlan.create`: order, ranks from
+        `torch.distributed` when initialised, batching, observation): ``.load(split)`` returns a
+        DataLoader that reads the approved shards only, verifies every block before yielding its
+        records and never deals a record of the bound exclusions. With a `materializer` (from
+        `component_range_materializer`) it batches its logical records."""
         from trainvault.approval.approved_loader import issue_loader_factory
 
         return issue_loader_factory(
             self.custody_store(),
             self._result.publication,
-            collate_fn=collate_fn,
-            dataloader_args=dataloader_args,
             materializer=materializer,
             exclusions=self._result.exclusions,
+            collate_fn=collate_fn,
+            dataloader_args=dataloader_args,
+            shuffle=shuffle,
+            seed=seed,
+            shuffle_window_blocks=shuffle_window_blocks,
+            rank=rank,
+            world_size=world_size,
+            observe=observe,
         )
 
     def component_range_materializer(self, split: str, *, mode: str = "unpack", max_rows: int | None = None) -> Any:

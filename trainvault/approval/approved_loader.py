@@ -1,4 +1,4 @@
-"""The approved loader factory: the trainvault loader, finite and in manifest order, reading through custody.
+"""The approved loader factory: the trainvault loader, with every option it has, reading through custody.
 
 It composes a `SplitLoaderFactory` over a `CustodyStore` (a `ReadableStorage`, not a
 `Storage`) and the gate's parsed, pinned `Publication` (no second parse of the manifest or
@@ -6,7 +6,8 @@ descriptors), so it keeps the loader's guarantees (an order that does not depend
 `num_workers`: workers form batches and the loader merges them back in sequence) and adds
 the approval's: the manifest and descriptors are the bytes the gate hashed, only approved
 shards are opened, and every block's SHA-256 is checked before any of its records is decoded.
-Its own `load` refuses ``infinite_iter``: an approved dataset loads finitely.
+Its plan is made by `LoaderPlan.create` from the same options the ungated factory takes
+(order, ranks, batching, observation), so the two differ only in what they read through.
 
 Like `ApprovedDataset`, it is issued, not built: the constructor raises `TypeError`, its
 attributes cannot be replaced (no swapping in another manifest or storage), and it does
@@ -18,7 +19,7 @@ the loader itself (``exclude=``), so positions, epochs and resume count only the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStore
@@ -37,8 +38,9 @@ _ISSUE = object()
 
 class ApprovedLoaderFactory:
     """Makes loaders over selections of an approved dataset: ``.load(split, curriculum_stage=...,
-    curriculum_stages=[...])`` returns a finite DataLoader in manifest order. With a
-    `materializer`, it batches the materializer's logical records (ranges or packed records)."""
+    curriculum_stages=[...], infinite_iter=...)`` returns a `TrainVaultDataLoader` (``load_mixture``
+    a `MixtureDataLoader`) in the plan's order. With a `materializer`, it batches the
+    materializer's logical records (ranges or packed records)."""
 
     # Set once by _build (through object.__setattr__), never again.
     _factory: SplitLoaderFactory
@@ -63,10 +65,9 @@ class ApprovedLoaderFactory:
         storage: CustodyStore,
         publication: Publication,
         *,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
-        dataloader_args: Mapping[str, Any] | None = None,
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
+        **plan_options: Any,
     ) -> ApprovedLoaderFactory:
         if not isinstance(storage, CustodyStore):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
@@ -82,7 +83,7 @@ class ApprovedLoaderFactory:
                     f"{materializer!r} belongs to data manifest {materializer.manifest_sha256}, this approved loader "
                     f"to {publication.sha256}; make it with this dataset's component_range_materializer()"
                 )
-        plan = LoaderPlan.create(collate_fn=collate_fn, dataloader_args=dataloader_args, view=materializer)
+        plan = LoaderPlan.create(view=materializer, **plan_options)
         self = object.__new__(cls)
         object.__setattr__(self, "_factory", SplitLoaderFactory(storage, publication, plan))
         object.__setattr__(self, "materializer", materializer)
@@ -101,7 +102,11 @@ class ApprovedLoaderFactory:
         )
 
     def __repr__(self) -> str:
-        return f"ApprovedLoaderFactory({self.manifest_uri!r}, sha256={self.manifest_sha256})"
+        p = self.plan
+        return (
+            f"ApprovedLoaderFactory({self.manifest_uri!r}, sha256={self.manifest_sha256}, shuffle={p.shuffle}, "
+            f"rank={p.rank}/{p.world_size})"
+        )
 
     # What the gate approved, read-only: the custody store, the pinned publication, the plan.
     @property
@@ -138,13 +143,8 @@ class ApprovedLoaderFactory:
         curriculum_stages: Sequence[str] | None = None,
         infinite_iter: bool = False,
     ) -> Any:
-        """A finite DataLoader over `split`, one stage or a union of stages, in manifest order
-        (`infinite_iter` is refused: it is here so a trainer's call gets that answer)."""
-        if infinite_iter:
-            raise SelectionError(
-                "an approved dataset loads finitely: infinite_iter=True is not accepted; iterate the loader again "
-                "for another epoch"
-            )
+        """A DataLoader over `split`, one stage or a union of stages (`SplitLoaderFactory.load`),
+        reading the approved shards only and never dealing a bound exclusion."""
         if self.materializer is not None and split != self.materializer.split:
             raise SelectionError(
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
@@ -152,13 +152,13 @@ class ApprovedLoaderFactory:
         ex = self._exclusions
         exclude = None if ex is None else ex.by_shard(split)
         if not exclude:
-            return self._factory.load(split, curriculum_stage, curriculum_stages)
+            return self._factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
         if self.materializer is not None:
             raise CustodyError(
                 f"split {split!r} has excluded records and a component materializer: excluded records are not "
                 "skipped under a materializer; approve the split without exclusions to materialise its ranges"
             )
-        return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages)
+        return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages, infinite_iter)
 
     def load_mixture(self, mixture: Any) -> Any:
         """A mixture DataLoader whose components are stages of an approved split (a stage the

@@ -316,11 +316,12 @@ def check_producer(desc: ShardDescriptor, pins: ProducerPins, where: str) -> Non
         )
 
 
-def check_text_fields(survey: TextFieldSurvey, contract: VerifierContract, policy: ApprovalPolicy) -> None:
-    """Deny text-carrying fields the contract leaves unscanned, unless the policy exempts them."""
+def check_text_fields(survey: TextFieldSurvey, contract: VerifierContract, policy: ApprovalPolicy) -> list[str]:
+    """Deny text-carrying fields the contract leaves unscanned, unless the policy exempts them;
+    return those it exempts."""
     unscanned = sorted(f for f in survey.text_fields if not exempt(f, policy.unscanned_fields))
     if not unscanned:
-        return
+        return sorted(f for f in survey.text_fields if exempt(f, policy.unscanned_fields))
     shown = ", ".join(repr(f) for f in unscanned[:10]) + (
         f" and {len(unscanned) - 10} more" if len(unscanned) > 10 else ""
     )

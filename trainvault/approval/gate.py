@@ -16,74 +16,30 @@ name range, record and shard.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from trainvault.approval.applied import AppliedPolicy
 from trainvault.approval.approved import ApprovedDataset, issue
-from trainvault.approval.attestation import Attested, read_attested
-from trainvault.approval.checks import (
-    check_contract,
-    check_exclusions,
-    check_pins_allowed,
-    check_producer,
-    check_report,
-    check_scan,
-    check_text_fields,
-    deny,
-)
+from trainvault.approval.bound import DATA_ROLES, BoundChain, attach_descriptors, hash_bound, hash_declared, judge_chain
+from trainvault.approval.checks import check_producer, check_text_fields
 from trainvault.approval.hashing import (
     DEFAULT_THREADS,
-    ChunkConsumer,
-    HashedObject,
     HashProgressCallback,
     continued,
     fed_by_hashing,
-    hash_objects,
 )
-from trainvault.approval.pins import ProducerPins
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.result import AttestationSummary, ExclusionSummary, GateResult, VerificationSummary
-from trainvault.approval.scan_manifest import (
-    DeclaredFile,
-    ScannedFile,
-    TrainingScanManifest,
-    declared_files,
-    pinned_publication,
-)
 from trainvault.components.verify import LedgerChecks, LedgerRefusal
-from trainvault.contamination.contract import VerifierContract
-from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
-from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.release import LoadedRelease, load_release
-from trainvault.contamination.report import ContaminationReport
+from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR
 from trainvault.contamination.text_fields import TextFieldSurvey
-from trainvault.documents import Document
-from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
-from trainvault.publication.pack import descriptor_bytes
-from trainvault.publication.pinned import Publication
+from trainvault.errors import ApprovalError, ManifestError, TrainVaultError
 from trainvault.refs import ArtifactRef
 from trainvault.storage import Storage, StorageSource, storage_of
-from trainvault.uris import normalize_uri
 from trainvault.version import __version__
-
-
-def _kept(obj: HashedObject) -> bytes:
-    """The bytes `hash_objects` kept for `obj` (it keeps every object the gate asked for)."""
-    if obj.data is None:
-        raise ApprovalError(
-            f"approval denied: {obj.uri} was hashed but its bytes were not kept; this is a trainvault bug"
-        )
-    return obj.data
-
-
-def _parse(cls: type[Document], name: str, obj: HashedObject) -> Any:
-    try:
-        return cls.from_json_bytes(_kept(obj), source=obj.uri)
-    except ManifestError as exc:
-        deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
 
 
 def coerce_request(request: Any) -> ApprovalRequest:
@@ -129,8 +85,8 @@ def _gate(
     threads: int,
 ) -> GateResult:
     refs = request.bindings()
-    docs = _hash_bound(storage, refs, threads)
-    chain = _judge_chain(storage, refs, docs, policy)
+    docs = hash_bound(storage, refs, threads)
+    chain = judge_chain(storage, refs, docs, policy)
     # The descriptors the ledger checks and the drawn shards use come from the pack (one request,
     # checked against the manifest; each packed copy is bound to its descriptor_sha256 below).
     packed = chain.publication.read_pack(storage)
@@ -140,19 +96,21 @@ def _gate(
     bound = {d.uri: d for d in docs.values()}  # an object bound twice was hashed once
     # The bar counts the bound documents too, as the summary does.
     shown = continued(progress, len(bound), sum(d.size for d in bound.values()))
-    hashed = _hash_declared(storage, chain, threads, shown, fed_by_hashing(ledgers.consumers(), rescan.consumers()))
-    publication, descriptors_raw = _attach_descriptors(chain.publication, hashed)
+    consumers = fed_by_hashing(ledgers.consumers(), rescan.consumers())
+    hashed = hash_declared(storage, chain, DATA_ROLES, threads=threads, progress=shown, consumers=consumers)
+    publication, descriptors_raw = attach_descriptors(chain.publication, hashed)
     for uri, desc in publication.descriptors.items():
         check_producer(desc, chain.pins, uri)
     checked = ledgers.finish()
     rescanned = rescan.finish(chain.report)
-    check_text_fields(survey, chain.index.contract, policy)
+    exempted = check_text_fields(survey, chain.index.contract, policy)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     summary = _summary(
         refs,
         chain,
         rescanned,
         policy,
+        AppliedPolicy.of(policy, shards_total=rescanned.shards_total, exempted_fields=exempted),
         files_hashed=len(hashed) + len(bound),
         bytes_hashed=sum(h.size for h in hashed.values()) + sum(d.size for d in bound.values()),
     )
@@ -161,152 +119,12 @@ def _gate(
     )
 
 
-@dataclass(frozen=True)
-class _Chain:
-    """The bound documents, parsed and checked against each other and the policy."""
-
-    publication: Publication
-    declared: list[DeclaredFile]
-    totals: dict[str, int]
-    scanned: dict[str, ScannedFile]
-    report: ContaminationReport
-    pins: ProducerPins
-    release: LoadedRelease
-    #: The bound release indexed under the bound contract (the re-scan runs under it).
-    index: EvalIndex
-    signers: dict[str, tuple[str, ...]]
-    exclusions: Exclusions | None
-
-
-def _hash_bound(storage: Storage, refs: Mapping[str, ArtifactRef], threads: int) -> dict[str, HashedObject]:
-    """Every bound artifact hashed (bytes kept, by name), each matching the digest the request binds."""
-    uris = {name: normalize_uri(ref.uri) for name, ref in refs.items()}
-    hashed = hash_objects(storage, list(uris.values()), keep=set(uris.values()), threads=threads)
-    for name, ref in refs.items():
-        got = hashed[uris[name]]
-        if got.sha256 != ref.sha256:
-            deny(
-                f"{name} {uris[name]} has sha256 {got.sha256}, the request binds {ref.sha256}: it was replaced or "
-                "altered; bind the artifact that was judged, or rebuild the chain"
-            )
-    return {name: hashed[uri] for name, uri in uris.items()}
-
-
-def _judge_chain(
-    storage: Storage, refs: Mapping[str, ArtifactRef], docs: Mapping[str, HashedObject], policy: ApprovalPolicy
-) -> _Chain:
-    """Parse the bound documents and check scan, contract, report and pins against each other."""
-    manifest_doc = docs["data_manifest"]
-    try:
-        publication = pinned_publication(manifest_doc.uri, _kept(manifest_doc))
-        declared, totals = declared_files(publication)
-    except ManifestError as exc:
-        deny(f"data_manifest: {exc}")
-    scan = _attested(TrainingScanManifest, "training_scan_manifest", docs["training_scan_manifest"], policy)
-    report = _attested(ContaminationReport, "contamination_report", docs["contamination_report"], policy)
-    exclusions = None
-    if EXCLUSIONS_SIDECAR in docs:
-        exclusions = _parse(Exclusions, EXCLUSIONS_SIDECAR, docs[EXCLUSIONS_SIDECAR])
-    contract: VerifierContract = _parse(VerifierContract, "verifier_contract", docs["verifier_contract"])
-    pins: ProducerPins = _parse(ProducerPins, "producer_pins", docs["producer_pins"])
-    release = load_release(storage, docs["evaluation_release"].uri, sha256=refs["evaluation_release"].sha256)
-
-    scanned = check_scan(scan.document, refs["data_manifest"], publication.uri, declared, totals)
-    check_contract(contract, refs["verifier_contract"], release, policy)
-    if exclusions is not None:
-        check_exclusions(exclusions, report.document, refs, publication.manifest, policy)
-    index = EvalIndex(contract, release, contract_sha256=refs["verifier_contract"].sha256)
-    check_report(report.document, refs, scan.document, index, exclusions)
-    check_pins_allowed(pins, policy)
-    if policy.evaluation_release_sha256 is not None and release.sha256 != policy.evaluation_release_sha256:
-        deny(
-            f"evaluation_release {release.release.id!r} (sha256 {release.sha256}) is not the release this trainer "
-            f"evaluates on ({policy.evaluation_release_sha256}); scan against that release"
-        )
-    return _Chain(
-        publication,
-        declared,
-        totals,
-        scanned,
-        report.document,
-        pins,
-        release,
-        index,
-        {"report": report.signers, "scan": scan.signers},
-        exclusions,
-    )
-
-
-def _attach_descriptors(
-    publication: Publication, hashed: Mapping[str, HashedObject]
-) -> tuple[Publication, dict[str, bytes]]:
-    """Every descriptor, parsed and checked against its entry, from the bytes just hashed: the
-    pack's copy of each (which must hash to the manifest's ``descriptor_sha256``), or, for a
-    manifest written before packs, each descriptor object's."""
-    ref = publication.manifest.descriptor_pack
-    if ref is None:
-        raw = {e.descriptor_uri: _kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
-        return publication.with_descriptors(raw), raw
-    attached = publication.with_pack(_kept(hashed[ref.uri]))
-    return attached, descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
-
-
-def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:
-    """A bound report or scan manifest: signed by the policy's scanner keys, or (without them) plain."""
-    try:
-        return read_attested(
-            _kept(obj),
-            cls,
-            trusted_keys=policy.scanner_keys,
-            threshold=policy.scanner_threshold,
-            source=f"{name} {obj.uri}",
-        )
-    except ManifestError as exc:
-        deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
-
-
-def _hash_declared(
-    storage: Storage,
-    chain: _Chain,
-    threads: int,
-    progress: HashProgressCallback | None,
-    consumers: Mapping[str, Callable[[], ChunkConsumer]],
-) -> dict[str, HashedObject]:
-    """Every declared file but the manifest, hashed now (descriptors kept: the loader parses exactly
-    these bytes), each matching what was scanned and bound."""
-    files = [f for f in chain.declared if f.role != "data-manifest"]
-    try:
-        hashed = hash_objects(
-            storage,
-            [f.resolved for f in files],
-            keep={f.resolved for f in files if f.role in ("descriptor", "descriptor-pack")},
-            # No file is read past the size it was scanned as.
-            bound_sizes={f.resolved: chain.scanned[f.resolved].size_bytes for f in files},
-            threads=threads,
-            progress=progress,
-            consumers=consumers,
-        )
-    except IntegrityError as exc:
-        deny(
-            f"{exc}: it changed after it was scanned (swapped, truncated or extended); do not train on it: "
-            "re-publish, rescan and approve again"
-        )
-    for f in files:
-        h, s = hashed[f.resolved], chain.scanned[f.resolved]
-        if (h.size, h.sha256) != (s.size_bytes, s.sha256):
-            deny(
-                f"{f.role} {f.resolved} is {h.size} bytes with sha256 {h.sha256} on storage, but was scanned and "
-                f"bound as {s.size_bytes} bytes with sha256 {s.sha256}: it changed after it was scanned (swapped, "
-                "truncated or extended); do not train on it: re-publish, rescan and approve again"
-            )
-    return hashed
-
-
 def _summary(
     refs: Mapping[str, ArtifactRef],
-    chain: _Chain,
+    chain: BoundChain,
     rescan: RescanSummary,
     policy: ApprovalPolicy,
+    applied: AppliedPolicy,
     *,
     files_hashed: int,
     bytes_hashed: int,
@@ -343,6 +161,7 @@ def _summary(
         trainvault_version=__version__,
         attestation=attestation,
         exclusions=excluded,
+        policy=applied,
     )
 
 

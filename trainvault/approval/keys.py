@@ -16,7 +16,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from trainvault.errors import ApprovalError
+from trainvault.errors import ApprovalError, ConfigurationError
+from trainvault.storage.local_file import KEY_FILE_LIMIT, read_local_file
 
 #: Environment variable holding a signing key (PEM text, or the path of a PEM file).
 SIGNING_KEY_ENV = "TRAINVAULT_SIGNING_KEY"
@@ -154,11 +155,7 @@ def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIG
     if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
         return SigningKey.from_pem(source, source=where)
     path = Path(source)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ApprovalError(f"cannot read signing key {path}: {exc.strerror}") from None
-    return SigningKey.from_pem(data, source=str(path))
+    return SigningKey.from_pem(_key_file(path, "signing key"), source=str(path))
 
 
 def load_signing_keys(
@@ -178,8 +175,12 @@ def load_verifying_key(source: VerifyingKey | SigningKey | str | os.PathLike[str
     if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
         return VerifyingKey.from_pem(source)
     path = Path(source)
+    return VerifyingKey.from_pem(_key_file(path, "public key"), source=str(path))
+
+
+def _key_file(path: Path, what: str) -> bytes:
+    """A key file's bytes through the one bounded, regular-file-only local read."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ApprovalError(f"cannot read public key {path}: {exc.strerror}") from None
-    return VerifyingKey.from_pem(data, source=str(path))
+        return read_local_file(path, limit=KEY_FILE_LIMIT, what=f"a PEM {what}")
+    except ConfigurationError as exc:
+        raise ApprovalError(f"cannot read {what} {path}: {exc}") from None

@@ -17,6 +17,7 @@ from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, ve
 from trainvault.approval.gate import coerce_request, run_gate
 from trainvault.approval.hashing import HashProgressCallback
 from trainvault.approval.keys import SigningKey, load_signing_keys
+from trainvault.approval.opening import open_bound
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
@@ -100,15 +101,32 @@ def open_approved(
     trusted_keys: Iterable[object],
     threshold: int = 1,
     policy: ApprovalPolicy | None = None,
+    audit: bool = False,
     progress: HashProgressCallback | None = None,
 ) -> ApprovedDataset:
     """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
-    at least `threshold` of `trusted_keys` must have signed it), then run the gate on
-    the request inside it. Raises `ApprovalError` saying what failed (`ManifestError` for an
-    envelope or signed statement with a duplicated key)."""
-    request, record = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
-    result = run_gate(storage_of(storage), request, policy=policy, progress=progress)
-    return issue(result, storage_of(storage).config, record)
+    at least `threshold` of `trusted_keys` must have signed it), then check what it approved
+    under the trainer's `policy` at the cost of its metadata (`trainvault.approval.opening`:
+    every bound document by sha256, the shards' sizes by listing; no shard byte is read, and
+    the loader verifies every block before decoding it). `audit=True` runs the full gate on
+    the record's request instead (every byte hashed, a re-scan; `progress` reports it).
+    Raises `ApprovalError` saying what failed (`ManifestError` for an envelope or signed
+    statement with a duplicated key)."""
+    if not isinstance(audit, bool):
+        raise ApprovalError(f"audit must be True or False, got {audit!r}")
+    request, record, signed = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
+    store = storage_of(storage)
+    if audit:
+        result = run_gate(store, request, policy=policy, progress=progress)
+    else:
+        result = open_bound(store, request, signed, _policy(policy), record_uri=record.uri)
+    return issue(result, store.config, record)
+
+
+def _policy(policy: ApprovalPolicy | None) -> ApprovalPolicy:
+    if policy is not None and not isinstance(policy, ApprovalPolicy):
+        raise TypeError(f"policy must be an ApprovalPolicy, not {type(policy).__name__}")
+    return policy or ApprovalPolicy()
 
 
 def with_record(
@@ -129,7 +147,7 @@ def with_record(
     """
     if not isinstance(approved, ApprovedDataset):
         raise ApprovalError(f"with_record takes an ApprovedDataset from the gate, not a {type(approved).__name__}")
-    request, record = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
+    request, record, _ = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
     judged = approved.request
     if canonical_json(request.model_dump(mode="json")) != canonical_json(judged.model_dump(mode="json")):
         raise ApprovalError(
@@ -142,9 +160,10 @@ def with_record(
 
 def _read_record(
     storage: StorageSource, approval_uri: str, sha256: str, trusted_keys: Iterable[object], threshold: int
-) -> tuple[ApprovalRequest, ApprovalRecordRef]:
-    """The request inside the approval record at `approval_uri` and the record's reference, once its
-    bytes hash to `sha256` and `threshold` of `trusted_keys` signed it (`ApprovalError` otherwise)."""
+) -> tuple[ApprovalRequest, ApprovalRecordRef, dict[str, Any]]:
+    """The request inside the approval record at `approval_uri`, the record's reference and the
+    verification summary it signs, once its bytes hash to `sha256` and `threshold` of
+    `trusted_keys` signed it (`ApprovalError` otherwise)."""
     if not isinstance(sha256, str) or not is_sha256_hex(sha256):
         raise ApprovalError(f"pin the approval by its 64-character lowercase hex sha256, got {sha256!r}")
     uri = normalize_uri(approval_uri)
@@ -188,4 +207,4 @@ def _read_record(
     record = ApprovalRecordRef(
         ObjectRef(uri=uri, sha256=got, size=len(raw)), signers, provenance if isinstance(provenance, dict) else {}
     )
-    return request, record
+    return request, record, _field(predicate, "verification", dict, uri)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainvault.approval.applied import AppliedPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import RescanSummary
 from trainvault.contamination.exclusions import Exclusions
@@ -52,6 +53,8 @@ class VerificationSummary(StrictModel):
     attestation: AttestationSummary | None = None
     #: With bound exclusions: how many records they leave out, per benchmark.
     exclusions: ExclusionSummary | None = None
+    #: The policy the gate applied (None in records an older trainvault wrote): a trainer's open holds its own against it.
+    policy: AppliedPolicy | None = None
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from typing import Any
 from trainvault.approval.approved import ApprovedDataset
 from trainvault.approval.guard import CustodyStore
 from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
+from trainvault.errors import ConflictError
 from trainvault.formats import encode_shard, get_format
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage import Storage, StorageSource, storage_of
 from trainvault.uris import join_uri
 
 VIEW_FOLDER = "approved-view"
@@ -77,10 +78,13 @@ def surveyed(rows: Iterator[dict[str, Any]], parts: list[Survey]) -> Iterator[di
         parts.append(survey_fields(batch))
 
 
-def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, folder: str) -> list[ViewShard]:
+def view_shards(
+    storage: StorageSource, approved: ApprovedDataset, split: str, folder: str, *, repair: bool = False
+) -> list[ViewShard]:
     """Every shard of `split` in manifest order as the approved view holds it, writing the clean
     copy of each shard with excluded records under `folder` (create-only; the same copy again is a
-    no-op) and surveying its records in the same read."""
+    no-op) and surveying its records in the same read. `repair`: other bytes under a copy's name
+    (its content's digest, so they were swapped) are overwritten with the copy, not a `ConflictError`."""
     manifest = approved.manifest
     fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
@@ -97,7 +101,16 @@ def view_shards(storage: StorageSource, approved: ApprovedDataset, split: str, f
         copy = encode_shard(fmt, rows, name=f"{split}/{entry.key} (approved view)")
         data = bytes(copy.data)
         uri = join_uri(folder, f"{VIEW_FOLDER}/{copy.sha256}.{fmt.extension}")
-        storage_of(storage).put_create(uri, data)
+        _put_copy(storage_of(storage), uri, data, repair)
         ref = ObjectRef(uri=uri, sha256=copy.sha256, size=len(data))
         out.append(ViewShard(entry, ref, copy.record_count, len(dropped), merge_surveys(parts)))
     return out
+
+
+def _put_copy(storage: Storage, uri: str, data: bytes, repair: bool) -> None:
+    try:
+        storage.put_create(uri, data)
+    except ConflictError:
+        if not repair:
+            raise
+        storage.put(uri, data)  # the name fixes the content: whatever else is there was swapped in

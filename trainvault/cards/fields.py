@@ -19,7 +19,8 @@ from typing import Any
 #: Croissant data types by the kind of a scalar value.
 _SCALAR_TYPES = {
     "text": "sc:Text",
-    "bytes": "sc:Text",
+    # Bytes that decode as UTF-8 are text a reader can decode; other bytes have no Croissant type.
+    "utf-8 bytes": "sc:Text",
     "integer": "sc:Integer",
     "float": "sc:Float",
     "boolean": "sc:Boolean",
@@ -42,7 +43,8 @@ _DTYPE_TYPES = {
 
 
 def _kind(value: Any) -> str:
-    """The kind of one value: null, boolean, integer, float, text, bytes, array, mapping or object."""
+    """The kind of one value: null, boolean, integer, float, text, utf-8 bytes (that decode as UTF-8,
+    strictly), bytes, array, mapping or object."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -54,7 +56,11 @@ def _kind(value: Any) -> str:
     if isinstance(value, str):
         return "text"
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return "bytes"
+        try:
+            bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return "bytes"
+        return "utf-8 bytes"
     if isinstance(value, (list, tuple)) or (hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0):
         return "array"
     if isinstance(value, Mapping):
@@ -69,6 +75,8 @@ def _scalar_type(kinds: set[str]) -> str | None:
     kinds = kinds - {"null"}
     if kinds == {"integer", "float"}:
         return "sc:Float"
+    if kinds == {"text", "utf-8 bytes"}:
+        return "sc:Text"
     if len(kinds) == 1:
         return _SCALAR_TYPES.get(next(iter(kinds)))
     return None
@@ -185,6 +193,8 @@ class FieldSurvey:
             )
         if "bytes" in self.kinds or "bytes" in self.element_kinds:
             parts.append("raw bytes, not UTF-8 text")
+        elif "utf-8 bytes" in self.kinds or "utf-8 bytes" in self.element_kinds:
+            parts.append("text stored as UTF-8 bytes")
         missing = records - self.present
         nulls = "null" in self.kinds
         if missing or nulls:

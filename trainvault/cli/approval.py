@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
@@ -150,11 +151,18 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
-    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, the gate again."""
+def open_verified(vault: Any, args: argparse.Namespace) -> Any:
+    """The approval `args` name, opened as a trainer opens it: pinned sha256, trusted keys, what it
+    binds checked by digest (with ``--full``: the gate again, every byte hashed, under a bar)."""
     from trainvault.approval.record import open_approved
 
-    with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
+    full = bool(getattr(args, "full", False))
+    shown: AbstractContextManager[Any]
+    if full:
+        shown = gate_progress(args.quiet, f"auditing {args.approval}: hashing every file it binds")
+    else:
+        shown = nullcontext() if args.quiet else waiting(f"checking {args.approval} and the documents it binds")
+    with shown as bar:
         return open_approved(
             vault,
             args.approval,
@@ -162,18 +170,26 @@ def _open_verified(vault: Any, args: argparse.Namespace) -> Any:
             trusted_keys=args.trusted_key,
             threshold=args.threshold,
             policy=policy_from_args(args),
+            audit=full,
             progress=bar,
         )
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    approved = _open_verified(vault_from_env(), args)
+    approved = open_verified(vault_from_env(), args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
+    checked = (
+        f"{s.files_hashed} files hashed"
+        if args.full
+        else "its documents checked by sha256 and its shards' sizes listed (--full hashes every byte)"
+    )
     print(
         f"verified {approved.manifest_uri} (sha256 {approved.manifest_sha256}): {s.shards} shards, "
-        f"{s.records:,} records, {mb(s.shard_bytes)}; {s.files_hashed} files hashed; signed by {signers}"
+        f"{s.records:,} records, {mb(s.shard_bytes)}; {checked}; signed by {signers}"
     )
+    if s.policy is not None:
+        print("approved under:\n" + "\n".join(f"  {line}" for line in s.policy.describe()))
     return 0
 
 
@@ -181,7 +197,7 @@ def cmd_croissant(args: argparse.Namespace) -> int:
     from trainvault.cards.croissant import write_croissant
 
     vault = vault_from_env()
-    approved = _open_verified(vault, args)
+    approved = open_verified(vault, args)
     about = {
         "name": args.name,
         "description": args.description,
@@ -197,13 +213,29 @@ def cmd_croissant(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_croissant_check(args: argparse.Namespace) -> int:
+    from trainvault.cards import check_card
+
+    with waiting(f"hashing every file {args.card} lists"):
+        files = check_card(vault_from_env().storage, args.card)
+    bad = [f for f in files if not f.ok]
+    for f in files:
+        print(f"{'ok' if f.ok else 'MISMATCH'}\t{f.uri}" + ("" if f.ok else f"\t{f.problem()}"))
+    if bad:
+        raise TrainVaultError(
+            f"{len(bad)} of {len(files)} files of {args.card} do not match the sha256 and size the card states "
+            "(listed above): a Croissant reader would read them unchecked; do not hand this card out"
+        )
+    return 0
+
+
 def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
     p.add_argument("--trusted-key", action="append", required=True, help="trusted public key file (repeatable)")
     p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or notice")
     add_policy_options(p)
 
 
@@ -223,9 +255,19 @@ def add_approval_parsers(sub: Any) -> None:
     add_policy_options(p)
     p.set_defaults(run=cmd_approve)
 
-    p = sub.add_parser("verify", help="verify an approval record and re-run the gate")
+    p = sub.add_parser(
+        "verify", help="verify an approval record and what it binds (--full: re-run the gate, hashing every byte)"
+    )
     _add_approval_arguments(p)
+    p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
     p.set_defaults(run=cmd_verify)
+
+    p = sub.add_parser(
+        "croissant-check",
+        help="hash every file a Croissant card lists against the sha256 and size it states (exit 1 on a mismatch)",
+    )
+    p.add_argument("card", help="the card's URI or path (croissant.json)")
+    p.set_defaults(run=cmd_croissant_check)
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
     _add_approval_arguments(p)

@@ -1,4 +1,5 @@
-"""``trainvault inspect``: a manifest's splits, stages and shards, checked against their descriptors."""
+"""``trainvault inspect``: a manifest's splits, stages and shards, checked against their descriptors; or
+what a signed approval record approves and under which policy."""
 
 from __future__ import annotations
 
@@ -8,20 +9,24 @@ from dataclasses import asdict
 from typing import Any
 
 from trainvault.cli.console import mb, say, vault_from_env, waiting
-from trainvault.cli.recognize import what_it_is
+from trainvault.cli.recognize import applied_policy, approved_manifest, unverified_statement, what_it_is
 
 #: `inspect`: the manifest lists shards that their completion descriptors do not back.
 EXIT_MISMATCH = 3
 
 
-def _load_manifest(storage: Any, given: str) -> Any:
-    """The publication at `given`; a trainvault file of another kind is named, with the command that reads it."""
-    from trainvault.errors import ManifestError
-    from trainvault.publication.pinned import Publication
+def _load(storage: Any, given: str) -> tuple[str, bytes]:
     from trainvault.uris import normalize_uri
 
     uri = normalize_uri(given)
-    raw = storage.get_document(uri)
+    return uri, storage.get_document(uri)
+
+
+def _publication(uri: str, raw: bytes) -> Any:
+    """The publication in `raw`; a trainvault file of another kind is named, with the command that reads it."""
+    from trainvault.errors import ManifestError
+    from trainvault.publication.pinned import Publication
+
     try:
         return Publication.from_bytes(uri, raw)
     except ManifestError:
@@ -33,7 +38,12 @@ def _load_manifest(storage: Any, given: str) -> Any:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     vault = vault_from_env()
-    publication = _load_manifest(vault.storage, args.manifest)
+    uri, raw = _load(vault.storage, args.manifest)
+    statement = unverified_statement(raw, uri)
+    if statement is not None and approved_manifest(statement) is not None:
+        _print_approval(uri, statement)
+        return 0
+    publication = _publication(uri, raw)
     manifest = publication.manifest
     shards = sum(len(split.shards) for split in manifest.splits.values())
     with waiting(f"checking {shards} shard descriptors against the manifest"):
@@ -54,6 +64,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"(listed above); do not train on {args.manifest}"
     )
     return EXIT_MISMATCH
+
+
+def _print_approval(uri: str, statement: dict[str, Any]) -> None:
+    """What a signed approval record says it approves, and under which policy, read without checking it."""
+    bound = approved_manifest(statement)
+    policy = applied_policy(statement)
+    print(f"approval record {uri} (signatures not checked: `trainvault verify {uri} --sha256 ... --trusted-key ...`)")
+    print(f"  approves data manifest {bound.uri} (sha256 {bound.sha256})")
+    if policy is None:
+        print("  approved under: not recorded (an older trainvault: open it with `trainvault verify --full`)")
+        return
+    print("  approved under:")
+    for line in policy.describe():
+        print(f"    {line}")
 
 
 def _print_summary(uri: str, summary: dict[str, Any]) -> None:

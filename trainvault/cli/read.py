@@ -1,6 +1,7 @@
-"""``trainvault read MANIFEST``: read a split through the training loader (ungated: the manifest as
-stored), every block verified, with a live line of what the loader waits for (on a terminal) and a
-summary at the end."""
+"""``trainvault read SOURCE``: read a split through the training loader, every block verified, with a
+live line of what the loader waits for (on a terminal) and a summary at the end. SOURCE is an
+approval record (with ``--sha256`` and ``--trusted-key``: the approved loader) or a data manifest
+(ungated: the manifest as stored)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import warnings
 from typing import Any, TextIO
 
+from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
 
 #: Redraws of the live line per second, at most.
@@ -27,21 +29,35 @@ def live_line(figures: dict[str, Any], records: int, seconds: float) -> str:
     )
 
 
-def cmd_read(args: argparse.Namespace) -> int:
-    from trainvault.errors import UngatedDataWarning
+def _factory(args: argparse.Namespace) -> Any:
+    """The approved loader factory of the approval `args` name, else the ungated one of the manifest."""
+    from trainvault.errors import ConfigurationError, UngatedDataWarning
     from trainvault.loading import Observability
 
+    options = {
+        "collate_fn": list,
+        "dataloader_args": {"batch_size": args.batch_size, "num_workers": args.workers},
+        "shuffle": args.shuffle,
+        "seed": args.seed,
+        "rank": args.rank,
+        "world_size": args.world_size,
+        "observe": Observability(window_steps=args.window, watchdog_s=args.watchdog),
+    }
+    vault = vault_from_env()
+    if args.sha256 or args.trusted_key:
+        if not (args.sha256 and args.trusted_key):
+            raise ConfigurationError("read APPROVAL needs both --sha256 (its pinned sha256) and --trusted-key")
+        args.approval = args.source
+        return open_verified(vault, args).loader_factory(**options)
     with warnings.catch_warnings():
         # The command's help says it reads the manifest as stored, no approval: the warning is
         # for Python callers who might take the ungated factory for the gated one.
         warnings.simplefilter("ignore", UngatedDataWarning)
-        factory = vault_from_env().ungated_loader_factory(
-            args.manifest,
-            collate_fn=list,
-            dataloader_args={"batch_size": args.batch_size, "num_workers": args.workers},
-            observe=Observability(window_steps=args.window, watchdog_s=args.watchdog),
-        )
-    loader = factory.load(args.split, curriculum_stage=args.stage)
+        return vault.ungated_loader_factory(args.source, **options)
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    loader = _factory(args).load(args.split, curriculum_stage=args.stage)
     out: TextIO = sys.stderr
     live = getattr(out, "isatty", lambda: False)()
     records, waited, last_draw = 0, 0.0, 0.0
@@ -70,10 +86,20 @@ def cmd_read(args: argparse.Namespace) -> int:
 def add_read_parser(sub: Any) -> None:
     p = sub.add_parser(
         "read",
-        help="read a split of a manifest as stored, without the approval gate, through the training loader "
-        "(every block verified), showing what it waits for",
+        help="read a split of an approval (or, without the gate, of a manifest as stored) through the training "
+        "loader (every block verified), showing what it waits for",
     )
-    p.add_argument("manifest", help="data manifest URI")
+    p.add_argument(
+        "source", help="approval record URI or path (with --sha256 and --trusted-key), else a data manifest URI"
+    )
+    p.add_argument("--sha256", help="the approval's pinned sha256")
+    p.add_argument("--trusted-key", action="append", help="trusted public key file (repeatable)")
+    p.add_argument("--threshold", type=int, default=1, help="signatures required from distinct trusted keys")
+    p.add_argument("--quiet", action="store_true", help="no progress bar while the approval is verified")
+    p.add_argument("--shuffle", action="store_true", help="shuffle (the loader's windowed shuffle)")
+    p.add_argument("--seed", type=int, default=0, help="the shuffle seed")
+    p.add_argument("--rank", type=int, default=None, help="read this rank's share (default 0)")
+    p.add_argument("--world-size", type=int, default=None, help="of this many ranks (default 1)")
     p.add_argument("--split", default="train")
     p.add_argument("--stage", default=None, help="one curriculum stage")
     p.add_argument("--batch-size", type=int, default=64)
@@ -83,4 +109,5 @@ def add_read_parser(sub: Any) -> None:
     p.add_argument(
         "--watchdog", type=float, default=None, help="log every thread's stack after this many seconds without a batch"
     )
+    add_policy_options(p)
     p.set_defaults(run=cmd_read)

@@ -81,6 +81,21 @@ def approved_manifest(statement: dict[str, Any]) -> Any:
         return None
 
 
+def applied_policy(statement: dict[str, Any]) -> Any:
+    """The `AppliedPolicy` an approval statement records, or None (absent, or not one this trainvault reads)."""
+    from pydantic import ValidationError
+
+    from trainvault.approval.applied import AppliedPolicy
+
+    predicate = statement.get("predicate")
+    verification = predicate.get("verification") if isinstance(predicate, dict) else None
+    recorded = verification.get("policy") if isinstance(verification, dict) else None
+    try:
+        return None if recorded is None else AppliedPolicy.model_validate(recorded)
+    except ValidationError:
+        return None
+
+
 def what_it_is(uri: str, raw: bytes, expected: str) -> str | None:
     """``URI is ..., not EXPECTED; COMMAND reads it`` for a trainvault file of another kind, else None."""
     from trainvault.canonical import loads_strict

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from trainvault.cli.approval import add_policy_options, policy_from_args
-from trainvault.cli.console import gate_progress, vault_from_env
+from trainvault.cli.approval import add_policy_options, open_verified
+from trainvault.cli.console import vault_from_env
 from trainvault.cli.recognize import approved_manifest, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
@@ -24,6 +24,9 @@ _RUN_OPTIONS = {
     "batch_size": "--batch-size",
     "world_size": "--world-size",
     "drop_last": "--drop-last",
+    "shuffle": "--shuffle",
+    "seed": "--seed",
+    "shuffle_window_blocks": "--shuffle-window-blocks",
 }
 
 
@@ -34,13 +37,16 @@ class _Run:
     split: str
     stages: list[str] | None
     batch: dict[str, Any]
+    order: dict[str, Any]  # shuffle, seed, shuffle_window_blocks: LoaderPlan.create's names
     history: tuple[Any, ...]  # Redeal points, oldest first
 
 
 def _read_json(path: str, what: str) -> dict[str, Any]:
+    from trainvault.storage.local_file import JSON_FILE_LIMIT, read_local_file
+
+    data = read_local_file(path, limit=JSON_FILE_LIMIT, what=what)
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        value = json.loads(data)
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past the parser's depth
         raise ConfigurationError(f"{path} is not JSON ({type(exc).__name__}: {exc}); it should hold {what}") from None
     if not isinstance(value, dict):
@@ -88,14 +94,15 @@ def _run(args: argparse.Namespace, state: Any) -> _Run:
         ident = state.identity
         stages = list(ident.curriculum_stages) if ident.curriculum_stages else None
         batch = {"batch_size": state.batch_size, "drop_last": state.remainder == "drop"}
-        return _Run(ident.split, stages, batch, state.run_history()[1])
+        order = {"shuffle": ident.shuffle, "seed": ident.seed, "shuffle_window_blocks": ident.shuffle_window_blocks}
+        return _Run(ident.split, stages, batch, order, state.run_history()[1])
     world = args.world_size or 1
     if (args.rank or 0) >= world:
         raise ConfigurationError(f"--rank {args.rank} is not one of the run's {world} rank(s) (--world-size)")
     history = (Redeal(0, 0, 0, args.batch_size, world, args.drop_last),)
-    return _Run(
-        args.split or "train", args.stage, {"batch_size": args.batch_size, "drop_last": args.drop_last}, history
-    )
+    batch = {"batch_size": args.batch_size, "drop_last": args.drop_last}
+    order = {"shuffle": args.shuffle, "seed": args.seed or 0, "shuffle_window_blocks": args.shuffle_window_blocks}
+    return _Run(args.split or "train", args.stage, batch, order, history)
 
 
 def _check_selection_first(storage: Any, args: argparse.Namespace, run: _Run) -> None:
@@ -122,33 +129,17 @@ def _trace_loader(args: argparse.Namespace, run: _Run, state: Any) -> Any:
     """The DataLoader to trace: the approved one, or the one the state's manifest and order describe."""
     vault = vault_from_env()
     if args.approval:
-        from trainvault.approval.record import open_approved
-
         _check_selection_first(vault.storage, args, run)
-        with gate_progress(args.quiet, f"verifying {args.approval}: hashing every file it binds") as bar:
-            approved = open_approved(
-                vault,
-                args.approval,
-                args.sha256,
-                trusted_keys=args.trusted_key,
-                threshold=args.threshold,
-                policy=policy_from_args(args),
-                progress=bar,
-            )
-        return approved.loader_factory(dataloader_args=run.batch).load(run.split, curriculum_stages=run.stages)
+        approved = open_verified(vault, args)
+        factory = approved.loader_factory(dataloader_args=run.batch, **run.order)
+        return factory.load(run.split, curriculum_stages=run.stages)
     from trainvault.errors import ResumeStateError
     from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
     if state.manifest_uri is None:
         raise ResumeStateError(f"{args.state} names no manifest (a version 1 state): give the APPROVAL too")
-    ident = state.identity
     exclude = None if args.exclude is None else _read_json(args.exclude, "the loader's exclude mapping")
-    plan = LoaderPlan.create(
-        shuffle=ident.shuffle,
-        seed=ident.seed,
-        shuffle_window_blocks=ident.shuffle_window_blocks,
-        dataloader_args=run.batch,
-    )
+    plan = LoaderPlan.create(dataloader_args=run.batch, **run.order)
     factory = SplitLoaderFactory(vault.storage, state.manifest_uri, plan, exclude=exclude)
     return factory.load(run.split, curriculum_stages=run.stages)
 
@@ -231,6 +222,11 @@ def add_trace_parser(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, help="without --state: the run's batch size (required)")
     p.add_argument("--world-size", type=int, help="without --state: the run's number of ranks (default 1)")
     p.add_argument("--drop-last", action="store_true", help="without --state: the run dropped each epoch's tail")
+    p.add_argument("--shuffle", action="store_true", help="without --state: the run shuffled")
+    p.add_argument("--seed", type=int, help="without --state: the run's shuffle seed (default 0)")
+    p.add_argument(
+        "--shuffle-window-blocks", type=int, help="without --state: the run's shuffle window (default: the loader's)"
+    )
     p.add_argument("--step", type=int, required=True, help="the step (0: the run's first batch)")
     p.add_argument("--rank", type=int, help="the rank (default 0)")
     reads = p.add_mutually_exclusive_group()

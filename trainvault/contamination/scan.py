@@ -348,6 +348,8 @@ def _add_block(
     if text is not None:
         payload = reader.inflate(k, data)
         block = text.read(payload)
+        if block is not None:
+            reader.check_count(k, len(block.records))
     if block is None:
         records = reader.decode(k, data) if payload is None else reader.records(k, payload)
         acc.add(records, uri)

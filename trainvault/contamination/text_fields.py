@@ -6,7 +6,9 @@ hide an item the contract detects: ids, labels and language codes are not text h
 field carries text when some record holds a string of at least that many tokens in it
 (under the contract's normalisation). Fields are named by dotted paths: ``meta.title`` for a
 key of a mapping, and a list is its own field (``tags``: its strings joined, as a reader
-may join them; ``messages.content``: a key of the mappings it holds). The contract's
+may join them; ``messages.content``: a key of the mappings it holds). Bytes that decode as
+UTF-8 (msgpack ``bin``, a Parquet binary column, a list of bytes) are text here, as a
+reader that decodes them sees it; other bytes are not. The contract's
 scanned fields are not surveyed. `TextFieldSurvey.observe` is fed blocks of records by
 whichever pass reads them (the gate's re-scan).
 """
@@ -51,7 +53,7 @@ class TextFieldSurvey:
                 if kind is str:
                     values.setdefault(key, []).append(value.encode("utf-8", "surrogatepass"))
                 elif kind is bytes:
-                    if raw:
+                    if raw or _is_utf8(value):
                         values.setdefault(key, []).append(value)
                 elif _may_hold_text(kind):
                     _strings(value, _name(key, raw), values, raw)
@@ -100,8 +102,18 @@ def _name(key: Any, raw: bool) -> str:
     return str(key)
 
 
+def _is_utf8(value: bytes) -> bool:
+    """Whether `value` decodes as UTF-8 (strictly): text stored as bytes (msgpack `bin`, a Parquet
+    binary column), which a reader may decode and train on, so surveyed as text."""
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _is_string(value: Any, raw: bool) -> bool:
-    return type(value) is str or (raw and type(value) is bytes)
+    return type(value) is str or (type(value) is bytes and (raw or _is_utf8(value)))
 
 
 def _utf8(value: str | bytes) -> bytes:
@@ -114,7 +126,7 @@ def _strings(value: Any, path: str, out: dict[Any, list[bytes]], raw: bool) -> N
     while stack:
         node, where = stack.pop()
         kind = type(node)
-        if kind is str or (raw and kind is bytes):
+        if kind is str or (kind is bytes and (raw or _is_utf8(node))):
             out.setdefault(where, []).append(_utf8(node))
         elif kind is dict or (_may_hold_text(kind) and isinstance(node, Mapping)):
             stack.extend((sub, f"{where}.{_name(key, raw)}") for key, sub in node.items())

@@ -285,10 +285,16 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
         kept = (list(self._names), dict(self._specs), list(self._sources), dict(self._identities))
         try:
             self._adopt(parsed)
-        except BaseException:
+        except BaseException as exc:
             # Nothing of a refused state stays: the loader deals what it dealt before.
             self._names, self._specs, self._sources, self._identities = kept
             self._retime()
+            if isinstance(exc, (ConfigurationError, SelectionError)):
+                # A component the state's history names cannot be one of this loader's (a stage it
+                # does not hold, another stage or replacement under an old name): the state is refused.
+                raise ResumeStateError(
+                    f"this mixture state does not resume here: {exc}; resume from a state_dict() of this run"
+                ) from exc
             raise
 
     def _adopt(self, parsed: MixtureState) -> None:

@@ -97,13 +97,14 @@ class LoaderPlan:
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
-        shuffle_window_blocks: int = DEFAULT_SHUFFLE_WINDOW_BLOCKS,
+        shuffle_window_blocks: int | None = None,
         view: RecordView | None = None,
         observe: Observability | None = None,
     ) -> LoaderPlan:
         """A plan from the DataLoader's arguments as a trainer writes them: ``batch_size`` and
         ``drop_last`` inside `dataloader_args` (the loader applies them itself), `rank` and
-        `world_size` from `torch.distributed` when it is initialised (given ones must agree)."""
+        `world_size` from `torch.distributed` when it is initialised (given ones must agree),
+        `shuffle_window_blocks` None for `DEFAULT_SHUFFLE_WINDOW_BLOCKS`."""
         require("torch", "torch")
         require("numpy", "torch")
         if dataloader_args is not None and not isinstance(dataloader_args, Mapping):
@@ -115,7 +116,9 @@ class LoaderPlan:
         return cls(
             shuffle=shuffle,
             seed=seed,
-            shuffle_window_blocks=shuffle_window_blocks,
+            shuffle_window_blocks=DEFAULT_SHUFFLE_WINDOW_BLOCKS
+            if shuffle_window_blocks is None
+            else shuffle_window_blocks,
             batch_size=batch_size,
             drop_last=drop_last,
             rank=rank,

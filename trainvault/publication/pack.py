@@ -219,29 +219,34 @@ class PackedDescriptors(Mapping[str, ShardDescriptor]):
             raise ManifestError(f"descriptor pack {self._source}: a shard names shared fields it does not hold")
 
     def _check_shards(self) -> None:
-        """Every shard's blocks against its entry: contiguous records, no overlap, nothing past the
-        data object. A shard that fails is named."""
-        shards, blocks = self._shards, self._blocks
-        offset, length, count = blocks.offset, blocks.length, blocks.record_count
-        for i, (_, entry) in enumerate(self._entries):
-            lo, hi = self._starts[i], self._starts[i + 1]
-            trailer = shards.trailer[i]
-            end = 0
-            for j in range(lo, hi):
-                if offset[j] < end:
-                    self._refuse(entry, f"block {j - lo} overlaps the block before it")
-                end = offset[j] + length[j]
-            if sum(count[lo:hi]) != entry.record_count:
-                self._refuse(entry, f"its blocks hold {sum(count[lo:hi])} records, the manifest {entry.record_count}")
-            limit = entry.size_bytes if trailer is None else trailer.offset
-            if end > limit or (trailer is not None and trailer.offset + trailer.length != entry.size_bytes):
-                self._refuse(entry, "its block index reaches past the end of the data object")
+        """Every shard's blocks against its entry (`shard_problems`); the first shard that fails is named."""
+        for _, key, problem in self.shard_problems()[:1]:
+            raise IntegrityError(
+                f"descriptor pack {self._source}, shard {key}: {problem}; the pack disagrees with the manifest: "
+                "do not train on this publication"
+            )
 
-    def _refuse(self, entry: ShardEntry, problem: str) -> None:
-        raise IntegrityError(
-            f"descriptor pack {self._source}, shard {entry.key}: {problem}; the pack disagrees with the manifest: "
-            "do not train on this publication"
-        )
+    def shard_problems(self) -> list[tuple[str, str, str]]:
+        """(split, key, problem) of every shard whose blocks disagree with its entry: overlapping
+        blocks, records that do not sum to the entry's count, an index past the end of the data object."""
+        found = ((split, entry.key, self._shard_problem(i, entry)) for i, (split, entry) in enumerate(self._entries))
+        return [(split, key, problem) for split, key, problem in found if problem is not None]
+
+    def _shard_problem(self, i: int, entry: ShardEntry) -> str | None:
+        blocks, trailer = self._blocks, self._shards.trailer[i]
+        lo, hi = self._starts[i], self._starts[i + 1]
+        end = 0
+        for j in range(lo, hi):
+            if blocks.offset[j] < end:
+                return f"block {j - lo} overlaps the block before it"
+            end = blocks.offset[j] + blocks.length[j]
+        held = sum(blocks.record_count[lo:hi])
+        if held != entry.record_count:
+            return f"its blocks hold {held} records, the manifest {entry.record_count}"
+        limit = entry.size_bytes if trailer is None else trailer.offset
+        if end > limit or (trailer is not None and trailer.offset + trailer.length != entry.size_bytes):
+            return "its block index reaches past the end of the data object"
+        return None
 
     def __getitem__(self, uri: str) -> ShardDescriptor:
         desc = self._built.get(uri)

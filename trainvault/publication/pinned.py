@@ -199,8 +199,9 @@ class Publication:
     def descriptor_mismatches(self, storage: Storage) -> list[DescriptorMismatch]:
         """Every shard entry its completion descriptor does not back: checked against the copies in
         the descriptor pack when the manifest binds one (one read; a pack that cannot be read or
-        disagrees with the manifest is one mismatch naming it), else against each descriptor
-        object (`check_descriptors`)."""
+        disagrees with the manifest is one mismatch naming it; so is a shard whose packed blocks
+        overlap or do not sum to its record count), else against each descriptor object
+        (`check_descriptors`)."""
         ref = self.manifest.descriptor_pack
         if ref is None:
             return check_descriptors(storage, self.manifest)
@@ -209,21 +210,26 @@ class Publication:
                 unpacked = unpack(self.manifest, read_pack(storage, ref, self.uri), ref.uri, agree=False)
         except (IntegrityError, ManifestError, ObjectNotFoundError) as exc:
             return [DescriptorMismatch("*", "(descriptor pack)", str(exc))]
-        found: Mapping[str, ShardDescriptor] = (
-            unpacked
-            if isinstance(unpacked, PackedDescriptors)
-            else {e.descriptor_uri: d for (_, e), d in zip(self.entries(), unpacked, strict=True)}
-        )
-        return [
-            DescriptorMismatch(
-                split,
-                entry.key,
-                f"its copy in the descriptor pack does not hash to the descriptor_sha256 the manifest binds "
-                f"({entry.descriptor_sha256})",
-            )
-            for split, entry, data in packed_bytes(self.manifest, found)
-            if sha256_hex(data) != entry.descriptor_sha256
-        ]
+        if isinstance(unpacked, PackedDescriptors):
+            found: Mapping[str, ShardDescriptor] = unpacked
+            # Its digest binds a pack copy, not that the copy's blocks add up: checked apart.
+            blocks = {(split, key): problem for split, key, problem in unpacked.shard_problems()}
+        else:
+            found = {e.descriptor_uri: d for (_, e), d in zip(self.entries(), unpacked, strict=True)}
+            blocks = {}  # a v1 pack's descriptors were validated as parsed, blocks included
+        out = []
+        for split, entry, data in packed_bytes(self.manifest, found):
+            if sha256_hex(data) != entry.descriptor_sha256:
+                problem = (
+                    "its copy in the descriptor pack does not hash to the descriptor_sha256 the manifest binds "
+                    f"({entry.descriptor_sha256})"
+                )
+            elif (split, entry.key) in blocks:
+                problem = f"its blocks in the descriptor pack {ref.uri}: {blocks[split, entry.key]}"
+            else:
+                continue
+            out.append(DescriptorMismatch(split, entry.key, problem))
+        return out
 
     def _attach(self, parsed: Mapping[str, ShardDescriptor], where: Callable[[ShardEntry], str]) -> Publication:
         """This publication with `parsed` attached, each descriptor checked against its entry,

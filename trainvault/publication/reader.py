@@ -212,11 +212,27 @@ class ShardReader:
             raise DecodeError(f"{self.entry.uri}: {exc}") from None
 
     def records(self, index: int, inflated: Any) -> list[dict[str, Any]]:
-        """The records of an inflated block; holds the GIL, so run it where the records are consumed."""
+        """The records of an inflated block, as many as its descriptor declares (`check_count`);
+        holds the GIL, so run it where the records are consumed."""
         try:
-            return self.format.block_records(inflated, index)
+            records = self.format.block_records(inflated, index)
         except DecodeError as exc:
             raise DecodeError(f"{self.entry.uri}: {exc}") from None
+        self.check_count(index, len(records))
+        return records
+
+    def check_count(self, index: int, decoded: int) -> None:
+        """Refuse block `index` unless it decoded to the record count its descriptor declares.
+
+        Positions and exclusions are planned from the declared counts (which sum to the shard's
+        total, see `ShardDescriptor`); a block's digest binds its bytes, not where a descriptor
+        says its records begin, so a moved boundary shows only here, as the block is decoded."""
+        declared = self.blocks[index].record_count
+        if decoded != declared:
+            raise IntegrityError(
+                f"{self.entry.uri}: shard {self.entry.key} block {index} holds {decoded} records, its descriptor "
+                f"declares {declared}; the descriptor does not describe the data: do not train on this shard"
+            )
 
     def decode(self, index: int, data: bytes) -> list[dict[str, Any]]:
         """Decode verified block bytes."""

@@ -244,6 +244,12 @@ def _listing(backend: Backend, loc: Location) -> list[ObjectInfo]:
     except OSError as exc:
         # Never "no objects": a caller such as the rollout collector would take an
         # unreadable folder for an empty one and delete what it protects.
+        if exc.filename:  # an entry that cannot be followed (a link loop): name it as its URI
+            entry = replace(loc, path=str(exc.filename).lstrip("/")).uri
+            raise StorageError(
+                f"cannot list {loc.uri}: {entry} cannot be read as a regular file ({exc.strerror}); a listing "
+                "holds regular files only: remove it or put the published object back; nothing was listed"
+            ) from exc
         raise StorageError(f"cannot list {loc.uri}: {exc}; nothing was listed: check the folder and retry") from exc
 
 

@@ -3,6 +3,7 @@ gate (policy, fraction, existence, coverage) and skipped by the approved loader.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from trainvault.contamination import (
     VerifierContract,
     exclusions_from_report,
 )
+from trainvault.loading import LoaderPlan, Observability, SplitLoaderFactory
 
 ALLOW = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
 #: E's loader skips excluded records (`exclude=`); until it lands the approved loader refuses to load.
@@ -230,3 +232,69 @@ def test_the_approved_loader_resumes_over_the_remaining_records(excluded_chain: 
     next(iter(plain))
     with pytest.raises(ResumeStateError):
         resumed.load_state_dict(plain.state_dict())
+
+
+# -- the approved loader takes every option the ungated one does, over the same code path --------
+
+
+def _approved_ids(chain: Any, *, rank: int, world: int, batch: int, **options: Any) -> list[list[str]]:
+    factory = chain.extra["approved"].loader_factory(
+        collate_fn=lambda b: b, dataloader_args={"batch_size": batch}, rank=rank, world_size=world, **options
+    )
+    return [[r["id"] for r in b] for b in factory.load("train")]
+
+
+def test_shuffled_ranks_deal_every_approved_record_once_and_no_excluded_one(excluded_chain: Any) -> None:
+    excluded = excluded_chain.extra["excluded"]
+    everything = [r["id"] for k in ("s0", "s1", "s2") for r in excluded_chain.records[k]]
+    approved_ids = [i for i in everything if i not in excluded]
+    per_rank = [
+        _approved_ids(excluded_chain, rank=r, world=2, batch=4, shuffle=True, seed=7, shuffle_window_blocks=2)
+        for r in (0, 1)
+    ]
+    dealt = [i for batches in per_rank for b in batches for i in b]
+    assert sorted(dealt) == sorted(approved_ids) and not excluded & set(dealt)
+    assert len(per_rank[0]) == len(per_rank[1])
+    assert [i for b in per_rank[0] for i in b] != approved_ids[: len(dealt) // 2]  # shuffled, not manifest order
+    # One code path: the ungated factory with the same exclusions deals exactly the same batches.
+    ex = excluded_chain.extra["approved"].exclusions
+    plan = LoaderPlan.create(
+        collate_fn=lambda b: b, dataloader_args={"batch_size": 4}, shuffle=True, seed=7, shuffle_window_blocks=2
+    )
+    plain = SplitLoaderFactory(
+        excluded_chain.vault.storage,
+        excluded_chain.manifest_uri,
+        dataclasses.replace(plan, rank=1, world_size=2),
+        exclude=dict(ex.by_shard("train")),
+    )
+    assert [[r["id"] for r in b] for b in plain.load("train")] == per_rank[1]
+
+
+def test_an_approved_shuffled_run_resumes_elastically_and_traces_its_steps(excluded_chain: Any) -> None:
+    approved = excluded_chain.extra["approved"]
+    options = {"collate_fn": lambda b: b, "shuffle": True, "seed": 3, "observe": Observability(window_steps=2)}
+    whole = [
+        [r["id"] for r in b]
+        for b in approved.loader_factory(dataloader_args={"batch_size": 4}, **options).load("train")
+    ]
+    first = approved.loader_factory(dataloader_args={"batch_size": 4}, **options).load("train")
+    it = iter(first)
+    seen = [r["id"] for _ in range(3) for r in next(it)]
+    assert [t.id for t in first.trace(1)] == whole[1] and first.figures()["step"] == 2
+    state = first.state_dict()
+    resumed = approved.loader_factory(dataloader_args={"batch_size": 5, "num_workers": 2}, **options).load("train")
+    resumed.load_state_dict(state)
+    rest = [r["id"] for b in resumed for r in b]
+    assert seen + rest == [i for b in whole for i in b]
+
+
+def test_an_approved_loader_iterates_infinitely_without_an_excluded_record(excluded_chain: Any) -> None:
+    excluded = excluded_chain.extra["excluded"]
+    loader = (
+        excluded_chain.extra["approved"]
+        .loader_factory(collate_fn=lambda b: b, dataloader_args={"batch_size": 8}, shuffle=True)
+        .load("train", infinite_iter=True)
+    )
+    it = iter(loader)
+    dealt = [r["id"] for _ in range(30) for r in next(it)]  # three epochs of 77 records
+    assert len(set(dealt)) == 120 - 43 and not excluded & set(dealt)

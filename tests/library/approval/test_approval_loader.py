@@ -1,4 +1,4 @@
-"""The approved loader: finite, in manifest order whatever num_workers, every block verified first."""
+"""The approved loader: in the plan's order whatever num_workers, every block verified first."""
 
 from __future__ import annotations
 
@@ -47,13 +47,11 @@ def test_order_does_not_depend_on_num_workers(approved_chain: Any) -> None:
     assert ids(plain.load("train")) == seqs[0]
 
 
-def test_stage_selection_and_finite(approved_chain: Any) -> None:
+def test_stage_selection(approved_chain: Any) -> None:
     chain, approved = approved_chain
     loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 5})
     assert ids(loader.load("train", curriculum_stage="hard")) == expected_ids(chain, ["s3"])
     assert ids(loader.load("valid")) == expected_ids(chain, ["valid"])
-    with pytest.raises(ValueError, match="finitely"):
-        loader.load("train", infinite_iter=True)
 
 
 @pytest.mark.parametrize("workers", [0])

@@ -144,7 +144,7 @@ def test_signed_statement_about_other_data_is_denied(chain: Any, keys: list[Sign
         vault.open_approved(*at, trusted_keys=[keys[0].public_key])
 
 
-def test_the_gate_runs_again_when_opening(chain: Any, keys: list[SigningKey]) -> None:
+def test_an_audit_runs_the_gate_again_when_opening(chain: Any, keys: list[SigningKey]) -> None:
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())
     written = write_approval(vault, f"{chain.root}/approval.json", approved, signing_keys=[keys[0]])
@@ -153,7 +153,7 @@ def test_the_gate_runs_again_when_opening(chain: Any, keys: list[SigningKey]) ->
     data[-1] ^= 1
     vault.storage.put(uri, bytes(data))
     with pytest.raises(ApprovalError, match="changed after it was scanned"):
-        vault.open_approved(written.uri, written.sha256, trusted_keys=[keys[0].public_key])
+        vault.open_approved(written.uri, written.sha256, trusted_keys=[keys[0].public_key], audit=True)
 
 
 def test_keys_from_files_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

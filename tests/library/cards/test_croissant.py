@@ -243,7 +243,8 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(
                 "text": "words",
                 "tokens": rng.integers(0, 50_000, 16, dtype=np.int32),
                 "meta": {"source": "x", "deep": {"a": 1}, 'say "hi"': 1},
-                "blob": bytes([i]),
+                "blob": bytes([0x80 + i]),  # not UTF-8
+                "utf8": f"word {i}".encode(),
                 "mixed": i if i % 2 else str(i),
             }
             for i in range(5)
@@ -262,10 +263,15 @@ def test_a_msgpack_card_validates_and_says_mlcroissant_cannot_read_it(
         "16",
     )
     assert "source" in fields["tokens"] and "raw bytes" in fields["blob"]["description"]
+    assert (fields["utf8"]["dataType"], fields["utf8"]["description"]) == ("sc:Text", "text stored as UTF-8 bytes")
     meta = {f["name"]: f for f in fields["meta"]["subField"]}
     assert meta["source"]["source"]["transform"] == {"jsonPath": '"source"'}
     assert "source" not in meta['say "hi"'] and "JSONPath cannot name" in meta['say "hi"']["description"]
-    for field in (meta["deep"], fields["mixed"]):  # no Croissant type: no source, and the description says why
+    for field in (
+        meta["deep"],
+        fields["mixed"],
+        fields["blob"],
+    ):  # no Croissant type: no source, and the description says why
         assert "source" not in field and "no type for this" in field["description"]
 
 
@@ -338,7 +344,8 @@ def test_command_writes_the_card_of_a_verified_approval_only(
     Path(tampered).write_bytes(Path(tampered).read_bytes()[:-1] + b"\0")  # a shard changed after approval
     other = tmp_path / "after-tamper.json"
     code, _, err = run(capsys, *base, "--out", str(other))
-    assert code == 1 and "approval denied" in err and not other.exists()
+    # The open reads no shard; the card's own read of it refuses the changed bytes, naming the shard.
+    assert code == 1 and f"{tampered}: footer sha256 does not match" in err and not other.exists()
 
 
 def test_a_card_on_s3_points_at_its_shards_relatively_and_a_local_one_by_s3_uri(

@@ -8,6 +8,7 @@ each other (stalled against clean), counts against the descriptors.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import multiprocessing
 import re
@@ -241,15 +242,41 @@ def test_prometheus_export_sets_gauges_from_the_figures(local_uri: str) -> None:
         export(loader.figures())
     figures = loader.figures()
     value = registry.get_sample_value
+    train = {"loader": "train", "rank": "0"}
     assert (
-        value("trainvault_loader_window_count", {"rank": "0", "worker": "main", "what": "records"})
+        value("trainvault_loader_window_count", {**train, "worker": "main", "what": "records"})
         == figures["window"]["records"]
     )
     assert (
-        value("trainvault_loader_window_seconds", {"rank": "0", "worker": "main", "stage": "decode"})
+        value("trainvault_loader_window_seconds", {**train, "worker": "main", "stage": "decode"})
         == figures["workers"]["main"]["decode_s"]
     )
-    assert value("trainvault_loader_data_wait_seconds", {"rank": "0"}) == figures["data_wait_s"]
+    assert value("trainvault_loader_data_wait_seconds", train) == figures["data_wait_s"]
+
+
+def test_two_loaders_export_onto_one_registry_by_name(local_uri: str) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from trainvault.loading.export import PrometheusExport
+
+    registry = prometheus_client.CollectorRegistry()
+    train, valid = PrometheusExport(registry), PrometheusExport(registry, loader="valid")
+    loaders = {name: _loader(TrainVault().storage, local_uri, Observability(window_steps=1000)) for name in ("t", "v")}
+    for export, loader in zip((train, valid), loaders.values(), strict=True):
+        for _ in loader:
+            export(loader.figures())
+    text = prometheus_client.generate_latest(registry).decode()
+    for name, loader in zip(("train", "valid"), loaders.values(), strict=True):
+        got = registry.get_sample_value("trainvault_loader_data_wait_seconds", {"loader": name, "rank": "0"})
+        assert got == loader.figures()["data_wait_s"] and f'loader="{name}"' in text
+    with pytest.raises(ConfigurationError, match=r"loader 'valid' already sets trainvault_loader_\* .*its own name"):
+        PrometheusExport(registry, loader="valid")
+    del valid, export
+    gc.collect()
+    assert PrometheusExport(registry, loader="valid").loader == "valid"  # a gone export frees its name
+    # A name another collector holds is refused the same way, never prometheus_client's ValueError.
+    prometheus_client.Gauge("mine_data_wait_seconds", "not trainvault's", registry=registry)
+    with pytest.raises(ConfigurationError, match=r"already has a metric mine_data_wait_seconds .*prefix"):
+        PrometheusExport(registry, prefix="mine")
 
 
 def test_prometheus_export_without_the_package_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -239,7 +239,7 @@ def test_trace_argument_errors_come_before_any_data_is_read(
     chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=2, records_per_shard=10)
     pinned = _approved(chain, tmp_path, capsys)
     shard = next((tmp_path / "data").rglob("*.msgpack.zst"))
-    shard.write_bytes(b"\0" * shard.stat().st_size)  # any read of the data now fails the gate
+    shard.write_bytes(b"\0" * (shard.stat().st_size - 1))  # opening the approval now fails: its size
     code, _, err = run(capsys, *pinned, "--batch-size", "3", "--step", "0")
     assert code == 1 and "changed after it was scanned" in err  # the store would fail, had it been read
     for argv, says in [
@@ -265,22 +265,44 @@ def test_trace_argument_errors_come_before_any_data_is_read(
         assert (code, out) == (1, "") and says in err and "does not exist" not in err, argv
 
 
-def test_trace_shows_the_hashing_bar_on_a_terminal(
-    chain: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_trace_and_read_take_a_shuffled_multi_rank_approval_with_exclusions(
+    build_chain: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import io
+    from trainvault.approval import ApprovalPolicy, approve_dataset, open_approved, write_approval, write_keypair
+    from trainvault.contamination import exclusions_from_report
 
-    pinned = _approved(chain, tmp_path, capsys)
-
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    for quiet, drawn in [([], True), (["--quiet"], False)]:
-        terminal = Tty()
-        monkeypatch.setattr("sys.stderr", terminal)
-        code = main([*pinned, "--batch-size", "3", "--step", "1", *quiet])
-        monkeypatch.undo()
-        assert code == 0 and ("hashing [" in terminal.getvalue()) is drawn, terminal.getvalue()
-        if drawn:
-            assert "100.0%" in terminal.getvalue()
+    chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=3, records_per_shard=20, contaminate=True)
+    ex = exclusions_from_report(chain.extra["report"], report_sha256=chain.refs["contamination_report"].sha256)
+    policy = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
+    approved = approve_dataset(chain.vault, chain.with_exclusions(ex), policy=policy)
+    _, public, key = write_keypair(tmp_path / "approver")
+    record = write_approval(chain.vault, str(tmp_path / "approval.json"), approved, signing_keys=key)
+    pinned = [record.uri, "--sha256", record.sha256, "--trusted-key", str(public), "--allow-exclusions"]
+    pinned += ["--max-excluded", "1/10", "--quiet"]
+    excluded = {f"s2-{r.record_index}" for r in ex.records}
+    assert excluded == {"s2-10"}
+    opened = open_approved(chain.vault, record.uri, record.sha256, trusted_keys=[public], policy=policy)
+    order = {"shuffle": True, "seed": 11}
+    per_rank = [
+        list(
+            opened.loader_factory(
+                collate_fn=ids, dataloader_args={"batch_size": 3}, rank=r, world_size=2, **order
+            ).load("train")
+        )
+        for r in (0, 1)
+    ]
+    dealt = [i for batches in per_rank for b in batches for i in b]
+    assert len(dealt) == 59 and not excluded & set(dealt)
+    run_options = ["--batch-size", "3", "--world-size", "2", "--shuffle", "--seed", "11", "--json"]
+    for rank in (0, 1):
+        for step in (0, len(per_rank[rank]) - 1):
+            code, out, err = run(capsys, "trace", *pinned, *run_options, "--step", str(step), "--rank", str(rank))
+            assert code == 0, err
+            assert [r["id"] for r in json.loads(out)["records"]] == per_rank[rank][step]
+    # read: the approved loader of one rank of a shuffled run, every record of that rank's share.
+    code, out, err = run(capsys, "read", *pinned, "--shuffle", "--seed", "11", "--world-size", "2", "--rank", "1")
+    assert code == 0, err
+    assert out.startswith(f"read {sum(len(b) for b in per_rank[1])} records of split 'train'")
+    # An approval read without its pin is refused in one line, before any data is read.
+    code, out, err = run(capsys, "read", record.uri, "--trusted-key", str(public))
+    assert (code, out) == (1, "") and "needs both --sha256" in err and err.count("\n") == 1
