@@ -5,7 +5,8 @@ open of a signed record does this and reads no shard byte (`trainvault.approval.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +29,14 @@ from trainvault.approval.scan_manifest import (
     declared_files,
     pinned_publication,
 )
+from trainvault.components.verify import LedgerRefusal
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document
-from trainvault.errors import ApprovalError, IntegrityError, ManifestError
+from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ArtifactRef
@@ -56,6 +58,20 @@ def _parse(cls: type[Document], name: str, obj: HashedObject) -> Any:
         return cls.from_json_bytes(kept(obj), source=obj.uri)
     except ManifestError as exc:
         deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
+
+
+@contextmanager
+def denials() -> Iterator[None]:
+    """Errors of the checks as the gate and a trainer's open report them: a ledger refusal as its
+    own error (it names range, record and shard), anything else typed as an `ApprovalError`."""
+    try:
+        yield
+    except LedgerRefusal as exc:
+        raise exc.error from None
+    except ApprovalError:
+        raise
+    except TrainVaultError as exc:
+        raise ApprovalError(f"approval denied: {exc}") from exc
 
 
 #: What the gate hashes after the bound documents: everything the manifest declares but itself.

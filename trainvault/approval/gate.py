@@ -21,7 +21,15 @@ from typing import Any
 
 from trainvault.approval.applied import AppliedPolicy
 from trainvault.approval.approved import ApprovedDataset, issue
-from trainvault.approval.bound import DATA_ROLES, BoundChain, attach_descriptors, hash_bound, hash_declared, judge_chain
+from trainvault.approval.bound import (
+    DATA_ROLES,
+    BoundChain,
+    attach_descriptors,
+    denials,
+    hash_bound,
+    hash_declared,
+    judge_chain,
+)
 from trainvault.approval.checks import check_producer, check_text_fields
 from trainvault.approval.hashing import (
     DEFAULT_THREADS,
@@ -33,10 +41,10 @@ from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.rescan import Rescan, RescanSummary
 from trainvault.approval.result import AttestationSummary, ExclusionSummary, GateResult, VerificationSummary
-from trainvault.components.verify import LedgerChecks, LedgerRefusal
+from trainvault.components.verify import LedgerChecks
 from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR
 from trainvault.contamination.text_fields import TextFieldSurvey
-from trainvault.errors import ApprovalError, ManifestError, TrainVaultError
+from trainvault.errors import ApprovalError, ManifestError
 from trainvault.refs import ArtifactRef
 from trainvault.storage import Storage, StorageSource, storage_of
 from trainvault.version import __version__
@@ -67,14 +75,8 @@ def run_gate(
     if policy is not None and not isinstance(policy, ApprovalPolicy):
         raise TypeError(f"policy must be an ApprovalPolicy, not {type(policy).__name__}")
     policy = policy or ApprovalPolicy()
-    try:
+    with denials():
         return _gate(storage, request, policy, progress, threads)
-    except LedgerRefusal as exc:
-        raise exc.error from None
-    except ApprovalError:
-        raise
-    except TrainVaultError as exc:
-        raise ApprovalError(f"approval denied: {exc}") from exc
 
 
 def _gate(

@@ -27,6 +27,7 @@ from trainvault.approval.bound import (
     DESCRIPTOR_ROLES,
     BoundChain,
     attach_descriptors,
+    denials,
     hash_bound,
     hash_declared,
     judge_chain,
@@ -36,8 +37,7 @@ from trainvault.approval.hashing import DEFAULT_THREADS
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
 from trainvault.approval.result import GateResult, VerificationSummary
-from trainvault.components.verify import LedgerChecks, LedgerRefusal
-from trainvault.errors import ApprovalError, TrainVaultError
+from trainvault.components.verify import LedgerChecks
 from trainvault.publication.pinned import Publication
 from trainvault.storage import Storage
 
@@ -53,14 +53,8 @@ def open_bound(
 ) -> GateResult:
     """What the signed record at `record_uri` approved, checked as the module says; `signed`: the
     summary the approver signed. Raises `ApprovalError` naming what failed."""
-    try:
+    with denials():
         return _open(storage, request, signed, policy, record_uri, threads)
-    except LedgerRefusal as exc:
-        raise exc.error from None
-    except ApprovalError:
-        raise
-    except TrainVaultError as exc:
-        raise ApprovalError(f"approval denied: {exc}") from exc
 
 
 def _open(
