@@ -136,8 +136,7 @@ class ApprovedDataset:
     def custody_store(self) -> CustodyStore:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
-        pinned = {r.publication.uri: r.publication.raw, **r.descriptors_raw}
-        return issue_custody(self._config, r.shard_sizes, pinned)
+        return issue_custody(self._config, r.shard_sizes, {r.publication.uri: r.publication.raw}, r.descriptors_raw)
 
     def loader_factory(
         self,

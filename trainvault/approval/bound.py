@@ -37,7 +37,7 @@ from trainvault.contamination.release import LoadedRelease, load_release
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
-from trainvault.publication.pack import descriptor_bytes
+from trainvault.publication.pack import DescriptorBytes, PackedDescriptors, descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ArtifactRef
 from trainvault.storage import Storage
@@ -157,17 +157,21 @@ def judge_chain(
 
 
 def attach_descriptors(
-    publication: Publication, hashed: Mapping[str, HashedObject]
-) -> tuple[Publication, dict[str, bytes]]:
+    publication: Publication, hashed: Mapping[str, HashedObject], *, every: bool = True
+) -> tuple[Publication, Mapping[str, bytes]]:
     """Every descriptor, parsed and checked against its entry, from the bytes just hashed: the
     pack's copy of each (which must hash to the manifest's ``descriptor_sha256``), or, for a
-    manifest written before packs, each descriptor object's."""
+    manifest written before packs, each descriptor object's. `every=False`: each packed copy is
+    made and checked when it is first asked for (the gate checked them all: the pack is bound)."""
     ref = publication.manifest.descriptor_pack
     if ref is None:
         raw = {e.descriptor_uri: kept(hashed[e.descriptor_uri]) for _, e in publication.entries()}
         return publication.with_descriptors(raw), raw
     attached = publication.with_pack(kept(hashed[ref.uri]))
-    return attached, descriptor_bytes(attached.manifest, attached.descriptors, ref.uri)
+    descriptors = attached.descriptors
+    if not every and isinstance(descriptors, PackedDescriptors):
+        return attached, DescriptorBytes(attached.manifest, descriptors, ref.uri)
+    return attached, descriptor_bytes(attached.manifest, descriptors, ref.uri)
 
 
 def _attested(cls: type[Document], name: str, obj: HashedObject, policy: ApprovalPolicy) -> Attested[Any]:

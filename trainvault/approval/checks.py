@@ -22,7 +22,7 @@ from trainvault.contamination.text_fields import TextFieldSurvey, exempt
 from trainvault.errors import ApprovalError, ManifestError, UnscannedFieldError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
 from trainvault.refs import ArtifactRef
-from trainvault.uris import parent_uri, resolve_uri
+from trainvault.uris import parent_uri, uri_resolver
 
 
 def deny(message: str) -> NoReturn:
@@ -46,14 +46,14 @@ def check_scan(
             f"training_scan_manifest was made for data manifest {scan.data_manifest_sha256}, not the bound "
             f"{manifest_ref.sha256}: the manifest was edited after the scan; rebuild the scan manifest and rescan"
         )
-    base = parent_uri(manifest_uri)
+    resolve = uri_resolver(parent_uri(manifest_uri), absolute="within")
     scanned: dict[str, ScannedFile] = {}
     for f in scan.files:
         if f.role == "data-manifest":
             scanned[manifest_uri] = f
             continue
         try:
-            scanned[resolve_uri(f.uri, base, absolute="within", where="training_scan_manifest")] = f
+            scanned[resolve(f.uri, lambda: "training_scan_manifest")] = f
         except ManifestError as exc:
             deny(str(exc))
     expected = {f.resolved: f for f in declared}

@@ -114,7 +114,7 @@ class CustodyStore(ApprovedObjects):
     """The guard over the approved objects that also serves the approved manifest and descriptors
     from the bytes the gate hashed. Get one from `ApprovedDataset.custody_store()`."""
 
-    _pinned: Mapping[str, bytes]
+    _pinned: tuple[Mapping[str, bytes], ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -124,13 +124,13 @@ class CustodyStore(ApprovedObjects):
 
     @classmethod
     def _issue(
-        cls, token: object, config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]
+        cls, token: object, config: StorageConfig, objects: Mapping[str, int], pinned: tuple[Mapping[str, bytes], ...]
     ) -> CustodyStore:
         if token is not _ISSUE:
             raise TypeError("a CustodyStore is issued by an ApprovedDataset only")
         self = object.__new__(cls)
         ApprovedObjects.__init__(self, config, objects)
-        self._pinned = MappingProxyType(dict(pinned))
+        self._pinned = tuple(MappingProxyType(p) if isinstance(p, dict) else p for p in pinned)
         return self
 
     def __reduce__(self) -> Any:
@@ -148,8 +148,9 @@ class CustodyStore(ApprovedObjects):
     def get(self, uri: str, **bounds: Any) -> bytes:
         """The pinned documents are the bytes the gate read under its own bounds."""
         key = normalize_uri(uri)
-        if key in self._pinned:
-            return self._pinned[key]
+        for documents in self._pinned:
+            if key in documents:
+                return documents[key]
         return super().get(key, **bounds)
 
 
@@ -157,6 +158,7 @@ def _refuse_copy() -> NoReturn:
     raise TypeError("a CustodyStore does not pickle or copy: get it from the ApprovedDataset where it is needed")
 
 
-def issue_custody(config: StorageConfig, objects: Mapping[str, int], pinned: Mapping[str, bytes]) -> CustodyStore:
-    """The `CustodyStore` of an approved dataset (internal to trainvault.approval)."""
+def issue_custody(config: StorageConfig, objects: Mapping[str, int], *pinned: Mapping[str, bytes]) -> CustodyStore:
+    """The `CustodyStore` of an approved dataset (internal to trainvault.approval); `pinned`: the
+    documents it serves from the bytes the gate hashed, by URI."""
     return CustodyStore._issue(_ISSUE, config, objects, pinned)

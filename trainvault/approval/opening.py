@@ -17,6 +17,7 @@ re-hashed, a re-scan) stays the approver's, and a trainer's explicit audit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,8 +71,9 @@ def _open(
     summary = _signed_summary(signed, chain, refs["data_manifest"].sha256)
     check_applied(policy, summary.policy, record_uri)
     hashed = hash_declared(storage, chain, DESCRIPTOR_ROLES, threads=threads)
-    # Each descriptor's producer against the pins is the approver's check: the pack is bound by digest.
-    publication, descriptors_raw = attach_descriptors(chain.publication, hashed)
+    # Each descriptor's producer against the pins, and each against the manifest, is the approver's
+    # check: the pack is bound by digest.
+    publication, descriptors_raw = attach_descriptors(chain.publication, hashed, every=False)
     shard_sizes = {e.uri: e.size_bytes for _, e in publication.entries()}
     check_listed_sizes(storage, publication)
     ledgers = LedgerChecks(storage, refs, publication.manifest, refs["data_manifest"].sha256, publication.descriptors)
@@ -138,16 +140,11 @@ def check_listed_sizes(storage: Storage, publication: Publication) -> None:
 
 def _folders(uris: list[str]) -> list[str]:
     """The deepest folder holding every URI of the same store (scheme and bucket)."""
-    by_store: dict[str, list[list[str]]] = {}
+    by_store: dict[str, list[str]] = {}
     for uri in uris:
         scheme, sep, rest = uri.partition("://")
-        store, _, path = rest.partition("/") if sep else ("", "", uri)
-        by_store.setdefault(f"{scheme}://{store}" if sep else "", []).append(path.split("/")[:-1])
-    out = []
-    for store, parts in by_store.items():
-        common = parts[0]
-        for p in parts[1:]:
-            n = next((i for i, (a, b) in enumerate(zip(common, p, strict=False)) if a != b), min(len(common), len(p)))
-            common = common[:n]
-        out.append(f"{store}/{'/'.join(common)}" if store else "/".join(common) or "/")
-    return out
+        by_store.setdefault(f"{scheme}://{rest.partition('/')[0]}/" if sep else "/", []).append(uri)
+    # The longest common prefix of strings is that of the least and the greatest of them; the
+    # store's own head ("s3://bucket/", "file:///") is part of it.
+    common = (os.path.commonprefix([min(group), max(group)]) for group in by_store.values())  # noqa: RUF071 (by character, on purpose)
+    return [c[: c.rfind("/") + 1] for c in common]

@@ -64,7 +64,7 @@ class GateResult:
     request: ApprovalRequest
     #: The manifest and every descriptor, parsed from the bytes the gate hashed.
     publication: Publication
-    descriptors_raw: dict[str, bytes]
+    descriptors_raw: Mapping[str, bytes]
     shard_sizes: dict[str, int]
     report: ContaminationReport
     summary: VerificationSummary

@@ -50,10 +50,15 @@ def validate_stage(value: Any) -> str | None:
 
 
 def check_uri(uri: Any) -> None:
-    """`parse_uri`'s checks of a URI, at a set lookup for the common ``s3://`` and ``memory://``
-    spellings: what `parse_uri` refuses in those depends on the scheme and the store name only,
-    so one check per store serves every shard of a manifest."""
-    head = _STORE_HEAD.match(uri) if isinstance(uri, str) and "\x00" not in uri else None
+    """`parse_uri`'s checks of a URI, without a parse for the common spellings: ``file:///``
+    with no escapes, and ``s3://`` and ``memory://``, where what `parse_uri` refuses depends on
+    the scheme and the store name only, so one check per store serves every shard of a manifest."""
+    if not isinstance(uri, str) or "\x00" in uri:
+        parse_uri(uri)
+        return
+    if uri.startswith("file:///") and "%" not in uri:
+        return  # such a file URI names a path parse_uri accepts (its refusals need a host or a %00)
+    head = _STORE_HEAD.match(uri)
     if head is None:
         parse_uri(uri)
         return

@@ -325,16 +325,41 @@ def descriptor_bytes(
 ) -> dict[str, bytes]:
     """Each descriptor's canonical bytes (by descriptor URI), each checked against the
     ``descriptor_sha256`` the manifest binds: what the gate binds instead of fetching them."""
-    out: dict[str, bytes] = {}
-    for split, entry, data in packed_bytes(manifest, descriptors):
-        if sha256_hex(data) != entry.descriptor_sha256:
-            raise IntegrityError(
-                f"descriptor pack {source}: the descriptor of shard {split}/{entry.key} does not hash to the "
-                f"descriptor_sha256 the manifest binds ({entry.descriptor_sha256}); the pack disagrees with the "
-                "manifest: do not train on this publication"
-            )
-        out[entry.descriptor_uri] = data
-    return out
+    return {
+        entry.descriptor_uri: _agreeing(split, entry, data, source)
+        for split, entry, data in packed_bytes(manifest, descriptors)
+    }
+
+
+class DescriptorBytes(Mapping[str, bytes]):
+    """`descriptor_bytes` made one descriptor at a time, on lookup, each checked the same way: a
+    trainer's open of a pack the gate already checked serves the few descriptors asked for."""
+
+    def __init__(self, manifest: DataManifest, descriptors: PackedDescriptors, source: str):
+        self._entries = list(_entries(manifest))
+        self._index = {e.descriptor_uri: i for i, (_, e) in enumerate(self._entries)}
+        self._descriptors, self._source = descriptors, source
+
+    def __getitem__(self, uri: str) -> bytes:
+        i = self._index[uri]
+        split, entry = self._entries[i]
+        return _agreeing(split, entry, canonical_json(self._descriptors.document(i)), self._source)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def _agreeing(split: str, entry: ShardEntry, data: bytes, source: str) -> bytes:
+    if sha256_hex(data) != entry.descriptor_sha256:
+        raise IntegrityError(
+            f"descriptor pack {source}: the descriptor of shard {split}/{entry.key} does not hash to the "
+            f"descriptor_sha256 the manifest binds ({entry.descriptor_sha256}); the pack disagrees with the "
+            "manifest: do not train on this publication"
+        )
+    return data
 
 
 def _entries(manifest: DataManifest) -> Iterator[tuple[str, ShardEntry]]:

@@ -8,7 +8,6 @@ by one set of rules: `trainvault.uris.resolve_uri`.
 from __future__ import annotations
 
 import gc
-import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,28 +29,19 @@ from trainvault.publication.reader import (
     parse_descriptor,
 )
 from trainvault.storage import ReadableStorage, Storage
-from trainvault.uris import Absolute, join_uri, normalize_uri, parent_uri, parse_uri, resolve_uri
-
-#: An absolute URI that `normalize_uri` returns unchanged (store name and key without anything
-#: `urlsplit` would strip, split off or refuse), and a relative reference of plain segments.
-_CANONICAL = re.compile(r"(?:s3|memory)://[A-Za-z0-9._:@-]+/[^\x00-\x20/?#\x7f][^\x00-\x20?#\x7f]*")
-_PLAIN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, uri_resolver
 
 
 def _resolver(base: str, absolute: Absolute) -> Callable[[str, tuple[str, str] | None], str]:
-    """`resolve_uri` against `base`, with the two spellings a saver writes answered without a
-    parse; `shard` ((split, key), None: the descriptor pack) names the reference when it must be refused."""
-    folder = join_uri(base, "x")[:-1]  # what join_uri(base, ref) puts before a plain `ref`
+    """`uri_resolver` against `base`; `shard` ((split, key), None: the descriptor pack) names the
+    reference when it must be refused."""
+    resolve = uri_resolver(base, absolute=absolute)
 
-    def resolve(ref: str, shard: tuple[str, str] | None) -> str:
-        if absolute == "anywhere" and _CANONICAL.fullmatch(ref):
-            return ref
-        if _PLAIN.fullmatch(ref):  # no segment is empty, "." or ".."
-            return folder + ref
-        where = "its descriptor pack" if shard is None else f"split {shard[0]!r} shard {shard[1]!r}"
-        return resolve_uri(ref, base, absolute=absolute, where=f"the manifest in {base}, {where}")
+    def where(shard: tuple[str, str] | None) -> str:
+        what = "its descriptor pack" if shard is None else f"split {shard[0]!r} shard {shard[1]!r}"
+        return f"the manifest in {base}, {what}"
 
-    return resolve
+    return lambda ref, shard: resolve(ref, lambda: where(shard))
 
 
 def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolute = "anywhere") -> DataManifest:
@@ -65,13 +55,9 @@ def resolve_manifest_uris(manifest: DataManifest, base: str, *, absolute: Absolu
         pack = pack if uri == pack.uri else pack.model_copy(update={"uri": uri})
     changed = pack is not manifest.descriptor_pack
     splits = {}
-    canonical = _CANONICAL.fullmatch if absolute == "anywhere" else None
     for name, split in manifest.splits.items():
         shards = []
         for s in split.shards:
-            if canonical is not None and canonical(s.uri) and canonical(s.descriptor_uri):
-                shards.append(s)  # what the saver writes, unchanged by resolving
-                continue
             uri, desc = resolve(s.uri, (name, s.key)), resolve(s.descriptor_uri, (name, s.key))
             if uri == s.uri and desc == s.descriptor_uri:
                 shards.append(s)

@@ -228,11 +228,9 @@ class Storage:
 
 def _listing(backend: Backend, loc: Location) -> list[ObjectInfo]:
     """One attempt at listing the folder `loc`: everything in it, or a `StorageError`."""
+    head = replace(loc, path="").uri  # what Location.uri puts before the path
     try:
-        return [
-            ObjectInfo(replace(loc, path=o.path).uri, o.size, o.etag, o.last_modified)
-            for o in backend.list(loc.path.rstrip("/"))
-        ]
+        return [ObjectInfo(head + o.path, o.size, o.etag, o.last_modified) for o in backend.list(loc.path.rstrip("/"))]
     except (StorageError, PermissionError):
         raise  # already typed, or made an AuthenticationError by translate
     except NotRegular as exc:
