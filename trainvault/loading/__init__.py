@@ -4,7 +4,7 @@ Importing this package does not import torch; `LoaderPlan.create` asks for it.
 `SplitLoaderFactory(storage, manifest, plan).load(split)` returns the DataLoader.
 """
 
-from trainvault.loading.factory import SplitLoaderFactory
+from trainvault.loading.factory import SelectedBlocks, SplitLoaderFactory
 from trainvault.loading.metrics import Observability
 from trainvault.loading.plan import DEFAULT_SHUFFLE_WINDOW_BLOCKS, LoaderPlan
 from trainvault.loading.trace import StepTrace, TracedRecord
@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_SHUFFLE_WINDOW_BLOCKS",
     "LoaderPlan",
     "Observability",
+    "SelectedBlocks",
     "SplitLoaderFactory",
     "StepTrace",
     "TracedRecord",

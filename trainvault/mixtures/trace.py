@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource
 from trainvault.loading.order import RankBatch
 from trainvault.loading.trace import TracedRecord
+from trainvault.mixtures.schedule import Timeline
+from trainvault.mixtures.source import ComponentSource
 
 
 def trace_mixture_batch(
