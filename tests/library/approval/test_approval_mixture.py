@@ -12,8 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainvault import ConfigurationError, ResumeStateError, SelectionError, TrainVault  # noqa: E402
-from trainvault.approval import ApprovalPolicy, PositionBudget, approve_dataset  # noqa: E402
+from trainvault.approval import ApprovalPolicy, approve_dataset  # noqa: E402
 from trainvault.contamination import exclusions_from_report  # noqa: E402
+from trainvault.loading import PositionBudget  # noqa: E402
 from trainvault.mixtures import Mixture, MixtureComponent, load_mixture  # noqa: E402
 
 MIX = Mixture("train", [MixtureComponent("easy", 1, "easy", run_out="drop"), MixtureComponent("hard", 1, "hard")])
