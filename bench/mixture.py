@@ -75,7 +75,7 @@ def loader(uri: str, batch: int) -> Any:
 
 
 def mixture() -> Any:
-    from trainvault.loading.mixture import Mixture, MixtureComponent
+    from trainvault.mixtures import Mixture, MixtureComponent
 
     # run_out="drop": one pass of every component, then the stream ends: the records of one
     # epoch of the plain leg. (With "repeat" the planner would plan, and compute the shuffle
@@ -95,13 +95,17 @@ def plain(uri: str, batch: int) -> int:
 
 
 def mixed(uri: str, batch: int) -> int:
-    return sum(len(b) for b in loader(uri, batch).load_mixture(mixture()))
+    from trainvault.mixtures import load_mixture
+
+    return sum(len(b) for b in load_mixture(loader(uri, batch), mixture()))
 
 
 def sampling(uri: str, batch: int) -> tuple[float, float]:
     """Wall and CPU seconds spent planning every batch of the mixture leg (permutations
     already computed)."""
-    ld = loader(uri, batch).load_mixture(mixture())
+    from trainvault.mixtures import load_mixture
+
+    ld = load_mixture(loader(uri, batch), mixture())
     ds = ld._mixture_dataset
     schedule = ds.schedule(ds.point)
     batches, step = len(schedule), ds.plan_batches()

@@ -1,5 +1,5 @@
 """The approval gate: scan manifest, producer pins, the approval chain, request, gate,
-signed records, ApprovedDataset and PositionBudget.
+signed records and ApprovedDataset.
 
 Importing this package imports neither torch nor numpy; the approved loader asks for
 torch when it is built.
@@ -14,7 +14,6 @@ from trainvault.approval.attestation import (
     read_attested,
     write_attestation,
 )
-from trainvault.approval.budget import Boundary, PositionBudget
 from trainvault.approval.chain import ApprovalChain, build_approval_chain
 from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, pae, sign_envelope, verify_envelope
 from trainvault.approval.gate import approve_dataset
@@ -74,14 +73,12 @@ __all__ = [
     "ApprovedDataset",
     "AttestationSummary",
     "Attested",
-    "Boundary",
     "CustodyStore",
     "Envelope",
     "ExclusionSummary",
     "HashProgress",
     "HashedObject",
     "PackagePin",
-    "PositionBudget",
     "ProducerPins",
     "RescanSummary",
     "ScanTotals",

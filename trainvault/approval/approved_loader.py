@@ -163,12 +163,12 @@ class ApprovedLoaderFactory:
     def load_mixture(self, mixture: Any) -> Any:
         """A mixture DataLoader whose components are stages of an approved split (a stage the
         approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
+        from trainvault.mixtures.loader import load_mixture  # imports torch: only a mixture loader needs it
+
         split = getattr(mixture, "split", None)
         ex = self._exclusions
         exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
-        if not exclude:
-            return self._factory.load_mixture(mixture)
-        return self._excluding(exclude).load_mixture(mixture)
+        return load_mixture(self._excluding(exclude) if exclude else self._factory, mixture)
 
     def _excluding(self, exclude: Mapping[str, frozenset[int]]) -> SplitLoaderFactory:
         """A factory over the same custody and plan that never deals `exclude`. One per split: a

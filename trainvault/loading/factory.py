@@ -1,8 +1,10 @@
 """SplitLoaderFactory: one publication, one `LoaderPlan`; `load` makes the DataLoaders.
 
 It is not itself a DataLoader: each ``load(split, ...)`` returns a `TrainVaultDataLoader`
-over that selection (``load_mixture`` a `MixtureDataLoader`). It reads through any
-`ReadableStorage` and opens no approval: data read this way is whatever the manifest
+over that selection. `select_blocks` is the one way from a selection to what a loader
+deals from (its blocks, their fetcher, the order key): `load` uses it, and so does a
+mixture loader (`trainvault.mixtures`, a layer above) for each component. It reads through
+any `ReadableStorage` and opens no approval: data read this way is whatever the manifest
 names. A trainer that must read only approved data uses `ApprovedDataset.loader_factory`.
 """
 
@@ -10,23 +12,38 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from trainvault.errors import ConfigurationError, SelectionError, StorageError
 from trainvault.extras import require
 from trainvault.loading.descriptors import SelectedDescriptors
 from trainvault.loading.exclusions import check_exclude
-from trainvault.loading.mixture import MixtureComponent
-from trainvault.loading.mixture_source import ComponentSource
-from trainvault.loading.mixture_state import ComponentIdentity
-from trainvault.loading.order import BlockPlan
 from trainvault.loading.plan import LoaderPlan
+from trainvault.loading.selection import Selection, select
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import read_descriptor
 from trainvault.storage import ReadableStorage
 
+if TYPE_CHECKING:
+    from trainvault.loading.fetch import BlockFetcher
+    from trainvault.loading.order import BlockPlan
+
 _DESCRIPTOR_THREADS = 16
+
+
+@dataclass(frozen=True)
+class SelectedBlocks:
+    """A selection read down to what a loader deals from: its blocks (record counts, after
+    exclusions), the fetcher that reads and verifies them, the key of its order, and the
+    digest of its excluded records (None without exclusions)."""
+
+    selection: Selection
+    blocks: BlockPlan
+    fetcher: BlockFetcher
+    order_key: int
+    exclude_sha256: str | None
 
 
 def _worker_context(requested: Any, uris: Sequence[str]) -> Any:
@@ -129,6 +146,24 @@ class SplitLoaderFactory:
         excluded = None if self.exclusions is None else self.exclusions.for_shards(tuple(shards))
         return block_plan(blocks, excluded)
 
+    def select_blocks(
+        self, split: str, curriculum_stage: str | None = None, curriculum_stages: Sequence[str] | None = None
+    ) -> SelectedBlocks:
+        """`split`'s selection (one stage or a union of stages) read to its blocks and fetcher."""
+        from trainvault.loading.fetch import BlockFetcher
+        from trainvault.loading.order import derive_key
+
+        p = self.plan
+        selection = select(self.manifest, split, curriculum_stage, curriculum_stages)
+        descriptors = self.read_descriptors(selection.shards)
+        return SelectedBlocks(
+            selection=selection,
+            blocks=self.block_plan(selection.shards, descriptors),
+            fetcher=BlockFetcher(self.storage, self.manifest.data_format, selection.shards, descriptors),
+            order_key=derive_key(self.manifest_sha256, selection.sha256, p.seed, p.shuffle_window_blocks),
+            exclude_sha256=None if self.exclusions is None else self.exclusions.sha256(selection.shards),
+        )
+
     def load(
         self,
         split: str,
@@ -137,17 +172,13 @@ class SplitLoaderFactory:
         infinite_iter: bool = False,
     ) -> Any:
         """A DataLoader (a `TrainVaultDataLoader`) over `split`, one stage or a union of stages."""
-        from trainvault.loading.fetch import BlockFetcher
         from trainvault.loading.iterable import SplitIterableDataset
         from trainvault.loading.loader import TrainVaultDataLoader
-        from trainvault.loading.order import derive_key
-        from trainvault.loading.selection import select
         from trainvault.loading.state import OrderIdentity
 
         p = self.plan
-        selection = select(self.manifest, split, curriculum_stage, curriculum_stages)
-        descriptors = self.read_descriptors(selection.shards)
-        blocks = self.block_plan(selection.shards, descriptors)
+        chosen = self.select_blocks(split, curriculum_stage, curriculum_stages)
+        selection, blocks = chosen.selection, chosen.blocks
         if infinite_iter and blocks.total_records == 0:
             raise SelectionError(f"{selection.describe()} holds no records; an infinite loader would never yield")
         if infinite_iter and p.drop_last and blocks.total_records < p.batch_size * p.world_size:
@@ -165,55 +196,17 @@ class SplitLoaderFactory:
             seed=p.seed,
             shuffle_window_blocks=p.shuffle_window_blocks,
             view_sha256=None if p.view is None else p.view.view_sha256,
-            exclude_sha256=None if self.exclusions is None else self.exclusions.sha256(selection.shards),
+            exclude_sha256=chosen.exclude_sha256,
         )
         dataset = SplitIterableDataset(
-            fetcher=BlockFetcher(self.storage, self.manifest.data_format, selection.shards, descriptors),
-            blocks=blocks,
-            order_key=derive_key(self.manifest_sha256, selection.sha256, p.seed, p.shuffle_window_blocks),
-            plan=p,
-            infinite=bool(infinite_iter),
+            fetcher=chosen.fetcher, blocks=blocks, order_key=chosen.order_key, plan=p, infinite=bool(infinite_iter)
         )
-        args = self._torch_args([s.uri for s in selection.shards])
+        args = self.dataloader_args([s.uri for s in selection.shards])
         return TrainVaultDataLoader(dataset, identity, manifest_uri=self.manifest_uri, **args)
 
-    def mixture_component(self, split: str, comp: MixtureComponent) -> tuple[ComponentSource, ComponentIdentity]:
-        """The source of mixture component `comp` within `split` (`SelectionError` for an unknown
-        stage or one that holds no records): what a `MixtureDataLoader` draws from."""
-        from trainvault.loading.fetch import BlockFetcher
-        from trainvault.loading.order import derive_key
-        from trainvault.loading.selection import select
-
-        p = self.plan
-        if p.view is not None:
-            raise ConfigurationError("a mixture batches stored records; a record view (materializer) is not supported")
-        selection = select(self.manifest, split, comp.stage)
-        descriptors = self.read_descriptors(selection.shards)
-        blocks = self.block_plan(selection.shards, descriptors)
-        if blocks.total_records == 0:
-            raise SelectionError(f"mixture component {comp.name!r} ({selection.describe()}) holds no records to draw")
-        source = ComponentSource(
-            name=comp.name,
-            replacement=comp.replacement,
-            fetcher=BlockFetcher(self.storage, self.manifest.data_format, selection.shards, descriptors),
-            plan=blocks,
-            key=derive_key(self.manifest_sha256, selection.sha256, p.seed, p.shuffle_window_blocks),
-            shuffle=p.shuffle,
-            window_blocks=p.shuffle_window_blocks,
-        )
-        exclude = None if self.exclusions is None else self.exclusions.sha256(selection.shards)
-        return source, ComponentIdentity(
-            selection_sha256=selection.sha256, exclude_sha256=exclude, records=blocks.total_records
-        )
-
-    def load_mixture(self, mixture: Any) -> Any:
-        """A `MixtureDataLoader` drawing batches from `mixture`'s components (stages of its split)."""
-        from trainvault.loading.mixture_loader import MixtureDataLoader
-
-        args = self._torch_args([e.uri for _, e in self.publication.entries()])
-        return MixtureDataLoader(self, mixture, **args)
-
-    def _torch_args(self, uris: Sequence[str]) -> dict[str, Any]:
+    def dataloader_args(self, uris: Sequence[str]) -> dict[str, Any]:
+        """The plan's `torch.utils.data.DataLoader` arguments for a loader reading `uris` (with
+        the workers' multiprocessing context chosen for where those shards live)."""
         args = self.plan.torch_args()
         if args.get("num_workers", 0):
             args["multiprocessing_context"] = _worker_context(args.get("multiprocessing_context"), uris)

@@ -4,7 +4,8 @@ Step N's batch is found by arithmetic on the history of re-dealing points (`step
 its records by the epoch order of that batch's windows (`EpochOrder.members`): the same
 functions the iterator deals with, so the cost is that of the step's records, never a
 replay of the steps before it. Reading the records (for their ``id``) goes through the
-loader's own block fetcher, so each block's SHA-256 is checked before it is decoded.
+loader's own block fetcher, so each block's SHA-256 is checked before it is decoded:
+`read_records` reads each block a step needs once, for this trace and a mixture's alike.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from trainvault.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from trainvault.loading.fetch import BlockFetcher
     from trainvault.loading.iterable import SplitIterableDataset
-    from trainvault.loading.order import Redeal
+    from trainvault.loading.order import BlockPlan, Redeal
 
 
 @dataclass(frozen=True)
@@ -71,17 +73,20 @@ def trace_batch(
     ]
     if not read:
         return StepTrace(step, rank, epoch, tuple(TracedRecord(split, key, index) for key, index in where))
-    data = _read(dataset, plan_blocks, locals_)
-    traced = tuple(TracedRecord(split, key, index, _id(r)) for (key, index), r in zip(where, data, strict=False))
+    data = read_records(dataset.fetcher, plan, plan_blocks, locals_)
+    traced = tuple(TracedRecord(split, key, index, record_id(r)) for (key, index), r in zip(where, data, strict=False))
     return StepTrace(step, rank, epoch, traced, tuple(data))
 
 
-def _read(dataset: SplitIterableDataset, plan_blocks: list[int], locals_: list[int]) -> list[Any]:
-    """Records `locals_[j]` of plan blocks `plan_blocks[j]`, each block read and verified once."""
-    plan = dataset.blocks
+def read_records(
+    fetcher: BlockFetcher, plan: BlockPlan, plan_blocks: Sequence[int], locals_: Sequence[int]
+) -> list[Any]:
+    """Record `locals_[j]` (counting dealt records) of plan block `plan_blocks[j]`, for each j:
+    every block read through `fetcher` (verified before it is decoded) once, however many of
+    its records are asked for."""
     needed = list(dict.fromkeys(plan_blocks))
     wanted = ((int(plan.shard[i]), int(plan.block[i])) for i in needed)
-    stream = dataset.fetcher.iter_blocks(wanted, lookahead=len(needed))
+    stream = fetcher.iter_blocks(wanted, lookahead=len(needed))
     try:
         decoded = {i: plan.keep(i, next(stream)) for i in needed}
     finally:
@@ -89,5 +94,6 @@ def _read(dataset: SplitIterableDataset, plan_blocks: list[int], locals_: list[i
     return [decoded[i][r] for i, r in zip(plan_blocks, locals_, strict=False)]
 
 
-def _id(record: Any) -> Any:
+def record_id(record: Any) -> Any:
+    """A record's ``id`` field (None when it has none)."""
     return record.get("id") if isinstance(record, Mapping) else None

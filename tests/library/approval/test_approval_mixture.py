@@ -11,10 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainvault import ResumeStateError, SelectionError, TrainVault  # noqa: E402
-from trainvault.approval import ApprovalPolicy, PositionBudget, approve_dataset  # noqa: E402
+from trainvault import ConfigurationError, ResumeStateError, SelectionError, TrainVault  # noqa: E402
+from trainvault.approval import ApprovalPolicy, approve_dataset  # noqa: E402
 from trainvault.contamination import exclusions_from_report  # noqa: E402
-from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
+from trainvault.loading import PositionBudget  # noqa: E402
+from trainvault.mixtures import Mixture, MixtureComponent, load_mixture  # noqa: E402
 
 MIX = Mixture("train", [MixtureComponent("easy", 1, "easy", run_out="drop"), MixtureComponent("hard", 1, "hard")])
 
@@ -86,11 +87,22 @@ def test_a_stage_the_approval_does_not_hold_is_refused(approved: Any) -> None:
         ld.set_mixture(Mixture("train", [MixtureComponent("m", 1, "medium")]), at_step=3)
 
 
+def test_the_ungated_entry_refuses_an_approved_factory(approved: Any) -> None:
+    """`trainvault.mixtures.load_mixture` takes a `SplitLoaderFactory`: handed an approved
+    factory, it names the approved factory's own `load_mixture` (which keeps its exclusions)."""
+    _, dataset, _ = approved
+    with pytest.raises(ConfigurationError, match=r"loader_factory\(\)\.load_mixture\(mixture\)"):
+        load_mixture(dataset.loader_factory(), MIX)
+
+
 def test_an_unapproved_run_does_not_resume_under_the_approval(approved: Any) -> None:
     chain, dataset, _ = approved
-    plain = chain.vault.ungated_loader_factory(
-        chain.manifest_uri, collate_fn=lambda b: b, dataloader_args={"batch_size": 4}
-    ).load_mixture(MIX)
+    plain = load_mixture(
+        chain.vault.ungated_loader_factory(
+            chain.manifest_uri, collate_fn=lambda b: b, dataloader_args={"batch_size": 4}
+        ),
+        MIX,
+    )
     next(iter(plain))
     with pytest.raises(ResumeStateError, match="component 'easy'"):
         load(dataset).load_state_dict(plain.state_dict())

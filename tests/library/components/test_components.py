@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainvault import ObjectRef, TrainVault
-from trainvault.approval import PositionBudget
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
 from trainvault.components.custody import CompiledRecord, CompiledShard, check_record, read_record
 from trainvault.components.materializer import materialize_record
 from trainvault.components.sequences import LazyRanges, group_sequences
 from trainvault.errors import ApprovalError, ConflictError, CustodyError, IntegrityError, ManifestError
+from trainvault.loading import PositionBudget
 
 #: Tokens after the last frame of a hypothesis packing: never part of a range.
 PADDING = 999_999

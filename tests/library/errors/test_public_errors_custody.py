@@ -128,7 +128,7 @@ def test_approval_policy_of_a_wrong_type(bad: ModuleType, vault: TrainVault, cha
 def test_position_budget_settings_and_consumption(
     bad: ModuleType, total: Any, every: Any, checkpoints: Any, stage_ends: Any, consume: list[Any]
 ) -> None:
-    from trainvault.approval import PositionBudget
+    from trainvault.loading import PositionBudget
 
     budget: list[Any] = []
     got = bad.outcome(
@@ -146,7 +146,7 @@ def test_position_budget_settings_and_consumption(
 
 
 def test_position_budget_of_wrong_types(bad: ModuleType) -> None:
-    from trainvault.approval import PositionBudget
+    from trainvault.loading import PositionBudget
 
     bad.refused(lambda: PositionBudget(10, stage_ends=[("a", 5)]), TypeError)
     bad.refused(lambda: PositionBudget(10, checkpoints=5), TypeError)

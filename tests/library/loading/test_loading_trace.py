@@ -348,3 +348,22 @@ def test_a_step_not_yet_yielded_continues_the_iteration_in_progress(small: Any, 
     other.load_state_dict(ld.state_dict())
     step = ld.state_dict()["step"]
     assert other.trace(step) == expected(next(iter(other)), keys)
+
+
+def test_read_records_reads_each_block_once_however_many_records_it_asks(tmp_path: Path) -> None:
+    """The one reader both traces use (`load()`'s and a mixture's): records in the order asked,
+    repeats included, each block fetched and verified once."""
+    from trainvault.loading.trace import read_records
+
+    uri, _ = save(tmp_path, [[12, 7]], block_bytes=60)
+    plan = LoaderPlan.create(collate_fn=ids, dataloader_args={"batch_size": 4})
+    chosen = SplitLoaderFactory(TrainVault().storage, uri, plan).select_blocks("train", "st0")
+    blocks = chosen.blocks
+    assert len(blocks.records) >= 4  # several blocks per shard: repeats below span blocks
+    asked = [(3, 0), (0, 1), (3, 0), (0, 0), (1, 0), (0, 1)]
+    got = read_records(chosen.fetcher, blocks, [b for b, _ in asked], [r for _, r in asked])
+    shard_ids = [0, 1]  # record id = shard number x 1000 + index in the shard
+    assert [r["id"] for r in got] == [
+        shard_ids[int(blocks.shard[b])] * 1000 + blocks.record_index(b, r) for b, r in asked
+    ]
+    assert chosen.fetcher.times.take()[-1] == 3  # blocks 3, 0 and 1: each read once

@@ -14,38 +14,22 @@ import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 import torch.utils.data
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from trainvault.errors import ConfigurationError, ResumeStateError, SelectionError
+from trainvault.loading.factory import SplitLoaderFactory
 from trainvault.loading.loader import passthrough
-from trainvault.loading.mixture import Mixture, MixtureComponent
-from trainvault.loading.mixture_dataset import MixtureItem, MixtureIterableDataset
-from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource
-from trainvault.loading.mixture_state import ComponentIdentity, MixtureState, RedealEntry, RevisionEntry
-from trainvault.loading.mixture_trace import trace_mixture_batch
 from trainvault.loading.order import RankBatch, Redeal
-from trainvault.loading.plan import LoaderPlan
 from trainvault.loading.trace import TracedRecord
-
-
-class ComponentFactory(Protocol):
-    """What a mixture loader needs of the loader factory that made it (`SplitLoaderFactory`):
-    its plan, the manifest it pins, and each component's source."""
-
-    @property
-    def plan(self) -> LoaderPlan: ...
-
-    @property
-    def manifest_sha256(self) -> str: ...
-
-    @property
-    def manifest_uri(self) -> str: ...
-
-    def mixture_component(self, split: str, comp: MixtureComponent) -> tuple[ComponentSource, ComponentIdentity]: ...
+from trainvault.mixtures.dataset import MixtureItem, MixtureIterableDataset
+from trainvault.mixtures.schedule import Timeline
+from trainvault.mixtures.source import ComponentSource, component_source
+from trainvault.mixtures.spec import Mixture, MixtureComponent
+from trainvault.mixtures.state import ComponentIdentity, MixtureState, RedealEntry, RevisionEntry
+from trainvault.mixtures.trace import trace_mixture_batch
 
 
 @dataclass(frozen=True)
@@ -74,7 +58,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
     """A `torch.utils.data.DataLoader` over a mixture, with `set_mixture()`, `state_dict()`,
     `load_state_dict()`, `trace()` and `mixture_report()`."""
 
-    def __init__(self, factory: ComponentFactory, mixture: Mixture, **dataloader_args: Any):
+    def __init__(self, factory: SplitLoaderFactory, mixture: Mixture, **dataloader_args: Any):
         self._factory = factory
         dataset = MixtureIterableDataset(factory.plan)
         try:
@@ -119,7 +103,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
                         "a component keeps its stage, replacement and run_out for the whole run: give it a new name"
                     )
                 continue
-            source, identity = self._factory.mixture_component(mixture.split, comp)
+            source, identity = component_source(self._factory, mixture.split, comp)
             self._names.append(comp.name)
             self._specs[comp.name] = comp
             self._sources.append(source)
@@ -420,3 +404,16 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
             f"mixture over split {self._split!r}: step {self._step:,}, record slot {self._position:,}, "
             f"{len(self._revisions)} revision(s); shares so far: {shares}"
         )
+
+
+def load_mixture(factory: SplitLoaderFactory, mixture: Mixture) -> MixtureDataLoader:
+    """A `MixtureDataLoader` drawing batches from `mixture`'s components (stages of its split)
+    through `factory`, under the factory's plan. For an approved dataset, use its loader
+    factory's ``load_mixture(mixture)``: it passes an approved factory of the split here."""
+    if not isinstance(factory, SplitLoaderFactory):
+        raise ConfigurationError(
+            f"load_mixture takes a SplitLoaderFactory (TrainVault.ungated_loader_factory), got "
+            f"{type(factory).__name__}; for an approved dataset call loader_factory().load_mixture(mixture)"
+        )
+    args = factory.dataloader_args([e.uri for _, e in factory.publication.entries()])
+    return MixtureDataLoader(factory, mixture, **args)

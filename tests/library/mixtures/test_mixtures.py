@@ -23,9 +23,9 @@ from hypothesis import strategies as st  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import SelectionError  # noqa: E402
 from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
-from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
-from trainvault.loading.mixture_dataset import window_ids  # noqa: E402
-from trainvault.loading.mixture_schedule import (  # noqa: E402
+from trainvault.mixtures import Mixture, MixtureComponent, load_mixture  # noqa: E402
+from trainvault.mixtures.dataset import window_ids  # noqa: E402
+from trainvault.mixtures.schedule import (  # noqa: E402
     MAX_TABLE_PERIOD,
     Timeline,
     assign,
@@ -174,7 +174,7 @@ def loader(uri: str, cfg: dict[str, Any], rank: int, world: int, batch: int, wor
         dataloader_args={"batch_size": batch, "num_workers": workers},
     )
     sdl = SplitLoaderFactory(TrainVault().storage, uri, plan)
-    return sdl.load_mixture(cfg["mixtures"][0])
+    return load_mixture(sdl, cfg["mixtures"][0])
 
 
 def mixture(stages: list[int], weights: list[int], flags: dict[int, tuple[bool, str]]) -> Mixture:

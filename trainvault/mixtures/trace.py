@@ -1,16 +1,17 @@
 """Which records a mixture step saw: the schedule names component and revision of each
 slot, the component names its record; nothing before the step is replayed. With `read`,
-only the blocks holding the step's records are read, each verified before decoding."""
+only the blocks holding the step's records are read, each once and verified before decoding
+(`trainvault.loading.trace.read_records`, per component)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource
 from trainvault.loading.order import RankBatch
-from trainvault.loading.trace import TracedRecord
+from trainvault.loading.trace import TracedRecord, read_records, record_id
+from trainvault.mixtures.schedule import Timeline
+from trainvault.mixtures.source import ComponentSource
 
 
 def trace_mixture_batch(
@@ -37,28 +38,20 @@ def trace_mixture_batch(
                 where[i] = (source.shards[int(source.plan.shard[b])].key, source.plan.record_index(b, r))
     ids: list[Any] = [None] * batch.count
     if read:
-        ids = [_id(r) for r in _read(sources, located)]
+        ids = _read_ids(sources, located)
     return [
         TracedRecord(split, key, index, rid, component=names[c], revision=int(rev))
         for (key, index), rid, c, rev in zip(where, ids, comps.tolist(), revs.tolist(), strict=False)
     ]
 
 
-def _read(sources: Sequence[ComponentSource], located: Sequence[tuple[int, int, int]]) -> list[Any]:
-    """The records at (plan block, local index, component), each block read and verified once."""
-    decoded: dict[tuple[int, int], list[Any]] = {}
+def _read_ids(sources: Sequence[ComponentSource], located: Sequence[tuple[int, int, int]]) -> list[Any]:
+    """The ``id`` of the record at each (plan block, local index, component)."""
+    ids: list[Any] = [None] * len(located)
     for c in dict.fromkeys(loc[2] for loc in located):
+        at = [i for i, loc in enumerate(located) if loc[2] == c]
         source = sources[c]
-        needed = list(dict.fromkeys(b for b, _, cc in located if cc == c))
-        wanted = [(int(source.plan.shard[b]), int(source.plan.block[b])) for b in needed]
-        stream = source.fetcher.iter_blocks(wanted, lookahead=len(needed))
-        try:
-            for b in needed:
-                decoded[(c, b)] = source.plan.keep(b, next(stream))
-        finally:
-            stream.close()
-    return [decoded[(c, b)][r] for b, r, c in located]
-
-
-def _id(record: Any) -> Any:
-    return record.get("id") if isinstance(record, Mapping) else None
+        records = read_records(source.fetcher, source.plan, [located[i][0] for i in at], [located[i][1] for i in at])
+        for i, record in zip(at, records, strict=True):
+            ids[i] = record_id(record)
+    return ids

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from trainvault import TrainVault  # noqa: E402
 from trainvault.errors import ConfigurationError, ResumeStateError, SelectionError, TrainVaultError  # noqa: E402
 from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
-from trainvault.loading.mixture import Mixture, MixtureComponent  # noqa: E402
+from trainvault.mixtures import Mixture, MixtureComponent, load_mixture  # noqa: E402
 
 
 def ids(records: list[dict[str, Any]]) -> list[int]:
@@ -49,7 +49,7 @@ def sdl(uri: str, **kw: Any) -> SplitLoaderFactory:
 
 
 def saved_state(uri: str) -> dict[str, Any]:
-    ld = sdl(uri).load_mixture(MIX)
+    ld = load_mixture(sdl(uri), MIX)
     ld.set_mixture(LATER, at_step=3)
     list(itertools.islice(iter(ld), 5))
     return ld.state_dict()
@@ -59,7 +59,7 @@ def tampered(edit: Callable[[dict[str, Any]], None]) -> Callable[[str, str], tup
     def case(uri: str, other: str) -> tuple[Any, Any]:
         state = copy.deepcopy(saved_state(uri))
         edit(state)
-        return sdl(uri).load_mixture(MIX), state
+        return load_mixture(sdl(uri), MIX), state
 
     return case
 
@@ -73,26 +73,26 @@ def resume(make: Callable[[str, str], tuple[Any, Any]]) -> Callable[[str, str], 
 
 
 def _iterated(uri: str, other: str) -> tuple[Any, Any]:
-    ld = sdl(uri).load_mixture(MIX)
+    ld = load_mixture(sdl(uri), MIX)
     next(iter(ld))
     return ld, saved_state(uri)
 
 
 def _revised_first(uri: str, other: str) -> tuple[Any, Any]:
-    ld = sdl(uri).load_mixture(MIX)
+    ld = load_mixture(sdl(uri), MIX)
     ld.set_mixture(Mixture("train", [MixtureComponent("b", 1, "st1")]), at_step=2)
     return ld, saved_state(uri)
 
 
 def _excluding(uri: str, other: str) -> tuple[Any, Any]:
     key = TrainVault().load_manifest(uri).splits["train"].shards[0].key
-    return sdl(uri, exclude={key: [0, 1]}).load_mixture(MIX), saved_state(uri)
+    return load_mixture(sdl(uri, exclude={key: [0, 1]}), MIX), saved_state(uri)
 
 
 def _split_state(uri: str, other: str) -> tuple[Any, Any]:
     plain = sdl(uri).load("train")
     next(iter(plain))
-    return sdl(uri).load_mixture(MIX), plain.state_dict()
+    return load_mixture(sdl(uri), MIX), plain.state_dict()
 
 
 def _into_split_loader(uri: str, other: str) -> None:
@@ -101,7 +101,7 @@ def _into_split_loader(uri: str, other: str) -> None:
 
 def _revise(at_step: int, mix: Mixture, steps: int = 4) -> Callable[[str, str], None]:
     def run(uri: str, other: str) -> None:
-        ld = sdl(uri).load_mixture(MIX)
+        ld = load_mixture(sdl(uri), MIX)
         list(itertools.islice(iter(ld), steps))
         ld.set_mixture(LATER, at_step=6)
         ld.set_mixture(mix, at_step=at_step)
@@ -111,7 +111,7 @@ def _revise(at_step: int, mix: Mixture, steps: int = 4) -> Callable[[str, str], 
 
 def _finite_then_revise(uri: str, other: str) -> None:
     only = Mixture("train", [MixtureComponent("c", 1, "st2", run_out="drop")])  # 9 records: 3 steps
-    sdl(uri).load_mixture(only).set_mixture(MIX, at_step=4)
+    load_mixture(sdl(uri), only).set_mixture(MIX, at_step=4)
 
 
 def _set_field(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -119,23 +119,33 @@ def _set_field(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 CASES: dict[str, tuple[type[TrainVaultError], str, Callable[[str, str], None]]] = {
-    "another manifest": (ResumeStateError, "manifest", resume(lambda u, o: (sdl(o).load_mixture(MIX), saved_state(u)))),
+    "another manifest": (
+        ResumeStateError,
+        "manifest",
+        resume(lambda u, o: (load_mixture(sdl(o), MIX), saved_state(u))),
+    ),
     "another first mixture": (
         ResumeStateError,
         "mixture history",
-        resume(lambda u, o: (sdl(u).load_mixture(Mixture("train", [MixtureComponent("a", 1, "st0")])), saved_state(u))),
+        resume(
+            lambda u, o: (load_mixture(sdl(u), Mixture("train", [MixtureComponent("a", 1, "st0")])), saved_state(u))
+        ),
     ),
     "a revision the state lacks": (ResumeStateError, "mixture history", resume(_revised_first)),
-    "another seed": (ResumeStateError, "seed", resume(lambda u, o: (sdl(u, seed=6).load_mixture(MIX), saved_state(u)))),
+    "another seed": (
+        ResumeStateError,
+        "seed",
+        resume(lambda u, o: (load_mixture(sdl(u, seed=6), MIX), saved_state(u))),
+    ),
     "shuffle off": (
         ResumeStateError,
         "shuffle",
-        resume(lambda u, o: (sdl(u, shuffle=False).load_mixture(MIX), saved_state(u))),
+        resume(lambda u, o: (load_mixture(sdl(u, shuffle=False), MIX), saved_state(u))),
     ),
     "another window": (
         ResumeStateError,
         "shuffle_window_blocks",
-        resume(lambda u, o: (sdl(u, shuffle_window_blocks=3).load_mixture(MIX), saved_state(u))),
+        resume(lambda u, o: (load_mixture(sdl(u, shuffle_window_blocks=3), MIX), saved_state(u))),
     ),
     "changed exclusions": (ResumeStateError, "component 'a'", resume(_excluding)),
     "iter() before load_state_dict": (ResumeStateError, "fresh loader", resume(_iterated)),
@@ -159,7 +169,7 @@ CASES: dict[str, tuple[type[TrainVaultError], str, Callable[[str, str], None]]] 
         "components",
         resume(tampered(lambda s: s["components"].pop("c"))),
     ),
-    "not a state": (ResumeStateError, "mixture state", resume(lambda u, o: (sdl(u).load_mixture(MIX), [1, 2]))),
+    "not a state": (ResumeStateError, "mixture state", resume(lambda u, o: (load_mixture(sdl(u), MIX), [1, 2]))),
     # A later revision of a damaged state that redefines a component, or names a stage the split lacks.
     "a later revision that moves a component's stage": (
         ResumeStateError,
@@ -208,11 +218,11 @@ def test_mixture_refuses(uris: tuple[str, str], name: str) -> None:
 
 
 def test_a_refused_resume_leaves_the_loader_as_it_was(uris: tuple[str, str]) -> None:
-    fresh = sdl(uris[0]).load_mixture(MIX)
+    fresh = load_mixture(sdl(uris[0]), MIX)
     expect = list(itertools.islice(iter(fresh), 6))
-    ld = sdl(uris[0]).load_mixture(MIX)
+    ld = load_mixture(sdl(uris[0]), MIX)
     with pytest.raises(ResumeStateError):
-        ld.load_state_dict(sdl(uris[1]).load_mixture(MIX).state_dict())
+        ld.load_state_dict(load_mixture(sdl(uris[1]), MIX).state_dict())
     assert list(itertools.islice(iter(ld), 6)) == expect
 
 

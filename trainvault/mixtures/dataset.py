@@ -21,10 +21,10 @@ import numpy as np
 import torch.utils.data
 
 from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
-from trainvault.loading.mixture_schedule import Timeline
-from trainvault.loading.mixture_source import ComponentSource, WindowKey, groups
 from trainvault.loading.order import RankSchedule, Redeal, worker_batches
 from trainvault.loading.plan import LoaderPlan
+from trainvault.mixtures.schedule import Timeline
+from trainvault.mixtures.source import ComponentSource, WindowKey, groups
 
 #: What a mixture worker yields: (step, epoch, position after the batch, collated batch).
 MixtureItem = tuple[int, int, int, Any]

@@ -14,8 +14,8 @@ from pydantic import Field
 
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ConfigurationError, ManifestError, ResumeStateError
-from trainvault.loading.mixture import Mixture
 from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal
+from trainvault.mixtures.spec import Mixture
 
 
 class ComponentIdentity(StrictModel):

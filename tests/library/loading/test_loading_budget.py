@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainvault.approval import Boundary, PositionBudget
 from trainvault.errors import BudgetError, ResumeStateError
+from trainvault.loading import Boundary, PositionBudget
 
 
 def budget() -> PositionBudget:

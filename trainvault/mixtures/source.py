@@ -7,6 +7,8 @@ replacement the draw is the record at that position. With replacement it is a re
 drawn uniformly (keyed hash of pass and draw) from the window holding that position: a
 record may come 0, 1 or more times a pass, and reads keep the window locality a
 uniform draw over the whole component would lose (one block read per record).
+`component_source` resolves a `MixtureComponent` through a loader factory's `select_blocks`,
+the same path a plain loader's selection takes.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from trainvault.errors import ConfigurationError, SelectionError
+from trainvault.loading.factory import SplitLoaderFactory
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.order import BlockPlan, EpochOrder, derive_key
+from trainvault.mixtures.spec import MixtureComponent
+from trainvault.mixtures.state import ComponentIdentity
 from trainvault.publication.manifest import ShardEntry
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -140,3 +146,34 @@ class ComponentSource:
         ends = np.cumsum(counts)
         which = np.searchsorted(ends, members, side="right")
         return blocks[which], members - (ends[which] - counts[which])
+
+
+def component_source(
+    factory: SplitLoaderFactory, split: str, comp: MixtureComponent
+) -> tuple[ComponentSource, ComponentIdentity]:
+    """The source of mixture component `comp` within `split`, read through `factory`, and
+    the identity its resume state binds (`SelectionError` for an unknown stage or one that
+    holds no records)."""
+    p = factory.plan
+    if p.view is not None:
+        raise ConfigurationError("a mixture batches stored records; a record view (materializer) is not supported")
+    chosen = factory.select_blocks(split, comp.stage)
+    if chosen.blocks.total_records == 0:
+        raise SelectionError(
+            f"mixture component {comp.name!r} ({chosen.selection.describe()}) holds no records to draw"
+        )
+    source = ComponentSource(
+        name=comp.name,
+        replacement=comp.replacement,
+        fetcher=chosen.fetcher,
+        plan=chosen.blocks,
+        key=chosen.order_key,
+        shuffle=p.shuffle,
+        window_blocks=p.shuffle_window_blocks,
+    )
+    identity = ComponentIdentity(
+        selection_sha256=chosen.selection.sha256,
+        exclude_sha256=chosen.exclude_sha256,
+        records=chosen.blocks.total_records,
+    )
+    return source, identity
