@@ -42,7 +42,7 @@ from trainvault.contamination.report import REPORT_NAME
 from trainvault.publication.bound import publish_document
 from trainvault.refs import ObjectRef
 from trainvault.storage import StorageSource, storage_of
-from trainvault.uris import parent_uri
+from trainvault.uris import normalize_uri, parent_uri
 
 if TYPE_CHECKING:
     from trainvault.contamination import BenchmarkItems, ContaminationReport, EvalIndex
@@ -103,6 +103,7 @@ def build_approval_chain(
     contamination report of scanning the data against them. With `scanner_key`, the scan
     manifest and report are written as attestations signed by it."""
     store = storage_of(storage)
+    manifest_uri = normalize_uri(manifest_uri)
     folder = parent_uri(manifest_uri)
     manifest_sha256 = sha256_hex(store.get(manifest_uri))
     scan = build_training_scan_manifest(store, manifest_uri, manifest_sha256=manifest_sha256)
