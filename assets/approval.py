@@ -62,11 +62,11 @@ def approval_request(
 ):
     """The approval request: the six artifacts of the chain (`trainvault.approval.ApprovalChain`), the
     profile's sidecars and the exclusions (if any), as this run's stages handed them off."""
-    from trainvault.approval import ApprovalChain, ArtifactRef
+    from trainvault.approval import ApprovalChain
     from trainvault.contamination import EXCLUSIONS_SIDECAR
 
-    def ref(h) -> ArtifactRef:
-        return ArtifactRef(uri=h.uri, sha256=h.sha256)
+    def ref(h) -> ObjectRef:
+        return ObjectRef(uri=h.uri, sha256=h.sha256)
 
     sidecars = dict(dataset_profile.also) if dataset_profile.ref == data_manifest.ref else {}
     if contamination_exclusions is not None:

@@ -74,13 +74,7 @@ def attested_report(vault, ref) -> ContaminationReport:
 
 
 def index_of(vault, release: Handoff):
-    return load_index(
-        vault,
-        release_uri=release.ref.uri,
-        contract_uri=release.also["contract"].uri,
-        release_sha256=release.ref.sha256,
-        contract_sha256=release.also["contract"].sha256,
-    )
+    return load_index(vault, release.ref, release.also["contract"])
 
 
 def shard_entry(manifest, partition: str):

@@ -12,7 +12,6 @@ from assets._common import BUILD, asset_args, ins, key, object_metadata, table
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault.canonical import sha256_hex
 from trainvault.errors import TrainVaultError
 
 DESCRIPTION = (
@@ -70,9 +69,8 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
         for cur in spec.curricula:
             shards = [e for stage in cur.stages for e in entries.get((cur.split, stage), [])]
             saver.register_curriculum(cur.split, cur.name, shards, curriculum_metadata={"stages": list(cur.stages)})
-        manifest = saver.commit_manifest()
-        # Canonical JSON: the bytes committed (create-only: the same bytes if it was there).
-        sha256 = sha256_hex(manifest.to_json_bytes())
+        committed = saver.commit_manifest()
+        manifest, sha256 = committed.document, committed.sha256
         return dg.Output(
             Handoff.of(pub, "data_manifest", pub.manifest_uri, sha256),
             metadata={

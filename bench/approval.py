@@ -101,13 +101,7 @@ def survey_cost(vault: TrainVault, request: ApprovalRequest, repeats: int) -> No
     from trainvault.contamination import TextFieldSurvey, load_index, scan_shard
 
     manifest = vault.load_manifest(request.data_manifest.uri)
-    index = load_index(
-        vault,
-        release_uri=request.evaluation_release.uri,
-        contract_uri=request.verifier_contract.uri,
-        release_sha256=request.evaluation_release.sha256,
-        contract_sha256=request.verifier_contract.sha256,
-    )
+    index = load_index(vault, request.evaluation_release, request.verifier_contract)
     entries = [e for split in manifest.splits.values() for e in split.shards]
     times: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(repeats):

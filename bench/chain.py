@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from trainvault import TrainVault
-from trainvault.approval import ApprovalRequest, ArtifactRef, SigningKey, build_approval_chain
+from trainvault import ObjectRef, TrainVault
+from trainvault.approval import ApprovalRequest, SigningKey, build_approval_chain
 from trainvault.contamination import jsonl_benchmark
 
 #: Benchmark items whose words never occur in the synthetic corpus: the report passes.
@@ -39,7 +39,7 @@ def approval_request(
     root: str,
     manifest_uri: str,
     *,
-    sidecars: dict[str, ArtifactRef] | None = None,
+    sidecars: dict[str, ObjectRef] | None = None,
     scanner_key: SigningKey | None = None,
 ) -> ApprovalRequest:
     """Write every artifact of the chain under `root` (`trainvault.approval.build_approval_chain`)

@@ -90,7 +90,7 @@ def library_only(spec, keys: Path) -> float:
     from trainvault.approval import (
         ApprovalChain,
         ApprovalPolicy,
-        ArtifactRef,
+        ObjectRef,
         build_training_scan_manifest,
         load_signing_key,
         write_approval,
@@ -155,13 +155,7 @@ def library_only(spec, keys: Path) -> float:
     release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
     contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
     bcontract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
-    index = load_index(
-        vault,
-        release_uri=release.uri,
-        contract_uri=bcontract.uri,
-        release_sha256=release.sha256,
-        contract_sha256=bcontract.sha256,
-    )
+    index = load_index(vault, release, bcontract)
     manifest = Publication.load(vault.storage, pub.manifest_uri, sha256=msha).manifest
     results = []
     for split, stage, shard_id in spec.shards():  # one contamination_scan partition each, published
@@ -183,14 +177,14 @@ def library_only(spec, keys: Path) -> float:
     )
     breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
     chain = ApprovalChain(  # written step by step above, as the code location's assets write it
-        data_manifest=ArtifactRef(uri=pub.manifest_uri, sha256=msha),
-        training_scan_manifest=ArtifactRef(uri=scan.uri, sha256=scan.sha256),
-        evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256),
-        verifier_contract=ArtifactRef(uri=bcontract.uri, sha256=bcontract.sha256),
-        producer_pins=ArtifactRef(uri=bpins.uri, sha256=bpins.sha256),
-        contamination_report=ArtifactRef(uri=breport.uri, sha256=breport.sha256),
+        data_manifest=ObjectRef(uri=pub.manifest_uri, sha256=msha),
+        training_scan_manifest=ObjectRef(uri=scan.uri, sha256=scan.sha256),
+        evaluation_release=ObjectRef(uri=release.uri, sha256=release.sha256),
+        verifier_contract=ObjectRef(uri=bcontract.uri, sha256=bcontract.sha256),
+        producer_pins=ObjectRef(uri=bpins.uri, sha256=bpins.sha256),
+        contamination_report=ObjectRef(uri=breport.uri, sha256=breport.sha256),
     )
-    request = chain.request(sidecars={k: ArtifactRef(**v) for k, v in sidecars.items()})
+    request = chain.request(sidecars={k: ObjectRef(**v) for k, v in sidecars.items()})
     approved = vault.approve_dataset(
         request,
         policy=ApprovalPolicy(evaluation_release_sha256=release.sha256, verifier_contract_sha256=bcontract.sha256),

@@ -82,7 +82,7 @@ def trainvault_writer(data_format: str) -> Callable[..., str]:
         saver = TrainVault().dataset_saver(str(out / "data-manifest-v1.json"), data_format=data_format)
         for n, (a, b) in enumerate(shards):
             saver.save("train", None, records[a:b], shard_id=f"{n:05d}")
-        manifest = saver.commit_manifest()
+        manifest = saver.commit_manifest().document
         return manifest.splits["train"].shards[0].sha256
 
     return write

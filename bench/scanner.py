@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     per_shard = max(1, int(args.shard_mb * (1 << 20) / (text_bytes / len(records))))
     for n, start in enumerate(range(0, len(records), per_shard)):
         saver.save("train", None, records[start : start + per_shard], shard_id=f"shard-{n:05d}")
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     shards = manifest.splits["train"].shards
     release = publish_release(vault.storage, str(DATA / "release"), "humaneval-1.0.3", [bench])
     naive_records = records[: args.naive_records]

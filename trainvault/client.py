@@ -11,13 +11,22 @@ from trainvault.formats import DEFAULT_BLOCK_BYTES
 from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import Storage, StorageConfig
 from trainvault.uris import normalize_uri
 
 if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
-    from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, HashProgress
+    from trainvault.approval import (
+        ApprovalPolicy,
+        ApprovalRequest,
+        ApprovedDataset,
+        HashProgress,
+        ProducerPins,
+        SigningKey,
+    )
     from trainvault.components import Binding, Frame
+    from trainvault.contamination import BenchmarkItems, VerifierContract
     from trainvault.loading import Observability, SplitLoaderFactory
     from trainvault.representations import Projection, RepresentationExample, RepresentationWriter, Teacher
 
@@ -130,6 +139,50 @@ class TrainVault:
         return SplitLoaderFactory(self.storage, manifest_uri, plan)
 
     # -- approval ---------------------------------------------------------------
+
+    def approve(
+        self,
+        manifest_uri: str,
+        *,
+        benchmarks: Iterable[BenchmarkItems],
+        signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | None = None,
+        policy: ApprovalPolicy | None = None,
+        contract: VerifierContract | None = None,
+        pins: ProducerPins | None = None,
+        scanner_key: SigningKey | None = None,
+        sidecars: Mapping[str, ObjectRef | Referenced] | None = None,
+        release_id: str | None = None,
+        release_root: str | None = None,
+        contract_uri: str | None = None,
+        record_uri: str | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        progress: Callable[[HashProgress], None] | None = None,
+    ) -> ObjectRef:
+        """Approve the committed publication at `manifest_uri` in one call: write its chain (scan
+        manifest, producer pins, evaluation release of `benchmarks`, verifier contract, report;
+        create-only, beside the manifest unless told where), run the gate under `policy`, sign
+        the record with `signing_keys` (None: ``$TRAINVAULT_SIGNING_KEY``) and return its
+        reference (pin its sha256). Raises `ApprovalError` saying what failed. Each step on its
+        own: `trainvault.approval.build_approval_chain`, `approve_dataset`, `write_approval`."""
+        from trainvault.approval.approve import approve
+
+        return approve(
+            self,
+            manifest_uri,
+            benchmarks=benchmarks,
+            signing_keys=signing_keys,
+            policy=policy,
+            contract=contract,
+            pins=pins,
+            scanner_key=scanner_key,
+            sidecars=sidecars,
+            release_id=release_id,
+            release_root=release_root,
+            contract_uri=contract_uri,
+            record_uri=record_uri,
+            provenance=provenance,
+            progress=progress,
+        )
 
     def approve_dataset(
         self,

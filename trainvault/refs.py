@@ -41,13 +41,6 @@ class ObjectRef(StrictModel):
         return out
 
 
-class ArtifactRef(ObjectRef):
-    """An `ObjectRef` as an approval request binds it: (uri, sha256), no size (approval-request-v1
-    has none, and the gate hashes every byte anyway)."""
-
-    size: None = None
-
-
 @dataclass(frozen=True)
 class Referenced:
     """Base of a result that holds an `ObjectRef` with more beside it (a written flag, signers):

@@ -321,7 +321,9 @@ def test_readme_and_docs_blocks_run_as_written_in_order(
     demo = next(v for k, v in shell.items() if k.startswith("make demo "))
     assert "steps done; running " in demo and "\nnext:\n  make ui " in demo
     assert "\n  .venv/bin/trainvault trace file://" in demo.split("\nnext:\n")[1]
-    approve = next(v for k, v in shell.items() if k.startswith(".venv/bin/trainvault approve request.json"))
+    approve = next(
+        v for k, v in shell.items() if k.startswith(".venv/bin/trainvault approve readme-example/request.json")
+    )
     assert "approval " in approve and "approval-cli.dsse.json" in approve
     trace = next(v for k, v in shell.items() if k.startswith("approval=$(ls -t .demo/store/demo_curriculum"))
     trace_lines = [line for line in trace.splitlines() if not line.startswith("trainvault: ")]  # stderr's progress
@@ -348,3 +350,51 @@ def test_the_docs_name_one_set_of_s3_variables() -> None:
         assert not re.search(
             r"TRAINVAULT_S3_ENDPOINT|AWS_ENDPOINT_URL|AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY", page.read_text()
         ), page
+
+
+def repl_errors(code: str) -> list[str]:
+    """What a Python REPL says when `code` is pasted into it line by line (nothing is run): a
+    compound statement ends at a blank line there, so a statement right after one fails."""
+    import codeop
+
+    errors, buffer = [], []
+    for n, line in enumerate([*code.splitlines(), ""], start=1):
+        buffer.append(line)
+        try:
+            done = codeop.compile_command("\n".join(buffer), symbol="single")
+        except SyntaxError as exc:
+            errors.append(f"line {n}: {exc.msg}")
+            buffer = []
+            continue
+        if done is not None or (not line.strip() and len(buffer) == 1):
+            buffer = []
+    return errors
+
+
+@pytest.mark.parametrize("block", [b for b in readme_blocks() if b.lang == "python"], ids=lambda b: b.where())
+def test_readme_python_pastes_into_a_repl(block: Block) -> None:
+    assert repl_errors(block.code) == []
+
+
+def test_repl_paste_check_finds_a_statement_after_an_unended_block() -> None:
+    assert repl_errors("if True:\n    x = 1\ny = 2\n") and not repl_errors("if True:\n    x = 1\n\ny = 2\n")
+
+
+def test_readmes_approval_is_one_short_block() -> None:
+    text = README.read_text()
+    section = text[text.index("### 2. Check and approve") : text.index("### 3. Train")]
+    (block,) = [b for b in readme_blocks(section) if b.lang == "python"]
+    lines = block.code.splitlines()
+    imports = [line for line in lines if line.startswith(("import ", "from "))]
+    assert len(lines) <= 15 and len(imports) <= 3, (len(lines), imports)
+
+
+def test_the_tour_leaves_its_keys_and_files_in_an_ignored_folder() -> None:
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "readme-example/" in ignored
+    written = []
+    for b in all_blocks():
+        if b.lang == "python":
+            written += re.findall(r"write_keypair\(\"([^\"]+)\"", b.code)
+            written += re.findall(r"Path\(\"([^\"]+)\"\)\.write_", b.code)
+    assert written and all(p.startswith("readme-example/") for p in written), written

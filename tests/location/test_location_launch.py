@@ -14,7 +14,7 @@ dg = pytest.importorskip("dagster")
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
-from trainvault import TrainVault  # noqa: E402
+from trainvault import ObjectRef, TrainVault  # noqa: E402
 from trainvault.approval import read_attested, write_attestation, write_keypair  # noqa: E402
 from trainvault.canonical import sha256_hex  # noqa: E402
 from trainvault.contamination import ContaminationReport, load_index, scan_dataset  # noqa: E402
@@ -130,10 +130,8 @@ def test_the_fanned_out_scan_reduces_to_the_serial_scans_report_bytes(spec, unse
     manifest, scan, pins = (made(unselected, n) for n in ("data_manifest", "training_scan", "producer_pins"))
     index = load_index(
         vault,
-        release_uri=release["uri"],
-        contract_uri=release["contract_uri"],
-        release_sha256=release["sha256"],
-        contract_sha256=release["contract_sha256"],
+        ObjectRef(uri=release["uri"], sha256=release["sha256"]),
+        ObjectRef(uri=release["contract_uri"], sha256=release["contract_sha256"]),
     )
     serial = scan_dataset(
         vault,

@@ -8,10 +8,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainvault import TrainVault
+from trainvault import ObjectRef, TrainVault
 from trainvault.approval import (
     ApprovalRequest,
-    ArtifactRef,
     ProducerPins,
     SigningKey,
     build_approval_chain,
@@ -93,7 +92,7 @@ class Chain:
     vault: TrainVault
     root: str
     records: dict[str, list[dict[str, Any]]]
-    refs: dict[str, ArtifactRef]
+    refs: dict[str, ObjectRef]
     index: Any
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -101,23 +100,23 @@ class Chain:
     def manifest_uri(self) -> str:
         return self.refs["data_manifest"].uri
 
-    def request(self, **overrides: ArtifactRef | dict[str, ArtifactRef]) -> ApprovalRequest:
+    def request(self, **overrides: ObjectRef | dict[str, ObjectRef]) -> ApprovalRequest:
         return ApprovalRequest(**{**self.refs, **overrides})
 
-    def publish(self, name: str, document: Any) -> ArtifactRef:
+    def publish(self, name: str, document: Any) -> ObjectRef:
         bound = publish_document(self.vault.storage, f"{self.root}/extra/{name}", document)
-        return ArtifactRef(uri=bound.uri, sha256=bound.sha256)
+        return ObjectRef(uri=bound.uri, sha256=bound.sha256)
 
-    def put_raw(self, name: str, data: bytes) -> ArtifactRef:
+    def put_raw(self, name: str, data: bytes) -> ObjectRef:
         from trainvault.canonical import sha256_hex
 
         uri = f"{self.root}/extra/{name}"
         self.vault.storage.put_create(uri, data)
-        return ArtifactRef(uri=uri, sha256=sha256_hex(data))
+        return ObjectRef(uri=uri, sha256=sha256_hex(data))
 
     def rescan(
         self, name: str, *, index: Any = None, pins_sha256: str | None = None, scan_sha256: str | None = None
-    ) -> tuple[Any, ArtifactRef]:
+    ) -> tuple[Any, ObjectRef]:
         """A report over this chain's data with other inputs, published under extra/."""
         report = scan_dataset(
             self.vault,
@@ -129,16 +128,16 @@ class Chain:
         )
         return report, self.publish(name, report)
 
-    def publish_pins(self, name: str, pins: ProducerPins) -> ArtifactRef:
+    def publish_pins(self, name: str, pins: ProducerPins) -> ObjectRef:
         return self.publish(name, pins)
 
-    def attest(self, name: str, document: Any, key: SigningKey) -> ArtifactRef:
+    def attest(self, name: str, document: Any, key: SigningKey) -> ObjectRef:
         """`document` (a report or scan manifest) signed by `key`, published under extra/."""
         bound = write_attestation(self.vault, f"{self.root}/extra/{name}", document, signing_keys=key)
-        return ArtifactRef(uri=bound.uri, sha256=bound.sha256)
+        return ObjectRef(uri=bound.uri, sha256=bound.sha256)
 
     def with_exclusions(
-        self, exclusions: Exclusions, name: str = "exclusions.json", **overrides: ArtifactRef
+        self, exclusions: Exclusions, name: str = "exclusions.json", **overrides: ObjectRef
     ) -> ApprovalRequest:
         """This chain's request (with `overrides`) binding `exclusions` as its exclusions sidecar."""
         return self.request(**overrides, sidecars={EXCLUSIONS_SIDECAR: self.publish(name, exclusions)})

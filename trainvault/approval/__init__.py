@@ -56,7 +56,6 @@ from trainvault.approval.scan_manifest import (
     build_training_scan_manifest,
     write_training_scan_manifest,
 )
-from trainvault.refs import ArtifactRef
 
 __all__ = [
     "APPROVAL_NAME",
@@ -72,7 +71,6 @@ __all__ = [
     "ApprovalRecordRef",
     "ApprovalRequest",
     "ApprovedDataset",
-    "ArtifactRef",
     "AttestationSummary",
     "Attested",
     "CustodyStore",

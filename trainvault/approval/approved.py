@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStore, issue_custody
-from trainvault.refs import ArtifactRef, Referenced
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from trainvault.contamination.report import ContaminationReport
     from trainvault.loading.metrics import Observability
     from trainvault.publication.manifest import DataManifest
-    from trainvault.refs import ArtifactRef
+    from trainvault.refs import ObjectRef
 
 _ISSUE = object()
 
@@ -41,7 +41,7 @@ class ApprovedDataset:
     """A dataset that passed the approval gate; build its loaders with `loader_factory`."""
 
     __slots__ = ("_bindings", "_config", "_record", "_result")
-    _bindings: Mapping[str, ArtifactRef]
+    _bindings: Mapping[str, ObjectRef]
     _config: StorageConfig
     _record: ApprovalRecordRef | None
     _result: GateResult
@@ -102,7 +102,7 @@ class ApprovedDataset:
         return len(self._result.publication.raw)
 
     @property
-    def bindings(self) -> Mapping[str, ArtifactRef]:
+    def bindings(self) -> Mapping[str, ObjectRef]:
         """Every binding the gate checked, by name: a read-only mapping of frozen references."""
         return self._bindings
 

@@ -39,7 +39,7 @@ from trainvault.documents import Document
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
 from trainvault.publication.pack import DescriptorBytes, PackedDescriptors, descriptor_bytes
 from trainvault.publication.pinned import Publication
-from trainvault.refs import ArtifactRef
+from trainvault.refs import ObjectRef
 from trainvault.storage import Storage
 from trainvault.uris import normalize_uri
 
@@ -97,7 +97,7 @@ class BoundChain:
     exclusions: Exclusions | None
 
 
-def hash_bound(storage: Storage, refs: Mapping[str, ArtifactRef], threads: int) -> dict[str, HashedObject]:
+def hash_bound(storage: Storage, refs: Mapping[str, ObjectRef], threads: int) -> dict[str, HashedObject]:
     """Every bound artifact hashed (bytes kept, by name), each matching the digest the request binds."""
     uris = {name: normalize_uri(ref.uri) for name, ref in refs.items()}
     hashed = hash_objects(storage, list(uris.values()), keep=set(uris.values()), threads=threads)
@@ -112,7 +112,7 @@ def hash_bound(storage: Storage, refs: Mapping[str, ArtifactRef], threads: int) 
 
 
 def judge_chain(
-    storage: Storage, refs: Mapping[str, ArtifactRef], docs: Mapping[str, HashedObject], policy: ApprovalPolicy
+    storage: Storage, refs: Mapping[str, ObjectRef], docs: Mapping[str, HashedObject], policy: ApprovalPolicy
 ) -> BoundChain:
     """Parse the bound documents and check scan, contract, report and pins against each other."""
     manifest_doc = docs["data_manifest"]

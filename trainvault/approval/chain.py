@@ -40,9 +40,9 @@ from trainvault.contamination import (
 )
 from trainvault.contamination.report import REPORT_NAME
 from trainvault.publication.bound import publish_document
-from trainvault.refs import ArtifactRef
+from trainvault.refs import ObjectRef
 from trainvault.storage import StorageSource, storage_of
-from trainvault.uris import parent_uri
+from trainvault.uris import normalize_uri, parent_uri
 
 if TYPE_CHECKING:
     from trainvault.contamination import BenchmarkItems, ContaminationReport, EvalIndex
@@ -53,20 +53,20 @@ class ApprovalChain:
     """The six artifacts an approval binds, each by (uri, sha256); with `report` and `index`
     when `build_approval_chain` made them (None when a caller handed the references in)."""
 
-    data_manifest: ArtifactRef
-    training_scan_manifest: ArtifactRef
-    evaluation_release: ArtifactRef
-    verifier_contract: ArtifactRef
-    producer_pins: ArtifactRef
-    contamination_report: ArtifactRef
+    data_manifest: ObjectRef
+    training_scan_manifest: ObjectRef
+    evaluation_release: ObjectRef
+    verifier_contract: ObjectRef
+    producer_pins: ObjectRef
+    contamination_report: ObjectRef
     report: ContaminationReport | None = field(default=None, compare=False)
     index: EvalIndex | None = field(default=None, compare=False, repr=False)
 
-    def refs(self) -> dict[str, ArtifactRef]:
+    def refs(self) -> dict[str, ObjectRef]:
         """The bindings by their `ApprovalRequest` field names, in the order the gate reads them."""
         return {name: getattr(self, name) for name in BINDINGS}
 
-    def request(self, sidecars: Mapping[str, ArtifactRef] | None = None, **overrides: ArtifactRef) -> ApprovalRequest:
+    def request(self, sidecars: Mapping[str, ObjectRef] | None = None, **overrides: ObjectRef) -> ApprovalRequest:
         """The approval request binding this chain (any binding replaced by `overrides`) and `sidecars`."""
         unknown = sorted(set(overrides) - set(BINDINGS))
         if unknown:
@@ -103,6 +103,7 @@ def build_approval_chain(
     contamination report of scanning the data against them. With `scanner_key`, the scan
     manifest and report are written as attestations signed by it."""
     store = storage_of(storage)
+    manifest_uri = normalize_uri(manifest_uri)
     folder = parent_uri(manifest_uri)
     manifest_sha256 = sha256_hex(store.get(manifest_uri))
     scan = build_training_scan_manifest(store, manifest_uri, manifest_sha256=manifest_sha256)
@@ -113,13 +114,7 @@ def build_approval_chain(
     pins_b = write_producer_pins(store, f"{folder}/{PINS_NAME}", pins or collect_producer_pins())
     release = publish_release(store, release_root, release_id, benchmarks)
     contract_b = publish_document(store, contract_uri, contract or VerifierContract())
-    index = load_index(
-        store,
-        release_uri=release.uri,
-        contract_uri=contract_b.uri,
-        release_sha256=release.sha256,
-        contract_sha256=contract_b.sha256,
-    )
+    index = load_index(store, release, contract_b)
     report = scan_dataset(
         store,
         manifest_uri,
@@ -134,12 +129,12 @@ def build_approval_chain(
     else:
         report_b = write_attestation(store, f"{folder}/{REPORT_ATTESTATION_NAME}", report, signing_keys=scanner_key)
     return ApprovalChain(
-        data_manifest=ArtifactRef(uri=manifest_uri, sha256=manifest_sha256),
-        training_scan_manifest=ArtifactRef(uri=scan_b.uri, sha256=scan_b.sha256),
-        evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256),
-        verifier_contract=ArtifactRef(uri=contract_b.uri, sha256=contract_b.sha256),
-        producer_pins=ArtifactRef(uri=pins_b.uri, sha256=pins_b.sha256),
-        contamination_report=ArtifactRef(uri=report_b.uri, sha256=report_b.sha256),
+        data_manifest=ObjectRef(uri=manifest_uri, sha256=manifest_sha256),
+        training_scan_manifest=ObjectRef(uri=scan_b.uri, sha256=scan_b.sha256),
+        evaluation_release=ObjectRef(uri=release.uri, sha256=release.sha256),
+        verifier_contract=ObjectRef(uri=contract_b.uri, sha256=contract_b.sha256),
+        producer_pins=ObjectRef(uri=pins_b.uri, sha256=pins_b.sha256),
+        contamination_report=ObjectRef(uri=report_b.uri, sha256=report_b.sha256),
         report=report,
         index=index,
     )

@@ -21,7 +21,7 @@ from trainvault.contamination.report import ContaminationReport
 from trainvault.contamination.text_fields import TextFieldSurvey, exempt
 from trainvault.errors import ApprovalError, ManifestError, UnscannedFieldError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor
-from trainvault.refs import ArtifactRef
+from trainvault.refs import ObjectRef
 from trainvault.uris import parent_uri, uri_resolver
 
 
@@ -36,7 +36,7 @@ def _ratio_le(a: list[int], b: list[int]) -> bool:
 
 def check_scan(
     scan: TrainingScanManifest,
-    manifest_ref: ArtifactRef,
+    manifest_ref: ObjectRef,
     manifest_uri: str,
     declared: list[DeclaredFile],
     totals: dict[str, int],
@@ -84,9 +84,7 @@ def check_scan(
     return scanned
 
 
-def check_contract(
-    contract: VerifierContract, ref: ArtifactRef, release: LoadedRelease, policy: ApprovalPolicy
-) -> None:
+def check_contract(contract: VerifierContract, ref: ObjectRef, release: LoadedRelease, policy: ApprovalPolicy) -> None:
     # Parsing already refused methods, hashes and normalisations this library does not implement.
     if policy.verifier_contract_sha256 is not None and ref.sha256 != policy.verifier_contract_sha256:
         deny(
@@ -112,7 +110,7 @@ def check_contract(
 
 def check_report(
     report: ContaminationReport,
-    refs: Mapping[str, ArtifactRef],
+    refs: Mapping[str, ObjectRef],
     scan: TrainingScanManifest,
     index: EvalIndex,
     exclusions: Exclusions | None = None,
@@ -233,7 +231,7 @@ def _check_verdict(report: ContaminationReport, contract: VerifierContract, *, e
 def check_exclusions(
     exclusions: Exclusions,
     report: ContaminationReport,
-    refs: Mapping[str, ArtifactRef],
+    refs: Mapping[str, ObjectRef],
     manifest: DataManifest,
     policy: ApprovalPolicy,
 ) -> None:

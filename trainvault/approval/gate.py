@@ -45,7 +45,7 @@ from trainvault.components.verify import LedgerChecks
 from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR
 from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.errors import ApprovalError, ManifestError
-from trainvault.refs import ArtifactRef
+from trainvault.refs import ObjectRef
 from trainvault.storage import Storage, StorageSource, storage_of
 from trainvault.version import __version__
 
@@ -122,7 +122,7 @@ def _gate(
 
 
 def _summary(
-    refs: Mapping[str, ArtifactRef],
+    refs: Mapping[str, ObjectRef],
     chain: BoundChain,
     rescan: RescanSummary,
     policy: ApprovalPolicy,

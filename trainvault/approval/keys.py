@@ -123,10 +123,15 @@ def _is_pem(value: str | bytes) -> bool:
     return (value.lstrip()[:10] if isinstance(value, bytes) else value.lstrip()[:10].encode()) == b"-----BEGIN"
 
 
-def write_keypair(prefix: str | Path, key: SigningKey | None = None) -> tuple[Path, Path, SigningKey]:
-    """Write ``PREFIX.key`` (private, mode 0600) and ``PREFIX.pub``; refuse to overwrite either."""
-    key = key or SigningKey.generate()
+def write_keypair(
+    prefix: str | Path, key: SigningKey | None = None, *, exist_ok: bool = False
+) -> tuple[Path, Path, SigningKey]:
+    """Write ``PREFIX.key`` (private, mode 0600) and ``PREFIX.pub``; refuse to overwrite either.
+    `exist_ok`: a pair already there (the public key that of the private one) is kept and returned."""
     private, public = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    if exist_ok and private.exists() and public.exists():
+        return private, public, _existing_pair(private, public, key)
+    key = key or SigningKey.generate()
     for p in (private, public):
         if p.exists():
             raise ApprovalError(f"{p} already exists; keys are never overwritten: choose another name")
@@ -141,6 +146,16 @@ def write_keypair(prefix: str | Path, key: SigningKey | None = None) -> tuple[Pa
             f"cannot write key {exc.filename}: {exc.strerror}; choose a prefix in a folder that exists and is writable"
         ) from None
     return private, public, key
+
+
+def _existing_pair(private: Path, public: Path, key: SigningKey | None) -> SigningKey:
+    found = load_signing_key(private)
+    if load_verifying_key(public).keyid != found.keyid or (key is not None and key.keyid != found.keyid):
+        raise ApprovalError(
+            f"{private} and {public} are not one key pair (or not the key given); keys are never overwritten: "
+            "choose another name"
+        )
+    return found
 
 
 def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIGNING_KEY_ENV) -> SigningKey:

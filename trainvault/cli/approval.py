@@ -123,7 +123,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, exclusions_from_report
     from trainvault.contamination.report import ContaminationReport
     from trainvault.publication.bound import publish_document
-    from trainvault.refs import ArtifactRef
+    from trainvault.refs import ObjectRef
 
     if bool(args.request) != bool(args.request_out):
         raise TrainVaultError("--request and --request-out go together: the request to extend and where to write it")
@@ -145,7 +145,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     print(f"exclusions {written.uri}")
     print(f"sha256     {written.sha256}")
     if request is not None:
-        sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ArtifactRef(uri=written.uri, sha256=written.sha256)}
+        sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ObjectRef(uri=written.uri, sha256=written.sha256)}
         bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
         print(f"request    {bound.uri} (binds the exclusions)")
     return 0

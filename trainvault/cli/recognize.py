@@ -68,7 +68,7 @@ def unverified_statement(raw: bytes, source: str) -> dict[str, Any] | None:
 
 
 def approved_manifest(statement: dict[str, Any]) -> Any:
-    """The data manifest (`ArtifactRef`) an approval statement's request binds, or None."""
+    """The data manifest (`ObjectRef`) an approval statement's request binds, or None."""
     from trainvault.approval.gate import coerce_request
     from trainvault.approval.record import PREDICATE_TYPE
 

@@ -36,7 +36,7 @@ from trainvault.documents import describe_validation_error
 from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
-from trainvault.refs import ArtifactRef, ObjectRef, Referenced
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageSource, storage_of
 from trainvault.uris import join_uri, parent_uri
 
@@ -88,8 +88,8 @@ class Binding(Referenced):
     written: bool
 
     def sidecars(self) -> dict[str, Any]:
-        """``{name: ArtifactRef}`` for `ApprovalRequest.sidecars`."""
-        return {self.name: ArtifactRef(uri=self.uri, sha256=self.sha256)}
+        """``{name: ObjectRef}`` for `ApprovalRequest.sidecars`."""
+        return {self.name: ObjectRef(uri=self.uri, sha256=self.sha256)}
 
 
 Declare = Callable[[Mapping[str, Any]], Iterable[Frame]]

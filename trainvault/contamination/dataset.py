@@ -18,6 +18,7 @@ from trainvault.progress import Progress, terminal_bar
 from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageSource, storage_of
 
 
@@ -41,18 +42,11 @@ def terminal_progress(label: str = "contamination scan", stream: TextIO | None =
     return terminal_bar(label, "shards", stream)
 
 
-def load_index(
-    storage: StorageSource,
-    *,
-    release_uri: str,
-    contract_uri: str,
-    release_sha256: str | None = None,
-    contract_sha256: str | None = None,
-) -> EvalIndex:
-    """Read (and with digests, check) a release and a contract, and build their index."""
-    contract = read_document(storage_of(storage), VerifierContract, contract_uri, sha256=contract_sha256)
-    release = load_release(storage_of(storage), release_uri, sha256=release_sha256)
-    return EvalIndex(contract.document, release, contract_sha256=contract.sha256)
+def load_index(storage: StorageSource, release: ObjectRef | Referenced, contract: ObjectRef | Referenced) -> EvalIndex:
+    """Read a release and a contract, each checked against its reference's SHA-256, and build their index."""
+    contract_doc = read_document(storage_of(storage), VerifierContract, contract.uri, sha256=contract.sha256)
+    loaded = load_release(storage_of(storage), release.uri, sha256=release.sha256)
+    return EvalIndex(contract_doc.document, loaded, contract_sha256=contract_doc.sha256)
 
 
 def scan_dataset(

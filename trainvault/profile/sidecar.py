@@ -99,7 +99,7 @@ class SidecarRef(Referenced):
     written: bool
 
     def artifact(self) -> dict[str, str]:
-        """``{"uri", "sha256"}``: the shape of an approval request's `ArtifactRef`."""
+        """``{"uri", "sha256"}``: the shape of an approval request's `ObjectRef`."""
         return {"uri": self.uri, "sha256": self.sha256}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.formats import DEFAULT_BLOCK_BYTES, EncodedShard, encode_shard, get_format
+from trainvault.publication.bound import Bound
 from trainvault.publication.discovery import Found, discover_shards, read_shard_descriptor, shard_entry
 from trainvault.publication.manifest import (
     Curriculum,
@@ -373,16 +374,18 @@ class DatasetSaver:
             curricula[name] = registered
         return SplitManifest(shards=[f.entry for f in found], curricula=dict(sorted(curricula.items())))
 
-    def commit_manifest(self) -> DataManifest:
-        """Build the manifest, write its descriptor pack and then the manifest, both create-only.
-        Idempotent for the same publication."""
+    def commit_manifest(self) -> Bound[DataManifest]:
+        """Build the manifest, write its descriptor pack and then the manifest, both create-only,
+        and return the manifest with its reference (what an approval binds). Idempotent for the
+        same publication."""
         manifest, ref, pack = self._build()
         self.storage.put_create(ref.uri, pack)  # named by its digest: equal bytes or none
+        data = manifest.to_json_bytes()
         try:
-            self.storage.put_create(self.manifest_uri, manifest.to_json_bytes())
+            self.storage.put_create(self.manifest_uri, data)
         except ConflictError:
             raise ConflictError(
                 f"{self.manifest_uri} already holds a different publication; published manifests are immutable: "
                 "commit to a new manifest URI"
             ) from None
-        return manifest
+        return Bound(ObjectRef(uri=self.manifest_uri, sha256=sha256_hex(data), size=len(data)), manifest)

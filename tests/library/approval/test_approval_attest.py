@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from trainvault import ApprovalError, ManifestError, TrainVault, UntrustedSignerError
+from trainvault import ApprovalError, ManifestError, ObjectRef, TrainVault, UntrustedSignerError
 from trainvault.approval import (
     ApprovalPolicy,
-    ArtifactRef,
     SigningKey,
     TrainingScanManifest,
     approve_dataset,
@@ -272,15 +271,9 @@ def test_a_report_that_calls_uncheckable_items_checkable_is_refused(
         [jsonl_benchmark("tiny", b"".join(json.dumps(it).encode() + b"\n" for it in items))],
     )
     contract = chain.refs["verifier_contract"]
-    index = load_index(
-        chain.vault,
-        release_uri=release.uri,
-        contract_uri=contract.uri,
-        release_sha256=release.sha256,
-        contract_sha256=contract.sha256,
-    )
+    index = load_index(chain.vault, release, contract)
     honest, honest_ref = chain.rescan("honest.json", index=index)
-    bound = {"evaluation_release": ArtifactRef(uri=release.uri, sha256=release.sha256)}
+    bound = {"evaluation_release": ObjectRef(uri=release.uri, sha256=release.sha256)}
     assert [(u.item_id, u.reason) for u in honest.uncheckable_items] == [("tiny-short", "too-short")]
     with pytest.raises(
         ApprovalError,
@@ -329,13 +322,7 @@ def test_a_report_made_under_the_other_method_is_refused(
     contract = chain.refs["verifier_contract"]
     release = chain.refs["evaluation_release"]
     other = chain.publish("other-contract.json", scanned)
-    index = load_index(
-        chain.vault,
-        release_uri=release.uri,
-        contract_uri=other.uri,
-        release_sha256=release.sha256,
-        contract_sha256=other.sha256,
-    )
+    index = load_index(chain.vault, release, other)
     report, ref = chain.rescan("other-method.json", index=index)
     assert report.method.id == scanned.method.id != bound.method.id
     with pytest.raises(ApprovalError, match="judged verifier contract"):

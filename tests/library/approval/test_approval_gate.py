@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from trainvault import ApprovalError, TrainVault
+from trainvault import ApprovalError, ObjectRef, TrainVault
 from trainvault.approval import (
     ApprovalPolicy,
     ApprovedDataset,
-    ArtifactRef,
     HashProgress,
     PackagePin,
     ProducerPins,
@@ -210,12 +209,12 @@ def test_report_for_another_evaluation_release(eval_items: list[dict[str, str]],
         json.dumps({"id": f"x{i}", "text": eval_items[i]["text"] + " zulu"}).encode() + b"\n" for i in range(3)
     )
     release = publish_release(vault.storage, f"{chain.root}/release2", "evals-other", [jsonl_benchmark("other", items)])
-    index = load_index(vault, release_uri=release.uri, contract_uri=chain.refs["verifier_contract"].uri)
+    index = load_index(vault, release, chain.refs["verifier_contract"])
     _, report = chain.rescan("report-other-release.json", index=index)
     denied(vault, chain.request(contamination_report=report), "another evaluation release")
     # Binding that release too passes the chain, but not a trainer who evaluates on the first one.
     rebound = chain.request(
-        contamination_report=report, evaluation_release=ArtifactRef(uri=release.uri, sha256=release.sha256)
+        contamination_report=report, evaluation_release=ObjectRef(uri=release.uri, sha256=release.sha256)
     )
     assert vault.approve_dataset(rebound)
     denied(
@@ -254,7 +253,7 @@ def test_loosened_policy(build_chain: Callable[..., Any], tmp_path: Path) -> Non
     denied(chain.vault, chain.request(contamination_report=ref), "policy differs from the bound verifier contract")
     # A loosened contract and an honest scan under it: refused unless the trainer accepts that policy.
     contract = chain.publish("contract-loose.json", VerifierContract(policy=loose))
-    index = load_index(chain.vault, release_uri=chain.refs["evaluation_release"].uri, contract_uri=contract.uri)
+    index = load_index(chain.vault, chain.refs["evaluation_release"], contract)
     _, report_ref = chain.rescan("report-under-loose.json", index=index)
     request = chain.request(verifier_contract=contract, contamination_report=report_ref)
     denied(chain.vault, request, "looser than the accepted")
@@ -325,7 +324,7 @@ def test_manifest_uri_escaping_the_dataset_root(chain: Any) -> None:
     vault.save_manifest(copy_uri, vault.load_manifest(chain.manifest_uri))
     from trainvault.canonical import sha256_hex
 
-    ref = ArtifactRef(uri=copy_uri, sha256=sha256_hex(vault.storage.get(copy_uri)))
+    ref = ObjectRef(uri=copy_uri, sha256=sha256_hex(vault.storage.get(copy_uri)))
     denied(vault, chain.request(data_manifest=ref), "escapes the root .*copy")
     # A relative URI with '..' is refused the same way.
     raw = json.loads(vault.storage.get(chain.manifest_uri))

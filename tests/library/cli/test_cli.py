@@ -111,7 +111,7 @@ def test_console_script_runs(chain: Any) -> None:
 def test_inspect_names_the_entries_their_descriptors_do_not_back(
     chain: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = Path(chain.manifest_uri)
+    path = Path(chain.manifest_uri.removeprefix("file://"))  # the chain binds the canonical URI
     doc = json.loads(path.read_bytes())
     assert doc["descriptor_pack"]  # checked against the pack's copies: one read, not one per shard
     doc["splits"]["train"]["shards"][0]["record_count"] += 1  # an edited manifest, still valid JSON

@@ -15,8 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainvault import TrainVault
-from trainvault.approval import ArtifactRef
+from trainvault import ObjectRef, TrainVault
 from trainvault.components import Frame, collate_sequences, split_frame
 from trainvault.components.builder import ledger_record
 from trainvault.components.custody import CompiledRecord, CompiledShard, check_record, read_record
@@ -199,7 +198,7 @@ def test_builder_refuses_a_continuation_range_at_its_frame_start(world: dict[str
 # -- refusals ------------------------------------------------------------------------
 
 
-def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any = None) -> ArtifactRef:
+def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any = None) -> ObjectRef:
     """A copy of the good ledger with edits, written under <root>/forged/<name>/; returns its ref."""
     storage, chain, binding = world["vault"].storage, world["chain"], world["binding"]
     from trainvault.canonical import canonical_json, sha256_hex
@@ -220,10 +219,10 @@ def forge(world: dict[str, Any], name: str, edit_top: Any = None, edit_part: Any
         edit_top(top)
     data = canonical_json(top)
     storage.put_create(f"{base}/component-ledger-v1.json", data)
-    return ArtifactRef(uri=f"{base}/component-ledger-v1.json", sha256=sha256_hex(data))
+    return ObjectRef(uri=f"{base}/component-ledger-v1.json", sha256=sha256_hex(data))
 
 
-def approve_with(world: dict[str, Any], ref: ArtifactRef) -> Any:
+def approve_with(world: dict[str, Any], ref: ObjectRef) -> Any:
     chain = world["chain"]
     return world["vault"].approve_dataset(chain.request(sidecars={"train_component_ledger": ref}))
 
@@ -248,7 +247,7 @@ def test_refuses_another_approvals_valid_ledger(
     theirs = vault.build_component_ledger(other.manifest_uri, split="train", declare=packed_records.declare)
     assert vault.approve_dataset(other.request(sidecars=theirs.sidecars())).component_range_materializer("train")
     with pytest.raises(ApprovalError, match="another dataset's ledger"):
-        approve_with(world, ArtifactRef(uri=theirs.uri, sha256=theirs.sha256))
+        approve_with(world, ObjectRef(uri=theirs.uri, sha256=theirs.sha256))
 
 
 def test_refuses_a_part_whose_digest_differs(world: dict[str, Any]) -> None:

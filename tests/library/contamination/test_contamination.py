@@ -174,13 +174,7 @@ def setup(
         [humaneval_benchmark(), jsonl_benchmark("tiny", TINY_JSONL)],
     )
     bound = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
-    index = load_index(
-        vault,
-        release_uri=release.uri,
-        contract_uri=bound.uri,
-        release_sha256=release.sha256,
-        contract_sha256=bound.sha256,
-    )
+    index = load_index(vault, release, bound)
     return {"manifest_uri": f"{root}/ds/data-manifest-v1.json", "index": index, "release": release}
 
 
@@ -412,7 +406,7 @@ def test_scan_fails_closed(tmp_path: Any, corpus: dict[str, Any]) -> None:
     # A record without the scanned field fails the scan, naming the record.
     saver = vault.dataset_saver(str(tmp_path / "bad" / "data-manifest-v1.json"))
     saver.save("train", None, [{"id": "a", "text": "x"}, {"id": "b", "body": "y"}], shard_id="b0")
-    bad = saver.commit_manifest()
+    bad = saver.commit_manifest().document
     with pytest.raises(ContaminationError, match="record 1 has no string field 'text'"):
         scan_shard(vault.storage, bad.data_format, bad.splits["train"].shards[0], env["index"])
     # A shard changed after publication is refused before any of it is trusted.

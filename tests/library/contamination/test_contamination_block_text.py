@@ -63,7 +63,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Any:
     release = publish_release(vault.storage, f"{root}/release", "he", [humaneval_benchmark()])
     contract = VerifierContract(fields=["text", "title"])
     bound = publish_document(vault.storage, f"{root}/contract.json", contract)
-    return load_index(vault, release_uri=release.uri, contract_uri=bound.uri)
+    return load_index(vault, release, bound)
 
 
 def read(payload: bytes) -> Any:
@@ -128,7 +128,7 @@ def test_scan_shard_equals_scan_records(index: Any, tmp_path: Path) -> None:
     vault = TrainVault()
     saver = vault.dataset_saver(str(tmp_path / "ds" / "data-manifest-v1.json"), block_bytes=2048)
     saver.save("train", None, records, shard_id="s0")
-    (entry,) = saver.commit_manifest().splits["train"].shards
+    (entry,) = saver.commit_manifest().document.splits["train"].shards
     got = scan_shard(vault.storage, "msgpack.zst", entry, index)
     want = scan_records(index, records, shard_sha256=entry.sha256, size_bytes=entry.size_bytes)
     assert got == want
@@ -139,7 +139,7 @@ def test_text_that_is_not_utf8_is_a_decode_error(index: Any, tmp_path: Path) -> 
     vault = TrainVault()
     saver = vault.dataset_saver(str(tmp_path / "ds" / "data-manifest-v1.json"))
     saver.save("train", None, [{"id": "a", "text": "x", "title": "y"}], shard_id="s0")
-    (entry,) = saver.commit_manifest().splits["train"].shards
+    (entry,) = saver.commit_manifest().document.splits["train"].shards
     reader = ShardReader(vault.storage, entry, "msgpack.zst")
     # Bytes no check has passed, as a writer without UTF-8 checks would store them.
     for text in (b"ok \xc3( bad", b"bad \xff"):

@@ -185,7 +185,7 @@ def test_v2_scan_finds_scraped_copies_at_their_original_spans() -> None:
     found = {}
     for contract in (V1_CONTRACT, DEFAULT_CONTRACT):
         c = publish_document(vault.storage, f"{root}/{contract.method.id}.json", contract)
-        index = load_index(vault, release_uri=release.uri, contract_uri=c.uri)
+        index = load_index(vault, release, c)
         result = scan_records(index, records, shard_sha256="0" * 64)
         hits = [h for it in result.items for h in it.hits]
         whole = len(index.normalizer.tokens(item))

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from trainvault import ApprovalError, ManifestError, TrainVault
+from trainvault import ApprovalError, ManifestError, ObjectRef, TrainVault
 from trainvault.approval import (
     ApprovalRequest,
-    ArtifactRef,
     ProducerPins,
     SigningKey,
     TrainingScanManifest,
@@ -96,7 +95,7 @@ def manifest_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
 def manifest_at_gate_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
     data = repeat_key(get(w, w["chain"].manifest_uri), "data_format", "jsonl.gz")
     uri = put(w, "gate/data-manifest-v1.json", data)
-    request = w["chain"].request(data_manifest=ArtifactRef(uri=uri, sha256=sha256_hex(data)))
+    request = w["chain"].request(data_manifest=ObjectRef(uri=uri, sha256=sha256_hex(data)))
     return lambda: w["vault"].approve_dataset(request), "data_format"
 
 
@@ -141,7 +140,7 @@ def ledger_case(w: dict[str, Any]) -> tuple[Callable[[], Any], str]:
     data = repeat_key(get(w, w["ledger"].uri), "split", "valid")
     uri = put(w, "ledger.json", data)
     name = w["ledger"].name
-    request = w["chain"].request(sidecars={name: ArtifactRef(uri=uri, sha256=sha256_hex(data))})
+    request = w["chain"].request(sidecars={name: ObjectRef(uri=uri, sha256=sha256_hex(data))})
     # The gate checks a bound ledger, so approval itself refuses it.
     return lambda: w["vault"].approve_dataset(request), "split"
 

@@ -43,7 +43,7 @@ def test_a_block_that_does_not_decode_names_the_shard(fmt: str, tmp_path: Path) 
     manifest_uri = str(tmp_path / "ds" / "data-manifest-v1.json")
     saver = TrainVault().dataset_saver(manifest_uri, data_format=fmt)
     saver.save("train", None, records(50), shard_id="s0")
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     (entry,) = manifest.splits["train"].shards
     storage = Storage()
     reader = ShardReader(storage, entry, fmt, read_descriptor(storage, entry))

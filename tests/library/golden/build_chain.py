@@ -15,9 +15,9 @@ import sys
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from trainvault import TrainVault
+from trainvault import ObjectRef
 from trainvault.approval import (
     ApprovalRequest,
-    ArtifactRef,
     PackagePin,
     ProducerPins,
     SigningKey,
@@ -77,7 +77,7 @@ def save_readme_dataset(vault: TrainVault, root: str, data_format: str, train_sh
 
 
 def write_chain(vault: TrainVault, manifest_uri: str, root: str) -> None:
-    ref = lambda bound: ArtifactRef(uri=bound.uri, sha256=bound.sha256)  # noqa: E731
+    ref = lambda bound: ObjectRef(uri=bound.uri, sha256=bound.sha256)  # noqa: E731
     scan = write_training_scan_manifest(
         vault, f"{root}/training-scan-manifest-v1.json", build_training_scan_manifest(vault, manifest_uri)
     )
@@ -87,19 +87,13 @@ def write_chain(vault: TrainVault, manifest_uri: str, root: str) -> None:
     pins_b = write_producer_pins(vault, f"{root}/producer-pins-v1.json", pins)
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-evals", [jsonl_benchmark("tiny", BENCHMARK)])
     contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", V1_CONTRACT)
-    index = load_index(
-        vault,
-        release_uri=release.uri,
-        contract_uri=contract.uri,
-        release_sha256=release.sha256,
-        contract_sha256=contract.sha256,
-    )
+    index = load_index(vault, release, contract)
     report = scan_dataset(
         vault, manifest_uri, index, scan_manifest_sha256=scan.sha256, producer_pins_sha256=pins_b.sha256, progress=False
     )
     report_b = write_report(vault, f"{root}/contamination-report-v1.json", report)
     request = ApprovalRequest(
-        data_manifest=ArtifactRef(uri=manifest_uri, sha256=sha256_hex(vault.storage.get(manifest_uri))),
+        data_manifest=ObjectRef(uri=manifest_uri, sha256=sha256_hex(vault.storage.get(manifest_uri))),
         training_scan_manifest=ref(scan),
         evaluation_release=ref(release),
         contamination_report=ref(report_b),

@@ -66,7 +66,7 @@ def main() -> None:
     contract = publish_document(
         vault.storage, f"{ROOT}/verifier-contract-v1.json", VerifierContract.model_validate(CONTRACT)
     )
-    index = load_index(vault, release_uri=release.uri, contract_uri=contract.uri)
+    index = load_index(vault, release, contract)
     report = scan_dataset(
         vault, saver.manifest_uri, index, scan_manifest_sha256="1" * 64, producer_pins_sha256="2" * 64, progress=False
     )

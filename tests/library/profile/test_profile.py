@@ -474,7 +474,7 @@ def test_collate_sources_with_num_repeats(tmp_path: Path, storage: Storage) -> N
         ("agent", "_/0", 2, "_/agent._.0"),
         ("agent-valid", "_/0", 1, "_/agent-valid._.0"),
     ]
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     assert manifest.splits["train"].record_count == 8 * 3 + 4 * 2
 
     profile = profile_publication(storage, out_uri, schema=TaskRow, validation="auto")

@@ -127,7 +127,7 @@ def test_commit_reads_no_descriptor_its_saver_holds(tmp_path: Path) -> None:
     for i in range(4):
         saver.save("train", None, [{"i": i}], shard_id=str(i))
     storage.calls.clear()
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     assert manifest.descriptor_pack is not None
     # One listing, the pack and the manifest: no descriptor is read again.
     expected = [("list", join_uri(root, "shards")), ("put_create", manifest.descriptor_pack.uri), ("put_create", uri)]
@@ -136,7 +136,7 @@ def test_commit_reads_no_descriptor_its_saver_holds(tmp_path: Path) -> None:
     storage.calls.clear()
     again = TrainVault().dataset_saver(uri)
     again.storage = storage
-    assert again.commit_manifest() == manifest
+    assert again.commit_manifest().document == manifest
     assert sum(n for (op, u), n in storage.calls.items() if op == "get" and u.endswith(".complete.json")) == 4
 
 

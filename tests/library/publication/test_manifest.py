@@ -16,7 +16,7 @@ def published(tmp_path):
     saver = vault.dataset_saver(str(tmp_path / "src" / "data-manifest-v1.json"))
     saver.save("train", "easy", [{"i": i} for i in range(10)], shard_id="0")
     saver.save("train", None, [{"i": i} for i in range(3)], shard_id="1")
-    return vault, saver.commit_manifest(), saver.manifest_uri
+    return vault, saver.commit_manifest().document, saver.manifest_uri
 
 
 def mutate(doc: dict, path: list, value) -> dict:

@@ -12,7 +12,6 @@ import pytest
 from pydantic import ValidationError
 
 from trainvault import IntegrityError, ManifestError, Storage, TrainVault
-from trainvault.approval import ArtifactRef
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import SelectionError
 from trainvault.publication.pinned import Publication
@@ -30,12 +29,11 @@ def test_object_ref_serialises_without_an_unknown_size() -> None:
             ObjectRef(**{"uri": "memory://x/a.json", "sha256": "a" * 64, **bad})
 
 
-def test_artifact_ref_is_an_object_ref_without_size() -> None:
-    ref = ArtifactRef(uri="memory://x/a.json", sha256="b" * 64)
-    assert isinstance(ref, ObjectRef)
+def test_a_reference_without_a_size_serialises_without_one() -> None:
+    ref = ObjectRef(uri="memory://x/a.json", sha256="b" * 64)
     assert canonical_json(ref.model_dump(mode="json")) == b'{"sha256":"' + b"b" * 64 + b'","uri":"memory://x/a.json"}'
     with pytest.raises(ValidationError):
-        ArtifactRef(uri="memory://x/a.json", sha256="b" * 64, size=1)
+        ObjectRef(uri="memory://x/a.json", sha256="b" * 64, size=-1)
 
 
 def test_storage_of_takes_a_vault_or_a_storage() -> None:
@@ -50,7 +48,7 @@ def _publish(vault: TrainVault, root: str) -> str:
     saver = vault.dataset_saver(f"{root}/data-manifest-v1.json")
     saver.save("train", None, [{"id": i} for i in range(10)], shard_id="s0")
     saver.save("valid", None, [{"id": i} for i in range(3)], shard_id="s0")
-    return saver.commit_manifest()
+    return saver.commit_manifest().document
 
 
 def test_publication_reads_the_manifest_once_and_resolves_every_uri() -> None:

@@ -63,7 +63,7 @@ def test_publication_layout_and_manifest_fields(vault_root: tuple[TrainVault, st
     saver.save("train", "easy", records_for("train", "easy", "1"), curriculum_metadata={"w": 1}, shard_id="1")
     saver.save("train", None, records_for("train", None, "x"), shard_id="x")
     saver.save("valid", None, records_for("valid", None, "0"), shard_id="0")
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     pack = manifest.descriptor_pack
     assert pack is not None and pack.uri == join_uri(root, "descriptor-packs", f"{pack.sha256}.json")
     assert sha256_hex(vault.storage.get(pack.uri)) == pack.sha256 and pack.size == len(vault.storage.get(pack.uri))
@@ -118,7 +118,7 @@ def test_each_format_round_trips_through_the_saver(tmp_path, data_format: str) -
     vault = TrainVault()
     saver = vault.dataset_saver(str(tmp_path / "m.json"), data_format=data_format, block_bytes=300)
     saver.save("train", None, records_for("train", None, "0", n=50), shard_id="0")
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     shard = manifest.splits["train"].shards[0]
     assert shard.uri.endswith(f"0.{data_format}")
     assert list(iter_shard(data_format, shard)) == records_for("train", None, "0", n=50)
@@ -128,10 +128,10 @@ def test_commit_is_idempotent_and_a_different_publication_conflicts(vault_root) 
     vault, root = vault_root
     saver = vault.dataset_saver(manifest_uri(root))
     saver.save("train", None, records_for("train", None, "0"), shard_id="0")
-    first = saver.commit_manifest()
-    assert saver.commit_manifest() == first
+    first = saver.commit_manifest().document
+    assert saver.commit_manifest().document == first
     # A fresh process (a new saver) committing the same publication: still idempotent.
-    assert vault.dataset_saver(manifest_uri(root)).commit_manifest() == first
+    assert vault.dataset_saver(manifest_uri(root)).commit_manifest().document == first
 
     saver.save("train", None, records_for("train", None, "1"), shard_id="1")
     with pytest.raises(ConflictError, match="different publication"):
@@ -172,7 +172,7 @@ def test_crash_between_data_and_descriptor(vault_root) -> None:
     # Identical bytes complete it.
     redone = vault.dataset_saver(manifest_uri(root)).save("train", None, records_for("train", None, "0"), shard_id="0")
     assert redone == entry
-    assert saver.commit_manifest().splits["train"].shards == [entry]
+    assert saver.commit_manifest().document.splits["train"].shards == [entry]
 
 
 def test_altered_data_object_is_detected_on_reuse(tmp_path) -> None:
@@ -242,7 +242,7 @@ def test_register_curriculum_rules(vault_root) -> None:
     with pytest.raises(InvalidNameError, match="reserved"):
         saver.register_curriculum("train", "_", [first])
 
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     cur = manifest.splits["train"].curricula
     assert cur["small"].shards == ["_/delta-001"]
     assert cur["large"].shards == ["_/delta-002", "_/delta-001"]  # caller order kept
@@ -259,7 +259,7 @@ def test_register_curriculum_rules(vault_root) -> None:
     b = restarted.recover("train", None, shard_id="delta-002")
     restarted.register_curriculum("train", "small", [a])
     restarted.register_curriculum("train", "large", [b, a], curriculum_metadata={"order": "reversed"})
-    assert restarted.commit_manifest() == manifest
+    assert restarted.commit_manifest().document == manifest
 
 
 @pytest.mark.parametrize("bad", ["../x", "", "x" * 200, ".", "..", "a/b", "sp ace", None, 7])
@@ -303,7 +303,7 @@ def test_empty_shard_is_a_complete_shard_of_zero_records(vault_root) -> None:
     entry = saver.save("train", None, [], shard_id="empty")
     assert (entry.record_count, entry.size_bytes) == (0, 0)
     assert saver.save("train", None, untouchable(), shard_id="empty") == entry
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     assert list(iter_shard(manifest.data_format, manifest.splits["train"].shards[0], storage=vault.storage)) == []
 
 
@@ -361,7 +361,7 @@ def run_pool_example(saver: DatasetSaver) -> DataManifest:
     )
     with ProcessPoolExecutor(max_workers=8) as pool:
         list(pool.map(save_shard, jobs))
-    return saver.commit_manifest()
+    return saver.commit_manifest().document
 
 
 def _pool_example_in_fresh_process(root: str, config: StorageConfig) -> str:

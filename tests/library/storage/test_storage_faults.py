@@ -62,7 +62,7 @@ def publish(vault: TrainVault, root: str, shard_ids=("a", "b")):
     saver = vault.dataset_saver(f"{root}/data-manifest-v1.json", block_bytes=16 << 10)
     for sid in shard_ids:
         saver.save("train", None, records(sid), shard_id=sid)
-    return saver.commit_manifest()
+    return saver.commit_manifest().document
 
 
 def fingerprint(manifest) -> list[tuple]:
@@ -96,7 +96,7 @@ def test_saver_commits_through_lost_responses_and_503s(
     proxy.arm(faults.Rule(mode="503", method="PUT", times=2))  # the data PUT, then the descriptor PUT
     saver.save("train", None, records("b"), shard_id="b")
     proxy.arm(faults.Rule(mode="drop", method="PUT", path_contains="data-manifest"))
-    manifest = saver.commit_manifest()
+    manifest = saver.commit_manifest().document
     assert proxy.fired == 4
     assert fingerprint(manifest) == fingerprint(baseline)
     # A clean reader sees the same publication.
