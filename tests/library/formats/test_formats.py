@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainvault import EncodeError
-from trainvault.formats import FORMATS, encode_shard, get_format
+from trainvault.formats import FORMATS, get_format
+from trainvault.formats.blocks import encode_shard
 from trainvault.formats.msgpack_zst import unpack_records
 
 
