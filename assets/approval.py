@@ -27,9 +27,8 @@ from assets.verified import surveys_of
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
+from trainvault import ObjectNotFoundError, ObjectRef
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.errors import ObjectNotFoundError
-from trainvault.refs import ObjectRef
 
 DESCRIPTION = (
     "The signed (DSSE, Ed25519) approval record: the library's gate re-hashes every bound document "
@@ -217,7 +216,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)],
     )
     def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff):
-        from trainvault.errors import ApprovalError
+        from trainvault import ApprovalError
 
         vault = store.vault()
         manifest, release = handoffs["data_manifest"], handoffs["evaluation_release"]
@@ -286,7 +285,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
 def excluded_records(vault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
     from trainvault.contamination import Exclusions
-    from trainvault.publication.bound import read_document
+    from trainvault.publication import read_document
 
     return len(
         read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records

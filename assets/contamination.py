@@ -31,6 +31,7 @@ from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
+from trainvault import IntegrityError, ObjectNotFoundError
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
@@ -42,9 +43,7 @@ from trainvault.contamination import (
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
-from trainvault.errors import IntegrityError, ObjectNotFoundError
-from trainvault.publication.bound import publish_document, read_document
-from trainvault.publication.pinned import Publication
+from trainvault.publication import Publication, publish_document, read_document
 from trainvault.verification import VerifiedShard, stored_verification, verify_shard
 
 SCAN_DESCRIPTION = (

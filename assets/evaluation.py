@@ -13,10 +13,10 @@ from assets._common import EVALUATE, asset_args, ins, link, object_metadata, tab
 from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
+from trainvault import ObjectRef
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import MethodSpec, VerifierContract, publish_release
-from trainvault.publication.bound import publish_document
-from trainvault.refs import ObjectRef
+from trainvault.publication import publish_document
 
 DESCRIPTION = (
     "The evaluation release (every benchmark's items, by digest) and the verifier contract "

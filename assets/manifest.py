@@ -12,7 +12,7 @@ from assets._common import BUILD, asset_args, ins, key, object_metadata, table
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault.errors import TrainVaultError
+from trainvault import TrainVaultError
 
 DESCRIPTION = (
     "The data manifest: every shard of the version recovered from its descriptor, curricula registered, "

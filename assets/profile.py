@@ -25,8 +25,8 @@ from assets.verified import shard_surveys
 from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
+from trainvault import ConflictError, IntegrityError, ObjectRef, ProfileError
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.errors import ConflictError, IntegrityError, ProfileError
 from trainvault.profile import (
     DatasetProfile,
     MetricsSidecar,
@@ -35,7 +35,6 @@ from trainvault.profile import (
     read_metrics_sidecar,
     write_metrics_sidecars,
 )
-from trainvault.refs import ObjectRef
 from trainvault.verification import profile_from_surveys
 
 CHECK = "task_data_valid"

@@ -4,8 +4,7 @@ signed by the dataset's scanner key, the key the verification pass stored it und
 
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
-from trainvault.publication.manifest import DataManifest, ShardEntry
-from trainvault.publication.pinned import Publication
+from trainvault.publication import DataManifest, Publication, ShardEntry
 from trainvault.storage import Storage
 from trainvault.verification import ShardSurvey, stored_survey
 

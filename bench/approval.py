@@ -98,7 +98,9 @@ def rescans(vault: TrainVault, request: ApprovalRequest, hashing_s: float, repea
 def survey_cost(vault: TrainVault, request: ApprovalRequest, repeats: int) -> None:
     """CPU time of scanning every shard as the gate's re-scan does (with its text-field survey)
     against the scan alone: what the unscanned-field check costs."""
-    from trainvault.contamination import TextFieldSurvey, load_index, scan_shard
+    from trainvault.contamination import load_index
+    from trainvault.contamination.scan import scan_shard
+    from trainvault.contamination.text_fields import TextFieldSurvey
 
     manifest = vault.load_manifest(request.data_manifest.uri)
     index = load_index(vault, request.evaluation_release, request.verifier_contract)

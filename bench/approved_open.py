@@ -64,8 +64,8 @@ from opening import MotoServer, bucket, config
 from trainvault import StorageConfig, TrainVault
 from trainvault.approval import ApprovalPolicy, SigningKey, VerifyingKey, write_approval
 from trainvault.canonical import sha256_hex
-from trainvault.contamination.release import EvaluationRelease
-from trainvault.publication.manifest import DataManifest, ShardDescriptor, SplitManifest
+from trainvault.contamination import EvaluationRelease
+from trainvault.publication import DataManifest, ShardDescriptor, SplitManifest
 from trainvault.publication.pack import build_pack, pack_uri
 from trainvault.refs import ObjectRef
 from trainvault.storage import Storage
@@ -126,7 +126,7 @@ def parse_sizes(text: str, shard_mb: float, small_records: int) -> list[Size]:
 def clone(storage: Storage, uri: str, size: Size, copy: Callable[[str, list[str]], None]) -> None:
     """A publication of `size.shards` copies of one saved shard at `uri`; `copy(first, others)`
     makes each other shard's object from the first."""
-    from trainvault.publication.saver import DatasetSaver
+    from trainvault.publication import DatasetSaver
 
     saver = DatasetSaver(storage, uri)
     entry = saver.save("train", None, corpus.iter_records(size.records), shard_id="0")

@@ -104,12 +104,11 @@ def library_only(spec, keys: Path) -> float:
         load_index,
         publish_release,
         reduce_report,
-        scan_shard,
         write_report,
     )
+    from trainvault.contamination.scan import scan_shard
     from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
-    from trainvault.publication.bound import publish_document
-    from trainvault.publication.pinned import Publication
+    from trainvault.publication import Publication, publish_document
 
     start = time.perf_counter()
     vault = TrainVault()
@@ -432,7 +431,7 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
     from pipelines.examples.spec import example_spec, key_fields
     from resources.storage import ObjectStore
     from trainvault.approval import write_keypair
-    from trainvault.storage import READS
+    from trainvault.storage.reads import READS
 
     per_stage, eval_shards = split_shards(total)
     rows: list[dict[str, float | str]] = []

@@ -33,7 +33,7 @@ def raw_limit_child(path: str) -> None:
     import numpy as np
     import zstandard
 
-    from trainvault.publication.manifest import DataManifest, ShardDescriptor
+    from trainvault.publication import DataManifest, ShardDescriptor
 
     root = Path(path)
     manifest = DataManifest.from_json_bytes((root / "data-manifest-v1.json").read_bytes())

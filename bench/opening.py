@@ -51,9 +51,8 @@ from typing import Any
 from trainvault import StorageConfig
 from trainvault.canonical import sha256_hex
 from trainvault.loading import LoaderPlan, SplitLoaderFactory
-from trainvault.publication.manifest import DataManifest, ShardDescriptor, SplitManifest
+from trainvault.publication import DataManifest, DatasetSaver, ShardDescriptor, SplitManifest
 from trainvault.publication.pack import build_pack, pack_uri
-from trainvault.publication.saver import DatasetSaver
 from trainvault.refs import ObjectRef
 from trainvault.storage import Storage
 

@@ -97,7 +97,7 @@ def raw_limit(records: list[dict[str, Any]], shards: list[tuple[int, int]], out:
     import msgpack
     import zstandard
 
-    from trainvault.formats import DEFAULT_BLOCK_BYTES
+    from trainvault.formats.blocks import DEFAULT_BLOCK_BYTES
 
     def default(a: Any) -> Any:
         return msgpack.ExtType(1, msgpack.packb([a.dtype.str, list(a.shape)]) + a.tobytes())
@@ -204,7 +204,8 @@ def rss_child(data_format: str, shards: int, shard_records: int, seed: int, out:
     saver = TrainVault().dataset_saver(out + "/data-manifest-v1.json", data_format=data_format)
     # Warm the imports (pyarrow for parquet), the vocabulary and one chunk of records
     # before the baseline, so the peak above it is the saver's own.
-    from trainvault.formats import encode_shard, get_format
+    from trainvault.formats import get_format
+    from trainvault.formats.blocks import encode_shard
 
     encode_shard(get_format(data_format), corpus.iter_records(2, seed=seed))
     baseline = _vm_hwm_mb()

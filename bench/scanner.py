@@ -45,18 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus
 
 from trainvault import TrainVault
-from trainvault.contamination import (
-    DEFAULT_CONTRACT,
-    V1_CONTRACT,
-    humaneval_benchmark,
-    load_index,
-    publish_release,
-    scan_records,
-    scan_shard,
-)
+from trainvault.contamination import humaneval_benchmark, load_index, publish_release, scan_records
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
 from trainvault.contamination.escapes import decode
 from trainvault.contamination.normalize import unicode_table
-from trainvault.publication.bound import publish_document
+from trainvault.contamination.scan import scan_shard
+from trainvault.publication import publish_document
 
 DATA = Path(__file__).resolve().parent / ".data" / "scanner"
 PLANTED = 12

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from resources.dataset import NO_STAGE, DatasetSpec, ScheduleSpec
 from resources.policy import PolicySpec
+from trainvault import ConfigurationError, StorageError
 from trainvault.documents import describe_validation_error
-from trainvault.errors import ConfigurationError, StorageError
 from trainvault.formats import FORMATS
 from trainvault.uris import normalize_uri
 

@@ -36,7 +36,7 @@ from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
 from resources.dataset import DatasetSpec  # noqa: E402
 from resources.handoff import HandoffIOManager  # noqa: E402
 from resources.storage import ObjectStore, object_store_from_env  # noqa: E402
-from trainvault.errors import ConfigurationError  # noqa: E402
+from trainvault import ConfigurationError  # noqa: E402
 
 __all__ = ["DEPLOYMENT_ENV", "build_definitions", "dataset_definitions", "defs", "load_datasets", "whole_build_tags"]
 

@@ -20,10 +20,10 @@ import dagster as dg
 from pydantic import Field
 
 from resources.policy import PolicySpec
+from trainvault import ConfigurationError
 from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import EXCLUSIONS_NAME
-from trainvault.errors import ConfigurationError
 from trainvault.uris import join_uri, normalize_uri
 
 NO_STAGE = "_"

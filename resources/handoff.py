@@ -23,10 +23,9 @@ from pydantic import Field
 
 from resources.dataset import BuildLayout, DatasetSpec
 from resources.storage import ObjectStore
+from trainvault import ConfigurationError, IntegrityError, ObjectRef
 from trainvault.canonical import sha256_hex
 from trainvault.documents import Document
-from trainvault.errors import ConfigurationError, IntegrityError
-from trainvault.refs import ObjectRef
 
 #: Materialization records read per request when looking up a run's materializations of one asset.
 PAGE = 1000

@@ -15,8 +15,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from trainvault import ConfigurationError
 from trainvault.approval.policy import is_field_path
-from trainvault.errors import ConfigurationError
 
 FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 

@@ -6,9 +6,6 @@ exports the rest. Importing trainvault imports no Dagster, torch, numpy, pyarrow
 safetensors.
 """
 
-from importlib import import_module
-from typing import Any
-
 from trainvault.client import TrainVault
 from trainvault.errors import (
     ApprovalError,
@@ -41,13 +38,12 @@ from trainvault.errors import (
     UntrustedSignerError,
 )
 from trainvault.formats import FORMATS
-from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
-from trainvault.publication.pinned import Publication
-from trainvault.publication.reader import ShardReader, iter_shard
+from trainvault.lazy import lazy_exports
+from trainvault.publication.manifest import DataManifest
+from trainvault.publication.reader import iter_shard
 from trainvault.publication.saver import DatasetSaver
 from trainvault.refs import ObjectRef
-from trainvault.storage import Storage, StorageConfig
-from trainvault.version import __version__
+from trainvault.storage import StorageConfig
 
 # Names from the heavier subpackages load on first use, so a trainer that only reads
 # data does not pay for signing, scanning or archive code at import time.
@@ -55,26 +51,12 @@ _LAZY = {
     "ApprovalPolicy": "trainvault.approval",
     "ApprovalRequest": "trainvault.approval",
     "ApprovedDataset": "trainvault.approval",
-    "write_approval": "trainvault.approval",
-    "Frame": "trainvault.components",
-    "split_frame": "trainvault.components",
     "PositionBudget": "trainvault.loading",
-    "ContaminationReport": "trainvault.contamination",
-    "EvaluationRelease": "trainvault.contamination",
     "VerifierContract": "trainvault.contamination",
-    "RepresentationExample": "trainvault.representations",
-    "RolloutArchive": "trainvault.rollouts",
-    "iter_archive_samples": "trainvault.rollouts",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainvault' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:
@@ -93,15 +75,11 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ContaminationError",
-    "ContaminationReport",
-    "Curriculum",
     "CustodyError",
     "DataManifest",
     "DatasetSaver",
     "DecodeError",
     "EncodeError",
-    "EvaluationRelease",
-    "Frame",
     "IntegrityError",
     "InvalidNameError",
     "LoaderStallError",
@@ -111,17 +89,9 @@ __all__ = [
     "ObjectTooLargeError",
     "PositionBudget",
     "ProfileError",
-    "Publication",
-    "RepresentationExample",
     "ResumeStateError",
-    "RolloutArchive",
     "SampleNotFoundError",
     "SelectionError",
-    "ShardDescriptor",
-    "ShardEntry",
-    "ShardReader",
-    "SplitManifest",
-    "Storage",
     "StorageConfig",
     "StorageError",
     "StorageTimeoutError",
@@ -133,9 +103,5 @@ __all__ = [
     "UnscannedFieldError",
     "UntrustedSignerError",
     "VerifierContract",
-    "__version__",
-    "iter_archive_samples",
     "iter_shard",
-    "split_frame",
-    "write_approval",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainvault.errors import ConfigurationError, ManifestError, UngatedDataWarning
-from trainvault.formats import DEFAULT_BLOCK_BYTES
+from trainvault.formats.blocks import DEFAULT_BLOCK_BYTES
 from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.saver import DatasetSaver
@@ -17,18 +17,15 @@ from trainvault.uris import normalize_uri
 
 if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
-    from trainvault.approval import (
-        ApprovalPolicy,
-        ApprovalRequest,
-        ApprovedDataset,
-        HashProgress,
-        ProducerPins,
-        SigningKey,
-    )
-    from trainvault.components import Binding, Frame
+    from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, ProducerPins, SigningKey
+    from trainvault.approval.hashing import HashProgress
+    from trainvault.components import Frame
+    from trainvault.components.builder import Binding
     from trainvault.contamination import BenchmarkItems, VerifierContract
     from trainvault.loading import Observability, SplitLoaderFactory
-    from trainvault.representations import Projection, RepresentationExample, RepresentationWriter, Teacher
+    from trainvault.representations import RepresentationExample
+    from trainvault.representations.documents import Projection, Teacher
+    from trainvault.representations.writer import RepresentationWriter
 
 
 class TrainVault:

@@ -165,7 +165,7 @@ def print_manifest(vault, uri: str, sha256: str) -> None:
 def print_report(vault, uri: str, sha256: str, excluded: int | None) -> None:
     """The report's per-benchmark table; `excluded`: how many records the run's exclusions leave out (None: none made)."""
     from assets.contamination import attested_report
-    from trainvault.refs import ObjectRef
+    from trainvault import ObjectRef
 
     report = attested_report(vault, ObjectRef(uri=uri, sha256=sha256))
     print(f"\ncontamination report  {uri}\nsha256                {sha256}")

@@ -17,7 +17,7 @@ from resources.storage import ObjectStore  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 from trainvault.publication.pinned import Publication  # noqa: E402
-from trainvault.storage import READS  # noqa: E402
+from trainvault.storage.reads import READS  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Parameter `backfill_policy`"),

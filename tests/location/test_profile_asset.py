@@ -17,9 +17,9 @@ from assets.profile import CHECK, build_dataset_profile, profile_digest  # noqa:
 from pipelines.examples.spec import example_spec  # noqa: E402
 from resources.handoff import HandoffIOManager  # noqa: E402
 from resources.storage import ObjectStore  # noqa: E402
-from trainvault import Storage  # noqa: E402
 from trainvault.profile import read_metrics_sidecar  # noqa: E402
 from trainvault.publication.saver import DatasetSaver  # noqa: E402
+from trainvault.storage import Storage  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
 

@@ -20,15 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from trainvault import TrainVault
-from trainvault.contamination import (
-    DEFAULT_CONTRACT,
-    V1_CONTRACT,
-    EvalIndex,
-    humaneval_benchmark,
-    load_release,
-    publish_release,
-    scan_records,
-)
+from trainvault.contamination import humaneval_benchmark, publish_release, scan_records
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
+from trainvault.contamination.index import EvalIndex
+from trainvault.contamination.release import load_release
 
 LEAD = "Posted by a reader, who found this snippet somewhere and pasted it below:\n\n"
 TRAIL = "\n\nThanks for reading; comments are welcome below the post.\n"

@@ -23,7 +23,7 @@ from trainvault.approval.record import write_approval
 from trainvault.contamination import VerifierContract
 from trainvault.errors import ConfigurationError
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 if TYPE_CHECKING:

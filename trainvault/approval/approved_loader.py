@@ -31,6 +31,8 @@ from trainvault.publication.pinned import Publication
 if TYPE_CHECKING:
     from trainvault.components.materializer import ComponentRangeMaterializer
     from trainvault.contamination.exclusions import Exclusions
+    from trainvault.loading.loader import TrainVaultDataLoader
+    from trainvault.mixtures import Mixture, MixtureDataLoader
 
 
 _ISSUE = object()
@@ -142,8 +144,8 @@ class ApprovedLoaderFactory:
         curriculum_stage: str | None = None,
         curriculum_stages: Sequence[str] | None = None,
         infinite_iter: bool = False,
-    ) -> Any:
-        """A DataLoader over `split`, one stage or a union of stages (`SplitLoaderFactory.load`),
+    ) -> TrainVaultDataLoader:
+        """A `TrainVaultDataLoader` over `split`, one stage or a union of stages (`SplitLoaderFactory.load`),
         reading the approved shards only and never dealing a bound exclusion."""
         if self.materializer is not None and split != self.materializer.split:
             raise SelectionError(
@@ -160,7 +162,7 @@ class ApprovedLoaderFactory:
             )
         return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages, infinite_iter)
 
-    def load_mixture(self, mixture: Any) -> Any:
+    def load_mixture(self, mixture: Mixture) -> MixtureDataLoader:
         """A mixture DataLoader whose components are stages of an approved split (a stage the
         approval does not hold is a `SelectionError`); bound exclusions are never dealt."""
         from trainvault.mixtures.loader import load_mixture  # imports torch: only a mixture loader needs it

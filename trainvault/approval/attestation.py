@@ -22,7 +22,7 @@ from trainvault.documents import Document
 from trainvault.errors import ApprovalError, ManifestError, UntrustedSignerError
 from trainvault.publication.bound import Bound
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri
 
 D = TypeVar("D", bound=Document)

@@ -41,11 +41,12 @@ from trainvault.contamination import (
 from trainvault.contamination.report import REPORT_NAME
 from trainvault.publication.bound import publish_document
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri, parent_uri
 
 if TYPE_CHECKING:
-    from trainvault.contamination import BenchmarkItems, ContaminationReport, EvalIndex
+    from trainvault.contamination import BenchmarkItems, ContaminationReport
+    from trainvault.contamination.index import EvalIndex
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR
 from trainvault.contamination.text_fields import TextFieldSurvey
 from trainvault.errors import ApprovalError, ManifestError
 from trainvault.refs import ObjectRef
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.version import __version__
 
 

@@ -24,7 +24,8 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from trainvault.errors import CustodyError, IntegrityError
-from trainvault.storage import ObjectInfo, Storage, StorageConfig
+from trainvault.storage import Storage, StorageConfig
+from trainvault.storage.store import ObjectInfo
 from trainvault.uris import normalize_uri
 
 _ISSUE = object()

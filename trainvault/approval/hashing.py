@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol, TextIO
 
 from trainvault.progress import Progress, terminal_bar
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 
 #: Bytes asked for per streamed read: large enough that per-call overhead vanishes.
 CHUNK_BYTES = 8 << 20

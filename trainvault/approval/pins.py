@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ManifestError
 from trainvault.publication.bound import Bound, publish_document
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 
 PINS_NAME = "producer-pins-v1.json"
 

@@ -28,7 +28,7 @@ from trainvault.errors import (
     TrainVaultError,
 )
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri
 
 PREDICATE_TYPE = "https://trainvault.invalid/approval/v1"

@@ -21,7 +21,8 @@ from trainvault.errors import IntegrityError, ManifestError
 from trainvault.publication.bound import Bound, publish_document
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri, parse_uri
 
 SCAN_MANIFEST_NAME = "training-scan-manifest-v1.json"

@@ -18,11 +18,13 @@ from trainvault.approval.approved import ApprovedDataset
 from trainvault.approval.guard import CustodyStore
 from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.errors import ConflictError
-from trainvault.formats import encode_shard, get_format
+from trainvault.formats import get_format
+from trainvault.formats.blocks import encode_shard
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri
 
 VIEW_FOLDER = "approved-view"

@@ -23,7 +23,7 @@ from trainvault.cards.approved_view import VIEW_FOLDER, view_shards
 from trainvault.cards.croissant import WrittenCard, write_croissant
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
 from trainvault.refs import ObjectRef
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri, parent_uri, parse_uri
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from trainvault.errors import ApprovalError, ConfigurationError, IntegrityError,
 from trainvault.profile.sidecar import read_metrics_sidecar, sidecar_name
 from trainvault.publication.manifest import DataManifest, ShardEntry
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri, parent_uri, parse_uri
 
 CARD_NAME = "croissant.json"

@@ -20,13 +20,13 @@ from typing import Any
 
 from trainvault.cli.approval import add_approval_parsers
 from trainvault.cli.console import announcing_storage_waits, vault_from_env
-from trainvault.cli.inspect import EXIT_MISMATCH, add_inspect_parser
+from trainvault.cli.inspect import add_inspect_parser
 from trainvault.cli.read import add_read_parser
 from trainvault.cli.trace import add_trace_parser
 from trainvault.errors import TrainVaultError
 from trainvault.version import __version__
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISMATCH", "build_parser", "main"]
+__all__ = []
 
 #: The reader of the output went away (``| head``): 128 + SIGPIPE, what a shell reports for such a command.
 EXIT_BROKEN_PIPE = 141

@@ -214,7 +214,7 @@ def cmd_croissant(args: argparse.Namespace) -> int:
 
 
 def cmd_croissant_check(args: argparse.Namespace) -> int:
-    from trainvault.cards import check_card
+    from trainvault.cards.card_files import check_card
 
     with waiting(f"hashing every file {args.card} lists"):
         files = check_card(vault_from_env().storage, args.card)

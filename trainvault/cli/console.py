@@ -39,7 +39,7 @@ def waiting(text: str) -> Iterator[None]:
 def announcing_storage_waits() -> Iterator[None]:
     """While the command runs, say which S3 endpoint it is still connecting to after a second,
     and show storage retries and resumes (logged at INFO, never with credentials)."""
-    from trainvault.storage import CONTACTS
+    from trainvault.storage.recovery import CONTACTS
 
     stop, announced = threading.Event(), set()
 

@@ -37,7 +37,7 @@ from trainvault.errors import ConfigurationError, ManifestError
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, parent_uri
 
 

@@ -36,7 +36,7 @@ from trainvault.components.ledger import ledger_sidecar_name
 from trainvault.components.sequences import LazyRanges, owned_sequences
 from trainvault.errors import ApprovalError, ConfigurationError, CustodyError, SelectionError
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import ReadableStorage
+from trainvault.storage.readable import ReadableStorage
 
 MODES = ("unpack", "group")
 _ISSUE = object()

@@ -19,7 +19,7 @@ from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 
 
 class ScanProgress(Progress):

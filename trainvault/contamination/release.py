@@ -21,7 +21,7 @@ from trainvault.errors import ContaminationError, IntegrityError, ManifestError,
 from trainvault.publication.bound import Bound, publish_document, read_document
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
-from trainvault.storage import StorageSource, storage_of, storage_or_default
+from trainvault.storage.store import StorageSource, storage_of, storage_or_default
 from trainvault.uris import join_uri, normalize_uri, parent_uri, resolve_uri
 
 RELEASE_NAME = "evaluation-release-v1.json"

@@ -25,7 +25,8 @@ from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import Sha256
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 
 #: Bytes requested per streamed chunk while reading a shard.
 STREAM_CHUNK = 8 << 20

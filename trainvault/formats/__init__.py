@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from trainvault.errors import ManifestError
-from trainvault.formats.blocks import (
-    DEFAULT_BLOCK_BYTES,
-    BlockRef,
-    ByteRange,
-    EncodedShard,
-    ShardFormat,
-    encode_shard,
-)
+from trainvault.formats.blocks import ShardFormat
 from trainvault.formats.jsonl_gz import JsonlGzFormat
 from trainvault.formats.msgpack_zst import MsgpackZstFormat
 from trainvault.formats.parquet import ParquetFormat
@@ -27,12 +20,5 @@ def get_format(name: str) -> ShardFormat:
 
 
 __all__ = [
-    "DEFAULT_BLOCK_BYTES",
     "FORMATS",
-    "BlockRef",
-    "ByteRange",
-    "EncodedShard",
-    "ShardFormat",
-    "encode_shard",
-    "get_format",
 ]

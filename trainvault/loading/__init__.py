@@ -5,20 +5,20 @@ Importing this package does not import torch; `LoaderPlan.create` asks for it.
 `PositionBudget` counts a training loop's consumed positions against its boundaries.
 """
 
-from trainvault.loading.budget import Boundary, PositionBudget
-from trainvault.loading.factory import SelectedBlocks, SplitLoaderFactory
+from trainvault.lazy import lazy_exports
+from trainvault.loading.budget import PositionBudget
+from trainvault.loading.factory import SplitLoaderFactory
 from trainvault.loading.metrics import Observability
-from trainvault.loading.plan import DEFAULT_SHUFFLE_WINDOW_BLOCKS, LoaderPlan
-from trainvault.loading.trace import StepTrace, TracedRecord
+from trainvault.loading.plan import LoaderPlan
+
+# The DataLoader subclass needs torch: it loads on first use.
+_LAZY = {"TrainVaultDataLoader": "trainvault.loading.loader"}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
-    "DEFAULT_SHUFFLE_WINDOW_BLOCKS",
-    "Boundary",
     "LoaderPlan",
     "Observability",
     "PositionBudget",
-    "SelectedBlocks",
     "SplitLoaderFactory",
-    "StepTrace",
-    "TracedRecord",
+    "TrainVaultDataLoader",
 ]

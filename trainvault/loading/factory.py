@@ -24,10 +24,11 @@ from trainvault.loading.selection import Selection, select
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import read_descriptor
-from trainvault.storage import ReadableStorage
+from trainvault.storage.readable import ReadableStorage
 
 if TYPE_CHECKING:
     from trainvault.loading.fetch import BlockFetcher
+    from trainvault.loading.loader import TrainVaultDataLoader
     from trainvault.loading.order import BlockPlan
 
 _DESCRIPTOR_THREADS = 16
@@ -170,8 +171,8 @@ class SplitLoaderFactory:
         curriculum_stage: str | None = None,
         curriculum_stages: Sequence[str] | None = None,
         infinite_iter: bool = False,
-    ) -> Any:
-        """A DataLoader (a `TrainVaultDataLoader`) over `split`, one stage or a union of stages."""
+    ) -> TrainVaultDataLoader:
+        """A `TrainVaultDataLoader` over `split`, one stage or a union of stages."""
         from trainvault.loading.iterable import SplitIterableDataset
         from trainvault.loading.loader import TrainVaultDataLoader
         from trainvault.loading.state import OrderIdentity

@@ -28,7 +28,7 @@ from trainvault.loading.metrics import StageTimes
 from trainvault.loading.watchdog import Watchdog
 from trainvault.publication.manifest import ShardDescriptor, ShardEntry
 from trainvault.publication.reader import ShardReader
-from trainvault.storage import ReadableStorage
+from trainvault.storage.readable import ReadableStorage
 
 DEFAULT_THREADS = 4
 #: An object-store run never spans more blocks than this (nor half the lookahead), so reads overlap.

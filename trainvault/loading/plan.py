@@ -14,6 +14,7 @@ from typing import Any
 
 from trainvault.errors import ConfigurationError
 from trainvault.extras import require
+from trainvault.loading.collate import collate_records
 from trainvault.loading.metrics import Observability
 from trainvault.loading.view import RecordView
 
@@ -134,11 +135,8 @@ class LoaderPlan:
         return dict(self.dataloader_args)
 
     def batch_collate(self) -> Collate:
-        """The collate each batch gets: the user's (else torch's ``default_collate``), through the view."""
-        if self.collate_fn is not None:
-            collate = self.collate_fn
-        else:
-            collate = require("torch", "torch").utils.data.default_collate
+        """The collate each batch gets: the user's (else `collate_records`), through the view."""
+        collate = collate_records if self.collate_fn is None else self.collate_fn
         return collate if self.view is None else self.view.collate(collate)
 
 

@@ -8,21 +8,21 @@ order and reads it through the loader factory's `select_blocks`); `loading` neve
 Importing it does not import torch: `load_mixture` and `MixtureDataLoader` load on first use.
 """
 
-from importlib import import_module
-from typing import Any
-
+from trainvault.lazy import lazy_exports
 from trainvault.mixtures.spec import Mixture, MixtureComponent
 
-_LAZY = {"load_mixture": "trainvault.mixtures.loader", "MixtureDataLoader": "trainvault.mixtures.loader"}
+_LAZY = {
+    "load_mixture": "trainvault.mixtures.loader",
+    "MixtureDataLoader": "trainvault.mixtures.loader",
+}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainvault.mixtures' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
-__all__ = ["Mixture", "MixtureComponent", "MixtureDataLoader", "load_mixture"]
+__all__ = [
+    "Mixture",
+    "MixtureComponent",
+    "MixtureDataLoader",
+    "load_mixture",
+]

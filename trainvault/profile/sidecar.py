@@ -38,7 +38,8 @@ from trainvault.publication.manifest import DataManifest, ShardEntry, validate_n
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import ShardReader
 from trainvault.refs import ObjectRef, Referenced, Sha256
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from trainvault.canonical import is_sha256_hex, sha256_hex
 from trainvault.documents import Document
 from trainvault.errors import IntegrityError, ManifestError
 from trainvault.refs import ObjectRef, Referenced
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri
 
 D = TypeVar("D", bound=Document)

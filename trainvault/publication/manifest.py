@@ -20,7 +20,8 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import InvalidNameError, SelectionError
-from trainvault.formats import FORMATS, BlockRef, ByteRange
+from trainvault.formats import FORMATS
+from trainvault.formats.blocks import BlockRef, ByteRange
 from trainvault.refs import ObjectRef, Sha256
 from trainvault.uris import join_uri, parse_uri
 

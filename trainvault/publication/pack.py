@@ -28,10 +28,10 @@ from pydantic import Field
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.documents import Document, StrictModel, parse_json
 from trainvault.errors import IntegrityError, ManifestError, ObjectNotFoundError
-from trainvault.formats import ByteRange
+from trainvault.formats.blocks import ByteRange
 from trainvault.publication.manifest import DataManifest, Producer, ShardDescriptor, ShardEntry
 from trainvault.refs import ObjectRef, Sha256
-from trainvault.storage import ReadableStorage
+from trainvault.storage.readable import ReadableStorage
 from trainvault.uris import join_uri
 
 PACK_FOLDER = "descriptor-packs"

@@ -28,7 +28,8 @@ from trainvault.publication.reader import (
     check_descriptors,
     parse_descriptor,
 )
-from trainvault.storage import ReadableStorage, Storage
+from trainvault.storage import Storage
+from trainvault.storage.readable import ReadableStorage
 from trainvault.uris import Absolute, normalize_uri, parent_uri, parse_uri, uri_resolver
 
 

@@ -16,9 +16,12 @@ from trainvault.errors import (
     ManifestError,
     ObjectNotFoundError,
 )
-from trainvault.formats import BlockRef, get_format
+from trainvault.formats import get_format
+from trainvault.formats.blocks import BlockRef
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
-from trainvault.storage import ReadableStorage, Storage, StorageSource, storage_or_default
+from trainvault.storage import Storage
+from trainvault.storage.readable import ReadableStorage
+from trainvault.storage.store import StorageSource, storage_or_default
 
 STREAM_CHUNK = 4 << 20
 

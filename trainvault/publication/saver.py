@@ -16,7 +16,8 @@ from typing import Any
 
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import ConfigurationError, ConflictError, IntegrityError, ManifestError, ObjectNotFoundError
-from trainvault.formats import DEFAULT_BLOCK_BYTES, EncodedShard, encode_shard, get_format
+from trainvault.formats import get_format
+from trainvault.formats.blocks import DEFAULT_BLOCK_BYTES, EncodedShard, encode_shard
 from trainvault.publication.bound import Bound
 from trainvault.publication.discovery import Found, discover_shards, read_shard_descriptor, shard_entry
 from trainvault.publication.manifest import (
@@ -35,7 +36,7 @@ from trainvault.publication.manifest import (
 )
 from trainvault.publication.pack import build_pack, pack_uri
 from trainvault.refs import ObjectRef
-from trainvault.storage import SINGLE_PUT_LIMIT, StorageSource, storage_of
+from trainvault.storage.store import SINGLE_PUT_LIMIT, StorageSource, storage_of
 from trainvault.uris import normalize_uri, parent_uri
 from trainvault.version import __version__
 

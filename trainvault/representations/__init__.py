@@ -4,29 +4,8 @@ Importing this package does not import torch, numpy or safetensors; writing and 
 need the ``representation`` extra.
 """
 
-from trainvault.representations.documents import (
-    ARTIFACT_MANIFEST_NAME,
-    MANIFEST_NAME,
-    ArtifactEntry,
-    ArtifactManifest,
-    Projection,
-    RepresentationIndex,
-    RepresentationManifest,
-    Teacher,
-)
-from trainvault.representations.loader import RepresentationExample, iter_representation_examples
-from trainvault.representations.writer import RepresentationWriter
+from trainvault.representations.loader import RepresentationExample
 
 __all__ = [
-    "ARTIFACT_MANIFEST_NAME",
-    "MANIFEST_NAME",
-    "ArtifactEntry",
-    "ArtifactManifest",
-    "Projection",
     "RepresentationExample",
-    "RepresentationIndex",
-    "RepresentationManifest",
-    "RepresentationWriter",
-    "Teacher",
-    "iter_representation_examples",
 ]

@@ -26,7 +26,8 @@ from trainvault.representations.documents import (
     SourceEntry,
     artifact_id,
 )
-from trainvault.storage import Storage, StorageSource, storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri, parent_uri
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from trainvault.representations.documents import (
     index_path,
     part_name,
 )
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import join_uri, normalize_uri
 
 _INT32 = (-(2**31), 2**31 - 1)

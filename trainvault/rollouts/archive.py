@@ -38,7 +38,8 @@ from trainvault.rollouts.samples import (
     encode_samples,
     strip_transport,
 )
-from trainvault.storage import Storage, StorageSource, storage_or_default
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_or_default
 from trainvault.uris import join_uri, normalize_uri, parent_uri
 from trainvault.version import __version__
 

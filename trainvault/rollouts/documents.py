@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trainvault.documents import Document, StrictModel
-from trainvault.formats import BlockRef
+from trainvault.formats.blocks import BlockRef
 from trainvault.publication.manifest import Producer
 from trainvault.refs import Sha256
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from trainvault.rollouts.archive import RolloutArchive
 from trainvault.rollouts.samples import Sample
-from trainvault.storage import StorageSource, storage_or_default
+from trainvault.storage.store import StorageSource, storage_or_default
 
 
 def iter_archive_samples(

@@ -44,7 +44,8 @@ from trainvault.errors import (
     StorageError,
 )
 from trainvault.rollouts.documents import GcMarker, OwnerRecord
-from trainvault.storage import Storage, StorageSource, storage_or_default
+from trainvault.storage import Storage
+from trainvault.storage.store import StorageSource, storage_or_default
 from trainvault.uris import join_uri, normalize_uri
 
 #: How long a collector may run before it stops deleting (writers wait at most this long).

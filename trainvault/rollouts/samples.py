@@ -13,7 +13,8 @@ from typing import Any
 
 from trainvault.canonical import canonical_json, loads_strict
 from trainvault.errors import EncodeError, ManifestError
-from trainvault.formats import DEFAULT_BLOCK_BYTES, encode_shard, get_format
+from trainvault.formats import get_format
+from trainvault.formats.blocks import DEFAULT_BLOCK_BYTES, encode_shard
 from trainvault.rollouts.documents import ArchiveChunk, ArchiveEntry
 
 #: The shard format of archive chunks.

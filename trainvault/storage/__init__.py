@@ -15,33 +15,10 @@ first-contact rule, `STATS`), `translate` (native errors to trainvault's), `stor
 """
 
 from trainvault.storage.config import S3_ENV_VARS, StorageConfig
-from trainvault.storage.readable import ReadableStorage
-from trainvault.storage.reads import READS, ReadCounts
-from trainvault.storage.recovery import CONTACTS, STATS, StorageStats
-from trainvault.storage.store import (
-    SINGLE_PUT_LIMIT,
-    HoldsStorage,
-    ObjectInfo,
-    Storage,
-    StorageSource,
-    storage_of,
-    storage_or_default,
-)
+from trainvault.storage.store import Storage
 
 __all__ = [
-    "CONTACTS",
-    "READS",
     "S3_ENV_VARS",
-    "SINGLE_PUT_LIMIT",
-    "STATS",
-    "HoldsStorage",
-    "ObjectInfo",
-    "ReadCounts",
-    "ReadableStorage",
     "Storage",
     "StorageConfig",
-    "StorageSource",
-    "StorageStats",
-    "storage_of",
-    "storage_or_default",
 ]

@@ -2,7 +2,6 @@
 scan, profile and field survey, and the per-shard results stored by content for reuse."""
 
 from trainvault.verification.fused import (
-    StoredVerification,
     VerifiedShard,
     profile_from_surveys,
     shard_field_surveys,
@@ -10,13 +9,10 @@ from trainvault.verification.fused import (
     stored_verification,
     verify_shard,
 )
-from trainvault.verification.results import DEFAULT_PROFILE, ShardSurvey, StoredScan
+from trainvault.verification.results import ShardSurvey
 
 __all__ = [
-    "DEFAULT_PROFILE",
     "ShardSurvey",
-    "StoredScan",
-    "StoredVerification",
     "VerifiedShard",
     "profile_from_surveys",
     "shard_field_surveys",

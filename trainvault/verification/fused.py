@@ -23,7 +23,7 @@ from trainvault.profile.sidecar import DatasetProfile, ProfileSettings, ShardPro
 from trainvault.profile.state import shard_profile_from_state, shard_profile_state
 from trainvault.profile.validation import TaskDataValidator
 from trainvault.publication.manifest import ShardEntry
-from trainvault.storage import StorageSource, storage_of
+from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri
 from trainvault.verification.results import (
     DEFAULT_PROFILE,

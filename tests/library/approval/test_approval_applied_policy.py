@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from trainvault import ApprovalError, TrainVault
-from trainvault.approval import ApprovalPolicy, SigningKey, approval_statement, approve_dataset, write_approval
+from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
 from trainvault.approval.applied import AppliedPolicy
 from trainvault.approval.dsse import sign_envelope
+from trainvault.approval.gate import approve_dataset
+from trainvault.approval.record import approval_statement
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.cli import main
 from trainvault.contamination import exclusions_from_report

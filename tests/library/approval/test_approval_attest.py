@@ -17,28 +17,22 @@ from typing import Any
 import pytest
 
 from trainvault import ApprovalError, ManifestError, ObjectRef, TrainVault, UntrustedSignerError
-from trainvault.approval import (
-    ApprovalPolicy,
-    SigningKey,
-    TrainingScanManifest,
-    approve_dataset,
-    attestation_statement,
-    open_approved,
-    read_attested,
-    sign_envelope,
-    write_approval,
-)
+from trainvault.approval import ApprovalPolicy, SigningKey, read_attested, write_approval
+from trainvault.approval.attestation import attestation_statement
+from trainvault.approval.dsse import sign_envelope
+from trainvault.approval.gate import approve_dataset
+from trainvault.approval.record import open_approved
 from trainvault.approval.rescan import sample_shards
+from trainvault.approval.scan_manifest import TrainingScanManifest
 from trainvault.canonical import canonical_json
 from trainvault.contamination import (
-    DEFAULT_CONTRACT,
-    V1_CONTRACT,
     ContaminationReport,
     exclusions_from_report,
     jsonl_benchmark,
     load_index,
     publish_release,
 )
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
 from trainvault.publication.pinned import Publication
 
 SCANNER = SigningKey.generate()

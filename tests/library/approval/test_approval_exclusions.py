@@ -17,7 +17,9 @@ from trainvault import (
     ResumeStateError,
     TrainVault,
 )
-from trainvault.approval import ApprovalPolicy, SigningKey, approve_dataset, open_approved, write_approval
+from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
+from trainvault.approval.gate import approve_dataset
+from trainvault.approval.record import open_approved
 from trainvault.contamination import (
     Exclusions,
     VerifierContract,

@@ -10,15 +10,11 @@ from typing import Any
 import pytest
 
 from trainvault import ApprovalError, ObjectRef, TrainVault
-from trainvault.approval import (
-    ApprovalPolicy,
-    ApprovedDataset,
-    HashProgress,
-    PackagePin,
-    ProducerPins,
-    build_training_scan_manifest,
-)
-from trainvault.contamination import Policy, VerifierContract, jsonl_benchmark, load_index, publish_release
+from trainvault.approval import ApprovalPolicy, ApprovedDataset, ProducerPins, build_training_scan_manifest
+from trainvault.approval.hashing import HashProgress
+from trainvault.approval.pins import PackagePin
+from trainvault.contamination import VerifierContract, jsonl_benchmark, load_index, publish_release
+from trainvault.contamination.contract import Policy
 from trainvault.version import __version__
 
 
@@ -176,7 +172,7 @@ def test_loose_descriptor_is_not_read_by_the_gate(chain: Any) -> None:
 def test_scan_manifest_missing_a_file(chain: Any) -> None:
     scan = build_training_scan_manifest(chain.vault, chain.manifest_uri)
     files = [f for f in scan.files if not f.uri.endswith("s1.msgpack.zst")]
-    from trainvault.approval import ScanTotals, TrainingScanManifest
+    from trainvault.approval.scan_manifest import ScanTotals, TrainingScanManifest
 
     t = scan.totals
     partial = TrainingScanManifest(

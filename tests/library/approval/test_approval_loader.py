@@ -13,7 +13,7 @@ import pytest
 import torch.utils.data
 
 from trainvault import IntegrityError, TrainVault
-from trainvault.approval import CustodyStore
+from trainvault.approval.guard import CustodyStore
 from trainvault.canonical import sha256_hex
 from trainvault.errors import CustodyError
 

@@ -12,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainvault import ConfigurationError, ResumeStateError, SelectionError, TrainVault  # noqa: E402
-from trainvault.approval import ApprovalPolicy, approve_dataset  # noqa: E402
+from trainvault.approval import ApprovalPolicy  # noqa: E402
+from trainvault.approval.gate import approve_dataset  # noqa: E402
 from trainvault.contamination import exclusions_from_report  # noqa: E402
 from trainvault.loading import PositionBudget  # noqa: E402
 from trainvault.mixtures import Mixture, MixtureComponent, load_mixture  # noqa: E402

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from trainvault import ApprovalError, IntegrityError, TrainVault
-from trainvault.approval import SigningKey, approval_statement, write_approval
+from trainvault.approval import SigningKey, write_approval
 from trainvault.approval.dsse import sign_envelope
+from trainvault.approval.record import approval_statement
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.storage.reads import READS
 

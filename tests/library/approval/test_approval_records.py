@@ -14,17 +14,15 @@ from pydantic import ValidationError
 
 from trainvault import ApprovalError, TrainVault
 from trainvault.approval import (
-    PREDICATE_TYPE,
     ApprovedDataset,
-    Envelope,
     SigningKey,
     load_signing_key,
     load_verifying_key,
-    pae,
-    sign_envelope,
     write_approval,
     write_keypair,
 )
+from trainvault.approval.dsse import Envelope, pae, sign_envelope
+from trainvault.approval.record import PREDICATE_TYPE
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import CustodyError
 
@@ -130,7 +128,7 @@ def test_older_approval_replayed_against_a_pinned_sha256(chain: Any, keys: list[
 def test_signed_statement_about_other_data_is_denied(chain: Any, keys: list[SigningKey]) -> None:
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())
-    from trainvault.approval import approval_statement
+    from trainvault.approval.record import approval_statement
 
     statement = approval_statement(approved)
     statement["subject"][0]["digest"]["sha256"] = "0" * 64
@@ -240,7 +238,7 @@ def test_with_record_opens_the_gates_result_from_its_record_without_a_second_has
     build_chain: Callable[..., Any], chain: Any, keys: list[SigningKey], tmp_path: Path
 ) -> None:
     from trainvault.approval import with_record
-    from trainvault.storage import READS
+    from trainvault.storage.reads import READS
 
     vault = chain.vault
     approved = vault.approve_dataset(chain.request())

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("torch")
 
 from trainvault import TrainVault
-from trainvault.approval import approve_dataset, write_approval, write_keypair
+from trainvault.approval import write_approval, write_keypair
+from trainvault.approval.gate import approve_dataset
 from trainvault.contamination import exclusions_from_report
 
 ROOT = Path(__file__).resolve().parents[3]

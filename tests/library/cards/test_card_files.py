@@ -14,7 +14,8 @@ import pytest
 
 from trainvault import TrainVault
 from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
-from trainvault.cards import check_card, reuse_croissant, write_croissant
+from trainvault.cards import reuse_croissant, write_croissant
+from trainvault.cards.card_files import check_card
 from trainvault.cli import main
 from trainvault.contamination import exclusions_from_report
 

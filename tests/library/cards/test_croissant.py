@@ -19,7 +19,8 @@ import zstandard
 
 from trainvault import TrainVault
 from trainvault.approval import ApprovalPolicy, SigningKey, write_approval, write_keypair
-from trainvault.cards import croissant_card, default_card_uri, write_croissant
+from trainvault.cards import write_croissant
+from trainvault.cards.croissant import croissant_card, default_card_uri
 from trainvault.cli import main
 from trainvault.contamination import exclusions_from_report
 from trainvault.errors import ApprovalError, ConflictError, ManifestError

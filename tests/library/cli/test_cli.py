@@ -197,7 +197,7 @@ def test_cli_says_which_endpoint_it_is_still_connecting_to(
 def test_progress_bar_on_a_terminal(chain: Any) -> None:
     import io
 
-    from trainvault.approval import terminal_hash_progress
+    from trainvault.approval.hashing import terminal_hash_progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -18,23 +18,21 @@ from trainvault import ContaminationError, IntegrityError, ManifestError, TrainV
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
     ContaminationReport,
-    EvalIndex,
-    Normalizer,
-    Policy,
-    ScanProgress,
     ShardScanResult,
     VerifierContract,
     humaneval_benchmark,
     jsonl_benchmark,
     load_index,
     publish_release,
-    read_report,
     reduce_report,
     scan_dataset,
-    scan_shard,
     write_report,
 )
-from trainvault.contamination.index import gram_fingerprint, token_fingerprint
+from trainvault.contamination.contract import Policy
+from trainvault.contamination.dataset import ScanProgress, read_report
+from trainvault.contamination.index import EvalIndex, gram_fingerprint, token_fingerprint
+from trainvault.contamination.normalize import Normalizer
+from trainvault.contamination.scan import scan_shard
 from trainvault.publication.bound import publish_document
 
 SCAN_SHA = sha256_hex(b"training-scan-manifest")

@@ -13,19 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainvault import DecodeError, TrainVault
-from trainvault.contamination import (
-    Normalizer,
-    VerifierContract,
-    humaneval_benchmark,
-    load_index,
-    publish_release,
-    scan_records,
-    scan_shard,
-)
+from trainvault.contamination import VerifierContract, humaneval_benchmark, load_index, publish_release, scan_records
 from trainvault.contamination.block_text import BlockTextReader
-from trainvault.contamination.normalize import NormalizationSpec
-from trainvault.contamination.scan import _Accumulator, _add_block
-from trainvault.formats import encode_shard, get_format
+from trainvault.contamination.normalize import NormalizationSpec, Normalizer
+from trainvault.contamination.scan import _Accumulator, _add_block, scan_shard
+from trainvault.formats import get_format
+from trainvault.formats.blocks import encode_shard
 from trainvault.formats.msgpack_zst import unpack_records
 from trainvault.publication.bound import publish_document
 from trainvault.publication.reader import ShardReader

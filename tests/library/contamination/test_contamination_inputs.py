@@ -15,14 +15,13 @@ from trainvault import ContaminationError, IntegrityError, ManifestError, TrainV
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
     EvaluationRelease,
-    NormalizationSpec,
-    Normalizer,
     VerifierContract,
     humaneval_benchmark,
     jsonl_benchmark,
-    load_release,
     publish_release,
 )
+from trainvault.contamination.normalize import NormalizationSpec, Normalizer
+from trainvault.contamination.release import load_release
 from trainvault.publication.bound import publish_document, read_document
 
 NORM = Normalizer(NormalizationSpec(id="tvnorm-v1"))

@@ -16,19 +16,17 @@ from hypothesis import strategies as st
 
 from trainvault import ManifestError, TrainVault
 from trainvault.contamination import (
-    DEFAULT_CONTRACT,
-    V1_CONTRACT,
     ContaminationReport,
     MethodSpec,
-    NormalizationSpec,
-    Normalizer,
     VerifierContract,
     jsonl_benchmark,
     load_index,
     publish_release,
     scan_records,
 )
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
 from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map, format_characters
+from trainvault.contamination.normalize import NormalizationSpec, Normalizer
 from trainvault.publication.bound import publish_document, read_document
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

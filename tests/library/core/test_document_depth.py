@@ -13,8 +13,8 @@ import pytest
 
 import trainvault
 from trainvault import ManifestError, TrainVault, TrainVaultError
-from trainvault.approval import SigningKey, sign_envelope
-from trainvault.approval.dsse import Envelope
+from trainvault.approval import SigningKey
+from trainvault.approval.dsse import Envelope, sign_envelope
 from trainvault.canonical import MAX_JSON_DEPTH, canonical_json, loads_strict, sha256_hex
 from trainvault.contamination import jsonl_benchmark
 from trainvault.documents import Document

@@ -12,16 +12,12 @@ from typing import Any
 import pytest
 
 from trainvault import ApprovalError, ManifestError, ObjectRef, TrainVault
-from trainvault.approval import (
-    ApprovalRequest,
-    ProducerPins,
-    SigningKey,
-    TrainingScanManifest,
-    sign_envelope,
-    write_approval,
-)
+from trainvault.approval import ApprovalRequest, ProducerPins, SigningKey, write_approval
+from trainvault.approval.dsse import sign_envelope
+from trainvault.approval.scan_manifest import TrainingScanManifest
 from trainvault.canonical import sha256_hex
-from trainvault.contamination import ContaminationReport, VerifierContract, jsonl_benchmark, load_release
+from trainvault.contamination import ContaminationReport, VerifierContract, jsonl_benchmark
+from trainvault.contamination.release import load_release
 from trainvault.profile import profile_publication, read_metrics_sidecar, write_metrics_sidecars
 from trainvault.publication.bound import read_document
 from trainvault.publication.reader import read_descriptor

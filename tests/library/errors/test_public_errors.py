@@ -320,7 +320,7 @@ def test_profile_publication_settings(
 def test_profiled_rows_are_counted_or_refused(bad: ModuleType, data: st.DataObject) -> None:
     keys = st.text(max_size=6) | st.integers() | st.binary(max_size=3)
     row = data.draw(st.dictionaries(keys, bad.RECORD_VALUES, max_size=4))
-    from trainvault.profile import DatasetMetrics
+    from trainvault.profile.metrics import DatasetMetrics
 
     got = bad.outcome(lambda: DatasetMetrics().observe(row))
     assert got is None or isinstance(got, ProfileError), got

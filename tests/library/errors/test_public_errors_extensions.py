@@ -17,8 +17,8 @@ import pytest
 
 from trainvault import ConfigurationError, SampleNotFoundError, SelectionError, StorageError, TrainVault
 from trainvault.components import Frame, split_frame
-from trainvault.rollouts import RolloutArchive, gc
-from trainvault.rollouts.pool import object_uri, put_object
+from trainvault.rollouts import RolloutArchive
+from trainvault.rollouts.pool import gc, object_uri, put_object
 from trainvault.storage import Storage
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from trainvault import DecodeError, EncodeError, TrainVault
-from trainvault.formats import FORMATS, encode_shard, get_format
+from trainvault.formats import FORMATS, get_format
+from trainvault.formats.blocks import encode_shard
 from trainvault.publication.reader import ShardReader, read_descriptor
 from trainvault.storage import Storage
 

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainvault import EncodeError
-from trainvault.formats import FORMATS, encode_shard, get_format
+from trainvault.formats import FORMATS, get_format
+from trainvault.formats.blocks import encode_shard
 from trainvault.formats.msgpack_zst import unpack_records
 
 
@@ -83,7 +84,8 @@ _DETERMINISM_SCRIPT = textwrap.dedent(
     import hashlib, sys
     sys.path.insert(0, {tests!r})
     from test_formats import make_records
-    from trainvault.formats import encode_shard, get_format
+    from trainvault.formats import get_format
+    from trainvault.formats.blocks import encode_shard
     shard = encode_shard(get_format(sys.argv[1]), make_records(400, seed=3), block_bytes=3000)
     print(shard.sha256, len(shard.blocks))
     """

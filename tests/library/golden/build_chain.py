@@ -16,25 +16,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from trainvault import TrainVault
 from trainvault import ObjectRef
-from trainvault.approval import (
-    ApprovalRequest,
-    PackagePin,
-    ProducerPins,
-    SigningKey,
-    build_training_scan_manifest,
-    write_approval,
-    write_producer_pins,
-    write_training_scan_manifest,
-)
+from trainvault.approval import ApprovalRequest, ProducerPins, SigningKey, build_training_scan_manifest, write_approval, write_producer_pins, write_training_scan_manifest
+from trainvault.approval.pins import PackagePin
 from trainvault.canonical import sha256_hex
-from trainvault.contamination import (
-    V1_CONTRACT,
-    jsonl_benchmark,
-    load_index,
-    publish_release,
-    scan_dataset,
-    write_report,
-)
+from trainvault.contamination import jsonl_benchmark, load_index, publish_release, scan_dataset, write_report
+from trainvault.contamination.contract import V1_CONTRACT
 from trainvault.publication.bound import publish_document
 
 ROOT = "memory://golden"

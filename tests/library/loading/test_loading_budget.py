@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainvault.errors import BudgetError, ResumeStateError
-from trainvault.loading import Boundary, PositionBudget
+from trainvault.loading import PositionBudget
+from trainvault.loading.budget import Boundary
 
 
 def budget() -> PositionBudget:

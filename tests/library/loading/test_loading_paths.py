@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import torch.utils.data  # the loader's extra: these tests run its DataLoaders
 
-from trainvault import ConfigurationError, Storage, TrainVault, UngatedDataWarning
-from trainvault.approval import CustodyStore
+from trainvault import ConfigurationError, TrainVault, UngatedDataWarning
 from trainvault.approval.approved_loader import ApprovedLoaderFactory
+from trainvault.approval.guard import CustodyStore
 from trainvault.loading import LoaderPlan, Observability, SplitLoaderFactory
-from trainvault.storage import ReadableStorage
+from trainvault.storage import Storage
+from trainvault.storage.readable import ReadableStorage
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from trainvault import SelectionError, TrainVault  # noqa: E402
-from trainvault.loading import LoaderPlan, SplitLoaderFactory, TracedRecord  # noqa: E402
+from trainvault.loading import LoaderPlan, SplitLoaderFactory  # noqa: E402
+from trainvault.loading.trace import TracedRecord  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

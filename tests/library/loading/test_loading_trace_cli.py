@@ -268,7 +268,9 @@ def test_trace_argument_errors_come_before_any_data_is_read(
 def test_trace_and_read_take_a_shuffled_multi_rank_approval_with_exclusions(
     build_chain: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainvault.approval import ApprovalPolicy, approve_dataset, open_approved, write_approval, write_keypair
+    from trainvault.approval import ApprovalPolicy, write_approval, write_keypair
+    from trainvault.approval.gate import approve_dataset
+    from trainvault.approval.record import open_approved
     from trainvault.contamination import exclusions_from_report
 
     chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=3, records_per_shard=20, contaminate=True)

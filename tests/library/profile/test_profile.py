@@ -13,25 +13,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError, Storage
-from trainvault.derivation import SourceDataset, collate_sources, resolve_num_repeats
+from trainvault import ConflictError, IntegrityError, ManifestError, SelectionError
+from trainvault.derivation import SourceDataset, collate_sources
+from trainvault.derivation.repeats import resolve_num_repeats
 from trainvault.errors import ProfileError, TaskDataValidationError
 from trainvault.profile import (
-    MAX_CATEGORICAL_LABELS,
-    AvgMinMax,
-    CategoricalMetrics,
-    DatasetMetrics,
     MetricsSidecar,
-    StringMetrics,
-    TaskDataValidator,
     approval_sidecars,
     profile_publication,
     read_metrics_sidecar,
-    sidecar_uri,
     write_metrics_sidecars,
 )
+from trainvault.profile.accumulators import MAX_CATEGORICAL_LABELS, AvgMinMax, CategoricalMetrics, StringMetrics
+from trainvault.profile.metrics import DatasetMetrics
+from trainvault.profile.sidecar import sidecar_uri
+from trainvault.profile.validation import TaskDataValidator
 from trainvault.publication.manifest import MANIFEST_NAME
 from trainvault.publication.saver import DatasetSaver
+from trainvault.storage import Storage
 
 # -- realistic rows -----------------------------------------------------------------
 

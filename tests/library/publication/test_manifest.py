@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trainvault import ConflictError, DataManifest, ManifestError, ShardDescriptor, TrainVault, iter_shard
+from trainvault import ConflictError, DataManifest, ManifestError, TrainVault, iter_shard
+from trainvault.publication.manifest import ShardDescriptor
 from trainvault.uris import join_uri
 
 

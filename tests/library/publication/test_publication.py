@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trainvault import IntegrityError, ManifestError, Storage, TrainVault
+from trainvault import IntegrityError, ManifestError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.errors import SelectionError
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ObjectRef
-from trainvault.storage import storage_of
+from trainvault.storage import Storage
+from trainvault.storage.store import storage_of
 
 
 def test_object_ref_serialises_without_an_unknown_size() -> None:

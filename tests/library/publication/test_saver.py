@@ -190,7 +190,7 @@ def test_altered_data_object_is_detected_on_reuse(tmp_path) -> None:
 
 
 def test_a_saver_that_does_not_rehash_reuses_by_size_reads_no_shard_byte_and_says_what_it_wrote(vault_root) -> None:
-    from trainvault.storage import READS
+    from trainvault.storage.reads import READS
 
     vault, root = vault_root
     first_saver = vault.dataset_saver(manifest_uri(root))

@@ -23,9 +23,9 @@ import torch
 
 from trainvault import ConflictError, EncodeError, IntegrityError, ManifestError, SelectionError, TrainVault
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.representations import MANIFEST_NAME, RepresentationExample
+from trainvault.representations import RepresentationExample
 from trainvault.representations import artifact as artifact_format
-from trainvault.representations.documents import ArtifactEntry
+from trainvault.representations.documents import MANIFEST_NAME, ArtifactEntry
 from trainvault.storage import Storage
 from trainvault.uris import join_uri, parse_uri
 

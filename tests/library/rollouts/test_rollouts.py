@@ -20,10 +20,10 @@ import pytest
 
 from trainvault import DatasetSaver, EncodeError, IntegrityError, ManifestError, ObjectNotFoundError, iter_shard
 from trainvault.errors import ArchiveExistsError, ConfigurationError, ConflictError, StorageError
-from trainvault.rollouts import RolloutArchive, gc, iter_archive_samples
+from trainvault.rollouts import RolloutArchive, iter_archive_samples
 from trainvault.rollouts.cli import parse_duration
 from trainvault.rollouts.documents import GcMarker
-from trainvault.rollouts.pool import object_uri
+from trainvault.rollouts.pool import gc, object_uri
 from trainvault.storage import Storage
 from trainvault.uris import join_uri, normalize_uri
 

@@ -324,7 +324,7 @@ def test_missing_extra_names_it() -> None:
 
 
 def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_config: Callable[..., Any], s3_server) -> None:
-    from trainvault.storage import STATS
+    from trainvault.storage.recovery import STATS
 
     bucket = f"missing-{uuid.uuid4().hex[:12]}"
     st = Storage(s3_config(s3_server))
@@ -350,7 +350,7 @@ def test_a_missing_bucket_is_named_with_its_cause_at_once(s3_config: Callable[..
 def test_reads_count_the_bytes_and_requests_every_read_returns(
     s3_config: Callable[..., Any], tmp_path, request, where
 ) -> None:
-    from trainvault.storage import READS
+    from trainvault.storage.reads import READS
 
     if where == "s3":
         bucket = request.getfixturevalue("s3_bucket")

@@ -24,7 +24,8 @@ from trainvault import (
     TrainVault,
     iter_shard,
 )
-from trainvault.storage import STATS, Storage
+from trainvault.storage import Storage
+from trainvault.storage.recovery import STATS
 
 RECORDS = 1200
 

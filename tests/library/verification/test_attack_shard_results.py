@@ -19,9 +19,9 @@ from trainvault.canonical import canonical_json
 from trainvault.contamination import reduce_report
 from trainvault.errors import ApprovalError, IntegrityError
 from trainvault.publication.pinned import Publication
-from trainvault.verification import StoredScan, stored_verification, verify_shard
+from trainvault.verification import stored_verification, verify_shard
 from trainvault.verification.fused import scan_key, survey_key
-from trainvault.verification.results import key_uri, store_result
+from trainvault.verification.results import StoredScan, key_uri, store_result
 
 SCANNER = SigningKey.generate()
 LOGGER = "trainvault.verification"

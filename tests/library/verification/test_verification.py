@@ -13,11 +13,11 @@ import pytest
 from trainvault import TrainVault
 from trainvault.approval import SigningKey, build_training_scan_manifest
 from trainvault.cards.fields import survey_fields
-from trainvault.contamination import scan_shard
+from trainvault.contamination.scan import scan_shard
 from trainvault.errors import ConfigurationError, IntegrityError
 from trainvault.profile import profile_publication
 from trainvault.publication.pinned import Publication
-from trainvault.storage import READS
+from trainvault.storage.reads import READS
 from trainvault.verification import (
     profile_from_surveys,
     shard_field_surveys,
@@ -219,7 +219,7 @@ def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_rec
     build_chain: Callable[..., Any], tmp_path
 ) -> None:
     from trainvault.approval import SigningKey, with_record, write_approval
-    from trainvault.cards import croissant_card
+    from trainvault.cards.croissant import croissant_card
 
     clean = build_chain(TrainVault(), str(tmp_path), shards=3, records_per_shard=40)
     storage, folder = clean.vault.storage, str(tmp_path / "results")
@@ -248,7 +248,7 @@ def test_the_croissant_card_from_stored_surveys_is_the_card_that_reads_every_rec
 
 def test_a_card_with_exclusions_reads_only_the_shards_it_copies(chain, tmp_path) -> None:
     from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
-    from trainvault.cards import croissant_card
+    from trainvault.cards.croissant import croissant_card
     from trainvault.contamination import exclusions_from_report
 
     storage, folder = chain.vault.storage, str(tmp_path / "results")
