@@ -39,6 +39,7 @@ from trainvault.errors import (
     UngatedDataWarning,
     UnscannedFieldError,
     UntrustedSignerError,
+    WrongDocumentError,
 )
 from trainvault.formats import FORMATS
 from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
@@ -135,6 +136,7 @@ __all__ = [
     "UnscannedFieldError",
     "UntrustedSignerError",
     "VerifierContract",
+    "WrongDocumentError",
     "__version__",
     "iter_archive_samples",
     "iter_shard",

@@ -22,8 +22,9 @@ from trainvault.cli.approval import add_approval_parsers
 from trainvault.cli.console import announcing_storage_waits, vault_from_env
 from trainvault.cli.inspect import EXIT_MISMATCH, add_inspect_parser
 from trainvault.cli.read import add_read_parser
+from trainvault.cli.recognize import Takes, reads, wrong_document
 from trainvault.cli.trace import add_trace_parser
-from trainvault.errors import TrainVaultError
+from trainvault.errors import TrainVaultError, WrongDocumentError
 from trainvault.version import __version__
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISMATCH", "build_parser", "main"]
@@ -48,14 +49,27 @@ def add_archive_commands(sub: Any) -> None:
     """``trainvault archive inspect URI`` and ``trainvault archive gc POOL --grace ... [--dry-run]``."""
     from trainvault.rollouts.cli import add_archive_parser
 
-    add_archive_parser(sub, vault_from_env)
+    parsers = add_archive_parser(sub, vault_from_env)
+    parsers["inspect"].set_defaults(takes=reads(Takes("archive inspect", "uri", ("archive-index",))))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command; when it fails on a file of a kind it does not read there (a data manifest
+    given to ``verify``), a `WrongDocumentError` says what the file is and which command reads it."""
+    try:
+        return int(args.run(args))
+    except TrainVaultError as exc:
+        explained = wrong_document(args, exc, lambda: vault_from_env().storage)
+        if explained is None:
+            raise
+        raise WrongDocumentError(explained) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with announcing_storage_waits():
-            code = int(args.run(args))
+            code = _run(args)
             sys.stdout.flush()  # here, so a closed pipe is met inside the handlers below
             return code
     except BrokenPipeError:

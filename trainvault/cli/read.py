@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
+from trainvault.cli.recognize import Takes
 
 #: Redraws of the live line per second, at most.
 REDRAWS_PER_S = 5
@@ -27,6 +28,15 @@ def live_line(figures: dict[str, Any], records: int, seconds: float) -> str:
         f"step {figures['step'] + 1:,}  {records:,} records  {records / max(seconds, 1e-9):,.0f} rec/s  "
         f"data wait {share:.0%} of the last {w['steps']} steps  | s: {stages}  {w['bytes'] / 1e6:,.1f} MB"
     )
+
+
+def _takes(args: argparse.Namespace) -> tuple[Takes, ...]:
+    """What `read` reads as SOURCE: an approval record with --sha256 or --trusted-key, else a data manifest."""
+    if args.sha256 or args.trusted_key:
+        return (
+            Takes("read", "source", ("approval-record",), ", or a data manifest without --sha256 and --trusted-key"),
+        )
+    return (Takes("read", "source", ("data-manifest",), ", or an approval record with --sha256 and --trusted-key"),)
 
 
 def _factory(args: argparse.Namespace) -> Any:
@@ -110,4 +120,4 @@ def add_read_parser(sub: Any) -> None:
         "--watchdog", type=float, default=None, help="log every thread's stack after this many seconds without a batch"
     )
     add_policy_options(p)
-    p.set_defaults(run=cmd_read)
+    p.set_defaults(run=cmd_read, takes=_takes)

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
-from trainvault.cli.recognize import approved_manifest, unverified_statement
+from trainvault.cli.recognize import Takes, approved_manifest, reads, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
 #: Options that describe the run when no state does; a state names all of them itself.
@@ -229,10 +229,15 @@ def add_trace_parser(sub: Any) -> None:
     )
     p.add_argument("--step", type=int, required=True, help="the step (0: the run's first batch)")
     p.add_argument("--rank", type=int, help="the rank (default 0)")
-    reads = p.add_mutually_exclusive_group()
-    reads.add_argument("--records", action="store_true", help="print each record too, read and verified")
-    reads.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
+    reading = p.add_mutually_exclusive_group()
+    reading.add_argument("--records", action="store_true", help="print each record too, read and verified")
+    reading.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar while the approval is verified")
     add_policy_options(p)
-    p.set_defaults(run=cmd_trace)
+    p.set_defaults(
+        run=cmd_trace,
+        takes=reads(
+            Takes("trace", "approval", ("approval-record",)), Takes("trace --state", "state", ("loader-state",))
+        ),
+    )
