@@ -274,7 +274,7 @@ def add_approval_parsers(sub: Any) -> None:
     _add_approval_arguments(p)
     p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
     for flag, text in [
-        ("--name", "dataset name (default: the card's folder name)"),
+        ("--name", "dataset name (default: the name of the folder that holds the data manifest)"),
         ("--description", "dataset description (default: what the approval binds)"),
         ("--license", "license URL or name"),
         ("--cite-as", "citation text (e.g. BibTeX)"),

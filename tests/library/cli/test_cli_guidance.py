@@ -1,9 +1,10 @@
 """What the command tells a new user (issue 36 item 6): each command names the file it was given and
-the command that reads it."""
+the command that reads it; the Croissant card is named after the dataset."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,13 @@ def test_the_right_file_keeps_the_command_s_own_error(
 ) -> None:
     code, _, err = run(capsys, ["verify", files["approval"], "--sha256", "0" * 64, "--trusted-key", files["pub"]])
     assert code == 1 and "not the pinned" in err and " is a " not in err
+
+
+def test_croissant_names_the_card_after_the_dataset(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(Path(files["tmp"]) / "approvals" / "croissant.json")
+    code, _, err = run(
+        capsys, ["croissant", files["approval"], "--sha256", files["sha"], "--trusted-key", files["pub"]]
+    )
+    assert code == 0, err
+    # The manifest holds no name: the dataset's folder names it (`ds`), not the record's (`approvals`).
+    assert json.loads(Path(out).read_bytes())["name"] == "ds"
