@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
+from trainvault.cli.options import add_stage_option
 from trainvault.cli.recognize import Takes
 
 #: Redraws of the live line per second, at most.
@@ -67,7 +68,7 @@ def _factory(args: argparse.Namespace) -> Any:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    loader = _factory(args).load(args.split, curriculum_stage=args.stage)
+    loader = _factory(args).load(args.split, curriculum_stages=args.stage)
     out: TextIO = sys.stderr
     live = getattr(out, "isatty", lambda: False)()
     records, waited, last_draw = 0, 0.0, 0.0
@@ -111,7 +112,7 @@ def add_read_parser(sub: Any) -> None:
     p.add_argument("--rank", type=int, default=None, help="read this rank's share (default 0)")
     p.add_argument("--world-size", type=int, default=None, help="of this many ranks (default 1)")
     p.add_argument("--split", default="train")
-    p.add_argument("--stage", default=None, help="one curriculum stage")
+    add_stage_option(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument("--steps", type=int, default=None, help="stop after this many batches")

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
+from trainvault.cli.options import add_stage_option
 from trainvault.cli.recognize import Takes, approved_manifest, reads, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
@@ -214,11 +215,7 @@ def add_trace_parser(sub: Any) -> None:
     p.add_argument("--state", help="a loader state_dict saved as JSON: the run's selection, order and history")
     p.add_argument("--exclude", help="with --state and no APPROVAL: the loader's exclude mapping as JSON")
     p.add_argument("--split", help="without --state: the split (default train)")
-    p.add_argument(
-        "--stage",
-        action="append",
-        help="without --state: a curriculum stage (repeatable: a union; default: the whole split)",
-    )
+    add_stage_option(p, "without --state: ")
     p.add_argument("--batch-size", type=int, help="without --state: the run's batch size (required)")
     p.add_argument("--world-size", type=int, help="without --state: the run's number of ranks (default 1)")
     p.add_argument("--drop-last", action="store_true", help="without --state: the run dropped each epoch's tail")

@@ -1,5 +1,6 @@
 """What the command tells a new user (issue 36 item 6): each command names the file it was given and
-the command that reads it; the Croissant card is named after the dataset."""
+the command that reads it; the Croissant card is named after the dataset; `read` and `trace` take
+--stage alike."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from trainvault import TrainVault
-from trainvault.cli import main
+from trainvault.cli import build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +145,10 @@ def test_croissant_names_the_card_after_the_dataset(files: dict[str, str], capsy
     assert code == 0, err
     # The manifest holds no name: the dataset's folder names it (`ds`), not the record's (`approvals`).
     assert json.loads(Path(out).read_bytes())["name"] == "ds"
+
+
+@pytest.mark.parametrize("command", [["read", "m.json"], ["trace", "--step", "0"]])
+def test_read_and_trace_take_repeated_stages_alike(command: list[str]) -> None:
+    args = build_parser().parse_args([*command, "--stage", "easy", "--stage", "hard"])
+    assert args.stage == ["easy", "hard"]  # the loader's curriculum_stages: their union
+    assert build_parser().parse_args(command).stage is None  # the whole split
