@@ -13,6 +13,7 @@ as a command killed by SIGPIPE does.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -33,8 +34,21 @@ __all__ = ["EXIT_BROKEN_PIPE", "EXIT_MISMATCH", "build_parser", "main"]
 EXIT_BROKEN_PIPE = 141
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), naming the command closest to a mistyped one."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse would say only "invalid choice" and list every command.
+        if not isinstance(action, argparse._SubParsersAction) or value in action.choices:
+            super()._check_value(action, value)
+            return
+        close = difflib.get_close_matches(value, list(action.choices), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"the commands: {', '.join(action.choices)}"
+        raise argparse.ArgumentError(None, f"unknown command {value!r}; {hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainvault", description="Custody chain for model-training data.")
+    parser = _Parser(prog="trainvault", description="Custody chain for model-training data.")
     parser.add_argument("--version", action="version", version=f"trainvault {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_inspect_parser(sub)

@@ -1,6 +1,6 @@
-"""What the command tells a new user (issue 36 item 6): each command names the file it was given and
-the command that reads it; the Croissant card is named after the dataset; `read` and `trace` take
---stage alike."""
+"""What the command tells a new user who gave it the wrong file or a mistyped command (issue 36 item 6):
+each command names the file it was given and the command that reads it; a mistyped command gets the
+closest one; the Croissant card is named after the dataset; `read` and `trace` take --stage alike."""
 
 from __future__ import annotations
 
@@ -145,6 +145,24 @@ def test_croissant_names_the_card_after_the_dataset(files: dict[str, str], capsy
     assert code == 0, err
     # The manifest holds no name: the dataset's folder names it (`ds`), not the record's (`approvals`).
     assert json.loads(Path(out).read_bytes())["name"] == "ds"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["verfy"], "trainvault: error: unknown command 'verfy'; did you mean 'verify'?\n"),
+        (["croisant"], "trainvault: error: unknown command 'croisant'; did you mean 'croissant'?\n"),
+        (["archive", "inspct"], "trainvault archive: error: unknown command 'inspct'; did you mean 'inspect'?\n"),
+        (["zzz"], "trainvault: error: unknown command 'zzz'; the commands: inspect, keygen, approve, verify, "),
+    ],
+)
+def test_a_mistyped_command_gets_the_closest_one(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and says in err, err
 
 
 @pytest.mark.parametrize("command", [["read", "m.json"], ["trace", "--step", "0"]])
