@@ -31,7 +31,7 @@ def files(build_chain: Callable[..., Any], tmp_path_factory: pytest.TempPathFact
     return {
         "tmp": str(tmp),
         "manifest": chain.manifest_uri,
-        "manifest_sha": hashlib.sha256(Path(chain.manifest_uri).read_bytes()).hexdigest(),
+        "manifest_sha": hashlib.sha256(Path(chain.manifest_uri.removeprefix("file://")).read_bytes()).hexdigest(),
         "approval": str(approval),
         "sha": hashlib.sha256(approval.read_bytes()).hexdigest(),
         "pub": str(tmp / "k.pub"),
