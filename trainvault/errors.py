@@ -58,6 +58,11 @@ class ManifestError(TrainVaultError, ValueError):
     """A manifest, descriptor or other document is malformed or unsupported."""
 
 
+class WrongDocumentError(ManifestError):
+    """A document of another kind than the one asked for (a data manifest given where an approval
+    record belongs): the message says what it is and what reads it."""
+
+
 class InvalidNameError(ManifestError):
     """A split, stage or shard id is not a safe name."""
 

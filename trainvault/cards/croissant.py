@@ -115,6 +115,14 @@ def default_card_uri(approved: ApprovedDataset) -> str:
     return join_uri(parent_uri(_record(approved).uri), CARD_NAME)
 
 
+def dataset_name(manifest_uri: str) -> str:
+    """A card's default dataset name: the folder the data manifest is published in (a manifest
+    holds no name of its own; the saver writes it in the dataset's folder, beside the shards),
+    else the bucket's name."""
+    loc = parse_uri(manifest_uri)
+    return posixpath.basename(posixpath.dirname(loc.path)) or loc.bucket or "dataset"
+
+
 def _record(approved: ApprovedDataset) -> ApprovalRecordRef:
     if not isinstance(approved, ApprovedDataset):
         raise TypeError(f"a Croissant card describes an ApprovedDataset, not a {type(approved).__name__}")
@@ -319,7 +327,8 @@ def croissant_card(
     For an approval with exclusions it first writes the clean copies of the shards with
     excluded records beside the card (``approved-view/``, create-only, named by content),
     surveying their records as it writes them: the card lists those instead, and reads no
-    other shard when `surveys` is given. Properties left None are omitted (Croissant recommends
+    other shard when `surveys` is given. `name` defaults to the dataset's folder (`dataset_name`
+    of its data manifest). Other properties left None are omitted (Croissant recommends
     license, citeAs, version and datePublished; mlcroissant warns without them).
     """
     record = _record(approved)
@@ -358,7 +367,7 @@ def croissant_card(
         "@context": CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
-        "name": name or posixpath.basename(parse_uri(folder).path) or "dataset",
+        "name": name or dataset_name(approved.manifest_uri),
         "description": description
         or (
             f"trainvault publication {approved.manifest_uri} ({manifest.data_format}): {s.shards} shards, "

@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
+from trainvault.cli.recognize import Takes, reads
 from trainvault.errors import TrainVaultError
 
 
@@ -253,27 +254,27 @@ def add_approval_parsers(sub: Any) -> None:
     p.add_argument("--provenance", action="append", metavar="NAME=VALUE", help="recorded in the approval")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_policy_options(p)
-    p.set_defaults(run=cmd_approve)
+    p.set_defaults(run=cmd_approve, takes=reads(Takes("approve", "request", ("approval-request",))))
 
     p = sub.add_parser(
         "verify", help="verify an approval record and what it binds (--full: re-run the gate, hashing every byte)"
     )
     _add_approval_arguments(p)
     p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
-    p.set_defaults(run=cmd_verify)
+    p.set_defaults(run=cmd_verify, takes=reads(Takes("verify", "approval", ("approval-record",))))
 
     p = sub.add_parser(
         "croissant-check",
         help="hash every file a Croissant card lists against the sha256 and size it states (exit 1 on a mismatch)",
     )
     p.add_argument("card", help="the card's URI or path (croissant.json)")
-    p.set_defaults(run=cmd_croissant_check)
+    p.set_defaults(run=cmd_croissant_check, takes=reads(Takes("croissant-check", "card", ("croissant-card",))))
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
     _add_approval_arguments(p)
     p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
     for flag, text in [
-        ("--name", "dataset name (default: the card's folder name)"),
+        ("--name", "dataset name (default: the name of the folder that holds the data manifest)"),
         ("--description", "dataset description (default: what the approval binds)"),
         ("--license", "license URL or name"),
         ("--cite-as", "citation text (e.g. BibTeX)"),
@@ -281,7 +282,7 @@ def add_approval_parsers(sub: Any) -> None:
         ("--date-published", "ISO 8601 date"),
     ]:
         p.add_argument(flag, help=text)
-    p.set_defaults(run=cmd_croissant)
+    p.set_defaults(run=cmd_croissant, takes=reads(Takes("croissant", "approval", ("approval-record",))))
 
     p = sub.add_parser(
         "exclusions",
@@ -292,4 +293,10 @@ def add_approval_parsers(sub: Any) -> None:
     p.add_argument("--out", required=True, help="URI or path of the exclusions document to write")
     p.add_argument("--request", help="an approval request binding this report")
     p.add_argument("--request-out", help="where to write that request with the exclusions bound")
-    p.set_defaults(run=cmd_exclusions)
+    p.set_defaults(
+        run=cmd_exclusions,
+        takes=reads(
+            Takes("exclusions", "report", ("contamination-report",)),
+            Takes("exclusions --request", "request", ("approval-request",)),
+        ),
+    )

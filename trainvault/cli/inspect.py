@@ -9,10 +9,12 @@ from dataclasses import asdict
 from typing import Any
 
 from trainvault.cli.console import mb, say, vault_from_env, waiting
-from trainvault.cli.recognize import applied_policy, approved_manifest, unverified_statement, what_it_is
+from trainvault.cli.recognize import Takes, applied_policy, approved_manifest, unverified_statement, what_it_is
 
 #: `inspect`: the manifest lists shards that their completion descriptors do not back.
 EXIT_MISMATCH = 3
+#: What `inspect` reads: it names any other trainvault file itself (it holds the bytes).
+TAKES = Takes("inspect", "manifest", ("data-manifest", "approval-record"))
 
 
 def _load(storage: Any, given: str) -> tuple[str, bytes]:
@@ -22,18 +24,18 @@ def _load(storage: Any, given: str) -> tuple[str, bytes]:
     return uri, storage.get_document(uri)
 
 
-def _publication(uri: str, raw: bytes) -> Any:
-    """The publication in `raw`; a trainvault file of another kind is named, with the command that reads it."""
-    from trainvault.errors import ManifestError
+def _publication(given: str, uri: str, raw: bytes) -> Any:
+    """The publication in `raw`; a trainvault file of another kind is named (as `given`), with the command that reads it."""
+    from trainvault.errors import ManifestError, WrongDocumentError
     from trainvault.publication.pinned import Publication
 
     try:
         return Publication.from_bytes(uri, raw)
     except ManifestError:
-        explained = what_it_is(uri, raw, "a data manifest")
+        explained = what_it_is(given, raw, TAKES)
         if explained is None:
             raise
-        raise ManifestError(explained) from None
+        raise WrongDocumentError(explained) from None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -43,7 +45,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if statement is not None and approved_manifest(statement) is not None:
         _print_approval(uri, statement)
         return 0
-    publication = _publication(uri, raw)
+    publication = _publication(args.manifest, uri, raw)
     manifest = publication.manifest
     shards = sum(len(split.shards) for split in manifest.splits.values())
     with waiting(f"checking {shards} shard descriptors against the manifest"):

@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
+from trainvault.cli.options import add_stage_option
+from trainvault.cli.recognize import Takes
 
 #: Redraws of the live line per second, at most.
 REDRAWS_PER_S = 5
@@ -27,6 +29,15 @@ def live_line(figures: dict[str, Any], records: int, seconds: float) -> str:
         f"step {figures['step'] + 1:,}  {records:,} records  {records / max(seconds, 1e-9):,.0f} rec/s  "
         f"data wait {share:.0%} of the last {w['steps']} steps  | s: {stages}  {w['bytes'] / 1e6:,.1f} MB"
     )
+
+
+def _takes(args: argparse.Namespace) -> tuple[Takes, ...]:
+    """What `read` reads as SOURCE: an approval record with --sha256 or --trusted-key, else a data manifest."""
+    if args.sha256 or args.trusted_key:
+        return (
+            Takes("read", "source", ("approval-record",), ", or a data manifest without --sha256 and --trusted-key"),
+        )
+    return (Takes("read", "source", ("data-manifest",), ", or an approval record with --sha256 and --trusted-key"),)
 
 
 def _factory(args: argparse.Namespace) -> Any:
@@ -57,7 +68,7 @@ def _factory(args: argparse.Namespace) -> Any:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    loader = _factory(args).load(args.split, curriculum_stage=args.stage)
+    loader = _factory(args).load(args.split, curriculum_stages=args.stage)
     out: TextIO = sys.stderr
     live = getattr(out, "isatty", lambda: False)()
     records, waited, last_draw = 0, 0.0, 0.0
@@ -101,7 +112,7 @@ def add_read_parser(sub: Any) -> None:
     p.add_argument("--rank", type=int, default=None, help="read this rank's share (default 0)")
     p.add_argument("--world-size", type=int, default=None, help="of this many ranks (default 1)")
     p.add_argument("--split", default="train")
-    p.add_argument("--stage", default=None, help="one curriculum stage")
+    add_stage_option(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument("--steps", type=int, default=None, help="stop after this many batches")
@@ -110,4 +121,4 @@ def add_read_parser(sub: Any) -> None:
         "--watchdog", type=float, default=None, help="log every thread's stack after this many seconds without a batch"
     )
     add_policy_options(p)
-    p.set_defaults(run=cmd_read)
+    p.set_defaults(run=cmd_read, takes=_takes)

@@ -14,7 +14,8 @@ from typing import Any
 
 from trainvault.cli.approval import add_policy_options, open_verified
 from trainvault.cli.console import vault_from_env
-from trainvault.cli.recognize import approved_manifest, unverified_statement
+from trainvault.cli.options import add_stage_option
+from trainvault.cli.recognize import Takes, approved_manifest, reads, unverified_statement
 from trainvault.errors import ConfigurationError, TrainVaultError
 
 #: Options that describe the run when no state does; a state names all of them itself.
@@ -214,11 +215,7 @@ def add_trace_parser(sub: Any) -> None:
     p.add_argument("--state", help="a loader state_dict saved as JSON: the run's selection, order and history")
     p.add_argument("--exclude", help="with --state and no APPROVAL: the loader's exclude mapping as JSON")
     p.add_argument("--split", help="without --state: the split (default train)")
-    p.add_argument(
-        "--stage",
-        action="append",
-        help="without --state: a curriculum stage (repeatable: a union; default: the whole split)",
-    )
+    add_stage_option(p, "without --state: ")
     p.add_argument("--batch-size", type=int, help="without --state: the run's batch size (required)")
     p.add_argument("--world-size", type=int, help="without --state: the run's number of ranks (default 1)")
     p.add_argument("--drop-last", action="store_true", help="without --state: the run dropped each epoch's tail")
@@ -229,10 +226,15 @@ def add_trace_parser(sub: Any) -> None:
     )
     p.add_argument("--step", type=int, required=True, help="the step (0: the run's first batch)")
     p.add_argument("--rank", type=int, help="the rank (default 0)")
-    reads = p.add_mutually_exclusive_group()
-    reads.add_argument("--records", action="store_true", help="print each record too, read and verified")
-    reads.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
+    reading = p.add_mutually_exclusive_group()
+    reading.add_argument("--records", action="store_true", help="print each record too, read and verified")
+    reading.add_argument("--positions", action="store_true", help="read no data: shard and record index only (id -)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar while the approval is verified")
     add_policy_options(p)
-    p.set_defaults(run=cmd_trace)
+    p.set_defaults(
+        run=cmd_trace,
+        takes=reads(
+            Takes("trace", "approval", ("approval-record",)), Takes("trace --state", "state", ("loader-state",))
+        ),
+    )

@@ -22,8 +22,9 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def add_archive_parser(sub: Any, vault: Callable[[], Any]) -> None:
-    """Register ``archive inspect`` and ``archive gc`` on `sub`; `vault()` makes the TrainVault."""
+def add_archive_parser(sub: Any, vault: Callable[[], Any]) -> dict[str, argparse.ArgumentParser]:
+    """Register ``archive inspect`` and ``archive gc`` on `sub`; `vault()` makes the TrainVault.
+    Returns the two parsers by subcommand, for the command line to add its own defaults."""
     archive = sub.add_parser("archive", help="inspect rollout archives; collect unowned pool objects")
     asub = archive.add_subparsers(dest="archive_command", required=True)
 
@@ -32,6 +33,7 @@ def add_archive_parser(sub: Any, vault: Callable[[], Any]) -> None:
     p.add_argument("--keys", type=int, default=10, metavar="N", help="print the first N keys (default 10)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=lambda args: cmd_inspect(args, vault()))
+    inspect = p
 
     p = asub.add_parser("gc", help="delete pool objects no archive owns that are older than --grace")
     p.add_argument("pool", help="pool URI or path (default pool: rollout-pool beside the archives)")
@@ -41,6 +43,7 @@ def add_archive_parser(sub: Any, vault: Callable[[], Any]) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted; change nothing")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=lambda args: cmd_gc(args, vault()))
+    return {"inspect": inspect, "gc": p}
 
 
 def archive_summary(uri: str, storage: Any, keys: int = 10) -> dict[str, Any]:

@@ -255,7 +255,8 @@ def test_inspect_says_what_another_trainvault_file_is_and_what_reads_it(
     assert "  approved under:\n    scanner keys: none (every shard re-scanned)" in out
     assert "unscanned fields allowed: none" in out
     code, _, err = run(capsys, "inspect", str(request))
-    assert code == 1 and "is an approval request, not a data manifest; `trainvault approve" in err
+    assert code == 1 and "is an approval request, not a data manifest or an approval record; " in err
+    assert "; `trainvault approve" in err
     code, _, err = run(capsys, "inspect", chain.refs["contamination_report"].uri)
     assert code == 1 and "is a contamination report" in err and "`trainvault exclusions" in err
     code, _, err = run(capsys, "inspect", chain.refs["producer_pins"].uri)  # no command reads it: the plain refusal

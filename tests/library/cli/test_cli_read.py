@@ -35,6 +35,16 @@ def test_read_reports_every_record(uri: str, capsys: pytest.CaptureFixture[str])
     assert out.err == ""  # not a terminal: no live line
 
 
+def test_read_takes_repeated_stages_as_their_union(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(tmp_path / "data-manifest-v1.json")
+    saver = TrainVault().dataset_saver(uri)
+    for stage, n in (("a", 3), ("b", 5), ("c", 7)):
+        saver.save("train", stage, [{"id": f"{stage}{i}"} for i in range(n)], shard_id=stage)
+    saver.commit_manifest()
+    assert main(["read", uri, "--stage", "a", "--stage", "c"]) == 0
+    assert capsys.readouterr().out.startswith("read 10 records of split 'train'")  # a and c, not b
+
+
 def _drain(leader: int) -> bytes:
     """Everything written to the pty: one read may return only part of it; EIO once the writer is closed."""
     chunks = []
