@@ -12,6 +12,7 @@ from support.approval_chain import TINY_JSONL, make_records
 
 from trainvault import ApprovalError, ConfigurationError, ConflictError, ManifestError, ObjectRef, TrainVault
 from trainvault.approval import ApprovalRequest, SigningKey, collect_producer_pins, write_keypair
+from trainvault.approval.request import BINDINGS
 from trainvault.contamination import jsonl_benchmark
 from trainvault.publication.bound import Bound
 
@@ -78,17 +79,7 @@ def test_no_benchmark_is_a_configuration_error(tmp_path: Path) -> None:
 def test_every_binding_takes_the_reference_a_writer_returns_without_its_size(tmp_path: Path) -> None:
     manifest = committed(tmp_path)
     assert manifest.ref.size is not None
-    refs = {
-        name: manifest
-        for name in (
-            "data_manifest",
-            "training_scan_manifest",
-            "evaluation_release",
-            "contamination_report",
-            "verifier_contract",
-            "producer_pins",
-        )
-    }
+    refs = dict.fromkeys(BINDINGS, manifest)
     request = ApprovalRequest(**refs, sidecars={"ledger": manifest.ref})
     assert all(ref == ObjectRef(uri=manifest.uri, sha256=manifest.sha256) for ref in request.bindings().values())
     data = request.to_json_bytes()
