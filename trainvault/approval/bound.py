@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from trainvault.approval.attestation import Attested, read_attested
 from trainvault.approval.checks import (
@@ -33,10 +33,11 @@ from trainvault.components.verify import LedgerRefusal
 from trainvault.contamination.contract import VerifierContract
 from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions
 from trainvault.contamination.index import EvalIndex
-from trainvault.contamination.release import LoadedRelease, load_release
+from trainvault.contamination.release import EvaluationRelease, LoadedRelease, release_items
 from trainvault.contamination.report import ContaminationReport
 from trainvault.documents import Document
 from trainvault.errors import ApprovalError, IntegrityError, ManifestError, TrainVaultError
+from trainvault.publication.bound import Bound
 from trainvault.publication.pack import DescriptorBytes, PackedDescriptors, descriptor_bytes
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ObjectRef
@@ -58,6 +59,15 @@ def _parse(cls: type[Document], name: str, obj: HashedObject) -> Any:
         return cls.from_json_bytes(kept(obj), source=obj.uri)
     except ManifestError as exc:
         deny(f"{name} is not a readable {cls.KIND} v{cls.VERSION} ({exc}); bind a document this trainvault supports")
+
+
+D = TypeVar("D", bound=Document)
+
+
+def _bound(cls: type[D], name: str, obj: HashedObject) -> Bound[D]:
+    """The document `obj` holds, with the reference its bytes were hashed under (read once)."""
+    data = kept(obj)
+    return Bound(ObjectRef(uri=obj.uri, sha256=obj.sha256, size=len(data)), _parse(cls, name, obj))
 
 
 @contextmanager
@@ -128,7 +138,7 @@ def judge_chain(
         exclusions = _parse(Exclusions, EXCLUSIONS_SIDECAR, docs[EXCLUSIONS_SIDECAR])
     contract: VerifierContract = _parse(VerifierContract, "verifier_contract", docs["verifier_contract"])
     pins: ProducerPins = _parse(ProducerPins, "producer_pins", docs["producer_pins"])
-    release = load_release(storage, docs["evaluation_release"].uri, sha256=refs["evaluation_release"].sha256)
+    release = release_items(storage, _bound(EvaluationRelease, "evaluation_release", docs["evaluation_release"]))
 
     scanned = check_scan(scan.document, refs["data_manifest"], publication.uri, declared, totals)
     check_contract(contract, refs["verifier_contract"], release, policy)

@@ -246,8 +246,13 @@ def publish_release(
 
 def load_release(storage: StorageSource, uri: str, *, sha256: str | None = None) -> LoadedRelease:
     """Read a release and all its item files, each checked against its size and SHA-256."""
+    return release_items(storage, read_document(storage_of(storage), EvaluationRelease, uri, sha256=sha256))
+
+
+def release_items(storage: StorageSource, bound: Bound[EvaluationRelease]) -> LoadedRelease:
+    """The release `bound` (already read and checked) with all its item files, each read and
+    checked against its size and SHA-256."""
     storage = storage_of(storage)
-    bound = read_document(storage, EvaluationRelease, uri, sha256=sha256)
     base = parent_uri(bound.uri)
     loaded = []
     for entry in bound.document.benchmarks:
