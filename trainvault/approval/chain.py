@@ -39,7 +39,7 @@ from trainvault.contamination import (
     write_report,
 )
 from trainvault.contamination.report import REPORT_NAME
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 from trainvault.refs import ObjectRef
 from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri, parent_uri
@@ -114,7 +114,7 @@ def build_approval_chain(
         scan_b = write_attestation(store, f"{folder}/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
     pins_b = write_producer_pins(store, f"{folder}/{PINS_NAME}", pins or collect_producer_pins())
     release = publish_release(store, release_root, release_id, benchmarks)
-    contract_b = publish_document(store, contract_uri, contract or VerifierContract())
+    contract_b = write_document(store, contract_uri, contract or VerifierContract())
     index = load_index(store, release, contract_b)
     report = scan_dataset(
         store,

@@ -123,7 +123,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     from trainvault.canonical import sha256_hex
     from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, exclusions_from_report
     from trainvault.contamination.report import ContaminationReport
-    from trainvault.publication.bound import publish_document
+    from trainvault.publication.bound import write_document
     from trainvault.refs import ObjectRef
 
     if bool(args.request) != bool(args.request_out):
@@ -140,14 +140,14 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
             )
     # Only which records to leave out is taken from it: the gate checks the report itself.
     report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
-    written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
+    written = write_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
     per = written.document.per_benchmark()
     print(f"excluded {len(written.document.records)} records" + "".join(f"; {b}: {n}" for b, n in per.items()))
     print(f"exclusions {written.uri}")
     print(f"sha256     {written.sha256}")
     if request is not None:
         sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ObjectRef(uri=written.uri, sha256=written.sha256)}
-        bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
+        bound = write_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
         print(f"request    {bound.uri} (binds the exclusions)")
     return 0
 

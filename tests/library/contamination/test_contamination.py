@@ -33,7 +33,7 @@ from trainvault.contamination.dataset import ScanProgress, read_report
 from trainvault.contamination.index import EvalIndex, gram_fingerprint, token_fingerprint
 from trainvault.contamination.normalize import Normalizer
 from trainvault.contamination.scan import scan_shard
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 SCAN_SHA = sha256_hex(b"training-scan-manifest")
 PINS_SHA = sha256_hex(b"producer-pins")
@@ -171,7 +171,7 @@ def setup(
         "evals-test",
         [humaneval_benchmark(), jsonl_benchmark("tiny", TINY_JSONL)],
     )
-    bound = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
+    bound = write_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
     index = load_index(vault, release, bound)
     return {"manifest_uri": f"{root}/ds/data-manifest-v1.json", "index": index, "release": release}
 
