@@ -83,8 +83,10 @@ def policy_from_args(args: argparse.Namespace) -> Any:
             raise TrainVaultError("--max-excluded applies to exclusions: pass --allow-exclusions as well")
         options["max_excluded_fraction"] = _fraction(args.max_excluded, "--max-excluded (N/D)")
     if args.rescan is not None:
-        least, percent = (_int(v, "--rescan (MIN_SHARDS PERCENT)") for v in args.rescan)
-        options.update(rescan_min_shards=least, rescan_fraction=(percent, 100))
+        least, share = args.rescan
+        flag = "--rescan (MIN_SHARDS PERCENT or N/D)"
+        fraction = _fraction(share, flag) if "/" in share else (_int(share, flag), 100)
+        options.update(rescan_min_shards=_int(least, flag), rescan_fraction=fraction)
     return ApprovalPolicy(**options)
 
 
@@ -102,7 +104,8 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
         "--rescan",
         nargs=2,
         metavar=("MIN_SHARDS", "PERCENT"),
-        help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)",
+        help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); PERCENT may be a fraction N/D; "
+        "0 0 disables (default 2 2)",
     )
     p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
