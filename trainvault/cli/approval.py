@@ -85,8 +85,8 @@ def policy_from_args(args: argparse.Namespace) -> Any:
     if args.rescan is not None:
         least, share = args.rescan
         flag = "--rescan (MIN_SHARDS PERCENT or N/D)"
-        fraction = _fraction(share, flag) if "/" in share else (_int(share, flag), 100)
-        options.update(rescan_min_shards=_int(least, flag), rescan_fraction=fraction)
+        options["rescan_min_shards"] = _int(least, flag)
+        options["rescan_fraction"] = _fraction(share, flag) if "/" in share else (_int(share, flag), 100)
     return ApprovalPolicy(**options)
 
 
