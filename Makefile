@@ -26,8 +26,9 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) apt-get install -y chromium
 
-# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/
-# (pyproject [tool.mypy]) and the import contracts (.importlinter: the layers, no Dagster in the library).
+# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/ and the
+# code location: assets/, resources/, pipelines/ (pyproject [tool.mypy]), and the import contracts
+# (.importlinter: the layers, no Dagster in the library).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -19,15 +19,17 @@ docs/approval.md, "Opening an approval"); `audit=True` runs this gate again.
 """
 
 import shlex
+from collections.abc import Iterator
 
 import dagster as dg
 
-from assets._common import APPROVE, asset_args, ins, key, link, object_metadata
+from assets._common import APPROVE, Metadata, asset_args, ins, key, link, object_metadata
 from assets.verified import surveys_of
-from resources.dataset import DatasetSpec
+from resources.dataset import BuildLayout, DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault import ObjectNotFoundError, ObjectRef
+from trainvault import ApprovalRequest, ApprovedDataset, ObjectNotFoundError, ObjectRef, TrainVault
+from trainvault.approval import VerifyingKey
 from trainvault.canonical import canonical_json, sha256_hex
 
 DESCRIPTION = (
@@ -58,13 +60,13 @@ def approval_request(
     producer_pins: Handoff,
     dataset_profile: Handoff,
     contamination_exclusions: Handoff | None = None,
-):
+) -> ApprovalRequest:
     """The approval request: the six artifacts of the chain (`trainvault.approval.ApprovalChain`), the
     profile's sidecars and the exclusions (if any), as this run's stages handed them off."""
     from trainvault.approval import ApprovalChain
     from trainvault.contamination import EXCLUSIONS_SIDECAR
 
-    def ref(h) -> ObjectRef:
+    def ref(h: ObjectRef) -> ObjectRef:
         return ObjectRef(uri=h.uri, sha256=h.sha256)
 
     sidecars = dict(dataset_profile.also) if dataset_profile.ref == data_manifest.ref else {}
@@ -144,13 +146,13 @@ def trace_command(
     return " ".join(shlex.quote(w) for w in words)
 
 
-def trusted_keys(spec: DatasetSpec) -> list:
+def trusted_keys(spec: DatasetSpec) -> list[VerifyingKey]:
     from trainvault.approval import load_verifying_key
 
     return [load_verifying_key(spec.trusted_keys_path)] if spec.trusted_keys_path else []
 
 
-def stored_ref(vault, uri: str) -> ObjectRef | None:
+def stored_ref(vault: TrainVault, uri: str) -> ObjectRef | None:
     """The object already at `uri` (read once: its bytes give the sha256), or None."""
     try:
         data = vault.storage.get(uri)
@@ -159,7 +161,9 @@ def stored_ref(vault, uri: str) -> ObjectRef | None:
     return ObjectRef(uri=uri, sha256=sha256_hex(data))
 
 
-def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tuple[ObjectRef, bool]:
+def signed_approval(
+    context: dg.AssetExecutionContext, vault: TrainVault, spec: DatasetSpec, uri: str, approved: ApprovedDataset
+) -> tuple[ObjectRef, bool]:
     """The approval record at `uri` (named by the request's digest: the one already there is
     reused, and opened after), else signed now (with the Dagster run and asset as provenance)
     and written create-only."""
@@ -179,7 +183,9 @@ def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tu
     return ObjectRef(uri=record.uri, sha256=record.sha256), True
 
 
-def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
+def opened_as_trainer(
+    vault: TrainVault, spec: DatasetSpec, record: ObjectRef, approved: ApprovedDataset
+) -> ApprovedDataset:
     """`approved` as a trainer opens its record (signed by the trusted keys, carrying the request the
     gate just judged under the dataset's policy), without running the gate a second time."""
     from trainvault.approval import with_record
@@ -187,7 +193,9 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
     return with_record(vault, approved, record.uri, record.sha256, trusted_keys=trusted_keys(spec))
 
 
-def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
+def croissant_card(
+    vault: TrainVault, spec: DatasetSpec, pub: BuildLayout, opened: ApprovedDataset, request_sha256: str
+) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest) once its
     clean copies match their digests (one that differs is written again), else written."""
     from trainvault.cards import reuse_croissant, write_croissant
@@ -215,7 +223,9 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         ins=ins(spec, *inputs),
         check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)],
     )
-    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff):
+    def approved_dataset(
+        context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff
+    ) -> Iterator[dg.Output[Handoff] | dg.AssetCheckResult]:
         from trainvault import ApprovalError
 
         vault = store.vault()
@@ -252,13 +262,13 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "data_manifest_sha256": summary.data_manifest_sha256,
                 "shards": summary.shards,
                 # What the trainer gets: the excluded records are in the shards but never yielded.
-                "dagster/row_count": summary.records - excluded_count(summary),
-                "excluded records": excluded_count(summary),
+                "dagster/row_count": summary.records - excluded_count(approved),
+                "excluded records": excluded_count(approved),
                 "records in the shards": summary.records,
                 # After a blocked run the UI shows this beside "Failed": the policy says which run's rules made it.
                 "approval policy": dg.MetadataValue.json(spec.policy.model_dump()),
                 "bytes hashed": summary.bytes_hashed,
-                **gate_metadata(summary),
+                **gate_metadata(approved),
                 "croissant uri": card.uri,
                 "croissant sha256": card.sha256,
                 "croissant": link(card.uri),
@@ -282,7 +292,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
     return approved_dataset
 
 
-def excluded_records(vault, exclusions: Handoff) -> int:
+def excluded_records(vault: TrainVault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
     from trainvault.contamination import Exclusions
     from trainvault.publication import read_document
@@ -292,15 +302,17 @@ def excluded_records(vault, exclusions: Handoff) -> int:
     )
 
 
-def excluded_count(summary) -> int:
+def excluded_count(approved: ApprovedDataset) -> int:
     """How many records of the approved shards the approval leaves out."""
+    summary = approved.summary
     return summary.exclusions.records if summary.exclusions is not None else 0
 
 
-def gate_metadata(summary) -> dict[str, object]:
+def gate_metadata(approved: ApprovedDataset) -> Metadata:
     """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions,
     and the policy it applied."""
-    out: dict[str, object] = {}
+    summary = approved.summary
+    out: Metadata = {}
     if summary.attestation is not None:
         out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
         out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))

@@ -22,16 +22,15 @@ the signer is trusted is the gate's to judge, in `approved_dataset`.
 """
 
 from concurrent.futures import ThreadPoolExecutor
-from threading import Lock
 
 import dagster as dg
 
-from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
+from assets._common import EVALUATE, Metadata, Once, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
-from resources.dataset import DatasetSpec, parse_partition_key
+from resources.dataset import BuildLayout, DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault import IntegrityError, ObjectNotFoundError
+from trainvault import DataManifest, IntegrityError, ObjectNotFoundError, ObjectRef, TrainVault
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
@@ -43,7 +42,7 @@ from trainvault.contamination import (
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
-from trainvault.publication import Publication, publish_document, read_document
+from trainvault.publication import Publication, ShardEntry, publish_document, read_document
 from trainvault.verification import VerifiedShard, stored_verification, verify_shard
 
 SCAN_DESCRIPTION = (
@@ -62,7 +61,7 @@ EXCLUSIONS_DESCRIPTION = (
 )
 
 
-def attested_report(vault, ref) -> ContaminationReport:
+def attested_report(vault: TrainVault, ref: ObjectRef) -> ContaminationReport:
     """The report a hand-off names, read by digest (signed or not: the gate judges the signer)."""
     data = vault.storage.get_document(ref.uri)
     if sha256_hex(data) != ref.sha256:
@@ -72,11 +71,7 @@ def attested_report(vault, ref) -> ContaminationReport:
     return read_attested(data, ContaminationReport, trusted_keys=None, source=ref.uri).document
 
 
-def index_of(vault, release: Handoff):
-    return load_index(vault, release.ref, release.also["contract"])
-
-
-def shard_entry(manifest, partition: str):
+def shard_entry(manifest: DataManifest, partition: str) -> ShardEntry:
     """The manifest's entry for a shard partition key."""
     split, stage, shard_id = parse_partition_key(partition)
     for entry in manifest.split(split).shards:
@@ -85,7 +80,7 @@ def shard_entry(manifest, partition: str):
     raise dg.Failure(f"shard {partition} is not in the data manifest: rebuild the manifest")
 
 
-def report_metadata(report: ContaminationReport) -> dict[str, object]:
+def report_metadata(report: ContaminationReport) -> Metadata:
     """Per-benchmark results as a table and the contaminated item ids, for the UI."""
     rows = [
         {
@@ -123,7 +118,9 @@ def report_metadata(report: ContaminationReport) -> dict[str, object]:
     }
 
 
-def signed_scan(vault, spec: DatasetSpec, manifest, partition: str, release: str, contract: str) -> ShardScanResult:
+def signed_scan(
+    vault: TrainVault, spec: DatasetSpec, manifest: DataManifest, partition: str, release: str, contract: str
+) -> ShardScanResult:
     """Shard `partition`'s scan result, stored and signed by the dataset's scanner key; a missing or
     refused one fails the step, naming it (the scan step recomputes it)."""
     stored = stored_verification(
@@ -162,13 +159,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         folder, data_format = spec.shard_results_root, manifest.data_format
         scanner = spec.scanner_signing_key()
         # The release's index is built only when a shard's stored results do not cover it.
-        index_lock, built = Lock(), []
-
-        def index():
-            with index_lock:
-                if not built:
-                    built.append(index_of(vault, evaluation_release))
-                return built[0]
+        index = Once(lambda: load_index(vault, evaluation_release.ref, evaluation_release.also["contract"]))
 
         def verify(partition: str) -> tuple[str, VerifiedShard]:
             split = parse_partition_key(partition)[0]
@@ -186,7 +177,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             )
             # verify_shard reuses them too, but would need the index (built on first use) to be called.
             return partition, stored.verified or verify_shard(
-                vault.storage, folder, data_format, split, entry, index(), signing_key=scanner, stored=stored
+                vault.storage, folder, data_format, split, entry, index.get(), signing_key=scanner, stored=stored
             )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
@@ -194,7 +185,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             for partition, verified in pool.map(verify, selected_shards(context, spec)):
                 result = verified.scan
                 bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
-                meta = {
+                meta: Metadata = {
                     **object_metadata(bound.uri, bound.sha256, pub.version),
                     "dagster/row_count": result.records,
                     "tokens": result.tokens,
@@ -235,7 +226,7 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             # reduce to the same report: reuse it instead of rebuilding the index to reduce again.
             return report_output(pub, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
-        index = index_of(vault, evaluation_release)
+        index = load_index(vault, evaluation_release.ref, evaluation_release.also["contract"])
         # Each shard's result as the scanner's key signed it in shard-results/ (this run's scan step or
         # an earlier one's): the publication's copies are hand-offs anyone with write access could
         # replace. reduce_report checks each against the manifest's shard.
@@ -254,7 +245,9 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
     return contamination_report
 
 
-def stored_report(vault, uri: str, bindings: tuple[str, ...]) -> tuple[str, str, ContaminationReport] | None:
+def stored_report(
+    vault: TrainVault, uri: str, bindings: tuple[str, ...]
+) -> tuple[str, str, ContaminationReport] | None:
     """(uri, sha256, report) of the report stored at `uri` when it binds exactly `bindings` (data
     manifest, scan manifest, producer pins, release, contract digests); None when there is none."""
     try:
@@ -272,7 +265,9 @@ def stored_report(vault, uri: str, bindings: tuple[str, ...]) -> tuple[str, str,
     return (uri, sha256_hex(data), report) if bound == bindings else None
 
 
-def report_output(pub, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report) -> dg.Output[Handoff]:
+def report_output(
+    pub: BuildLayout, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report: ContaminationReport
+) -> dg.Output[Handoff]:
     return dg.Output(
         Handoff.of(pub, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
         metadata={

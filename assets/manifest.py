@@ -8,11 +8,12 @@ producer pins decided.
 
 import dagster as dg
 
-from assets._common import BUILD, asset_args, ins, key, object_metadata, table
+from assets._common import BUILD, Metadata, asset_args, ins, key, object_metadata, table
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
-from trainvault import TrainVaultError
+from trainvault import DataManifest, TrainVaultError
+from trainvault.publication import ShardEntry
 
 DESCRIPTION = (
     "The data manifest: every shard of the version recovered from its descriptor, curricula registered, "
@@ -20,7 +21,7 @@ DESCRIPTION = (
 )
 
 
-def summary_tables(manifest) -> dict:
+def summary_tables(manifest: DataManifest) -> Metadata:
     summary = manifest.summary()
     rows = [
         {"split": split, "stage": stage, "shards": st["shards"], "records": st["records"], "bytes": st["bytes"]}
@@ -57,7 +58,7 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
         # Each shard is recovered from its descriptor with a size check: the verification pass
         # (contamination_scan) hashes every shard against this manifest next, and the gate again.
         saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format, rehash_reused=False)
-        entries: dict[tuple[str, str | None], list] = {}
+        entries: dict[tuple[str, str | None], list[ShardEntry]] = {}
         for split, stage, shard_id in spec.shards():
             try:
                 entry = saver.recover(split, stage, shard_id=shard_id)

@@ -15,6 +15,7 @@ run (the approval) executes. The check re-reads the sidecars by digest rather th
 trusting the step's memory.
 """
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import dagster as dg
@@ -35,6 +36,7 @@ from trainvault.profile import (
     read_metrics_sidecar,
     write_metrics_sidecars,
 )
+from trainvault.storage import Storage
 from trainvault.verification import profile_from_surveys
 
 CHECK = "task_data_valid"
@@ -170,7 +172,7 @@ DESCRIPTION = (
 
 
 def computed_profile(
-    storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff
+    storage: Storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff
 ) -> tuple[DatasetProfile, int]:
     """The profile and how many shards were read for it: under the default settings, merged from
     the surveys the verification pass stored (no shard read); under a schema or hook, every shard read."""
@@ -209,7 +211,7 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
     )
     def dataset_profile(
         context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, data_manifest: Handoff
-    ):
+    ) -> Iterator[dg.Output[Handoff] | dg.AssetCheckResult]:
         vault = store.vault()
         pub = spec.publication_at(data_manifest.publication_version)
         try:
@@ -225,7 +227,7 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "dataset_profile",
                 data_manifest.ref.uri,
                 data_manifest.ref.sha256,
-                **{name: ObjectRef(**ref) for name, ref in sidecars.items()},
+                **{name: ObjectRef(uri=ref["uri"], sha256=ref["sha256"]) for name, ref in sidecars.items()},
             ),
             metadata={
                 "version": pub.version,

@@ -10,13 +10,15 @@ that shard's own figures.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import dagster as dg
 
-from assets._common import BUILD, asset_args, ins, link
+from assets._common import BUILD, Metadata, asset_args, ins, link
 from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
 from resources.storage import ObjectStore
+from trainvault import DatasetSaver
 
 DESCRIPTION = (
     "The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
@@ -24,7 +26,7 @@ DESCRIPTION = (
 )
 
 
-def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
+def save_shard(saver: DatasetSaver, spec: DatasetSpec, key: str) -> dict[str, Any]:
     """Save (or reuse) one shard with the step's saver; what a person wants to see about it."""
     split, stage, shard_id = parse_partition_key(key)
     entry = saver.save(
@@ -44,7 +46,7 @@ def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
     }
 
 
-def shard_metadata(row: dict, version: str) -> dict:
+def shard_metadata(row: dict[str, Any], version: str) -> Metadata:
     """One shard's figures, as its partition's materialization shows them."""
     return {
         "version": version,

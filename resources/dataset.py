@@ -14,7 +14,7 @@ import inspect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -25,6 +25,9 @@ from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import EXCLUSIONS_NAME
 from trainvault.uris import join_uri, normalize_uri
+
+if TYPE_CHECKING:
+    from trainvault.approval import ApprovalPolicy, ProducerPins, SigningKey, VerifyingKey
 
 NO_STAGE = "_"
 #: Packages whose versions decide the bytes of a shard (encoding and codecs).
@@ -54,7 +57,7 @@ class ScheduleSpec(dg.Config):
     enabled: bool = False
 
 
-class DatasetSpec(dg.ConfigurableResource):
+class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
     """What to build: the dataset, its shards, its generator, its evaluation and signing."""
 
     name: str = Field(description="dataset name: the folder under root_uri and the prefix of its asset keys")
@@ -107,9 +110,10 @@ class DatasetSpec(dg.ConfigurableResource):
 
     def shards(self) -> list[tuple[str, str | None, str]]:
         """Every shard as (split, stage or None, shard id), in spec order."""
-        out = []
+        out: list[tuple[str, str | None, str]] = []
         for split in self.splits:
-            for stage in split.stages or [None]:
+            stages: list[str | None] = list(split.stages) if split.stages else [None]
+            for stage in stages:
                 for shard_id in split.shard_ids:
                     out.append((split.name, stage, shard_id))
         return out
@@ -118,16 +122,20 @@ class DatasetSpec(dg.ConfigurableResource):
         return [partition_key(*s) for s in self.shards()]
 
     def records(self, split: str, stage: str | None, shard_id: str) -> Iterable[dict[str, Any]]:
-        return load_callable(self.generator)(split, stage, shard_id, self.records_per_shard)
+        records: Iterable[dict[str, Any]] = load_callable(self.generator)(
+            split, stage, shard_id, self.records_per_shard
+        )
+        return records
 
     def metadata_of_stage(self, split: str, stage: str | None) -> dict[str, Any] | None:
         if stage is None or self.stage_metadata is None:
             return None
-        return load_callable(self.stage_metadata)(split, stage)
+        metadata: dict[str, Any] | None = load_callable(self.stage_metadata)(split, stage)
+        return metadata
 
     # -- keys and policy ----------------------------------------------------
 
-    def scanner_signing_key(self):  # -> trainvault.approval.SigningKey
+    def scanner_signing_key(self) -> SigningKey:
         """The scanner's key: scanner_key_path, else $scanner_key_env, else the dataset's signing key."""
         from trainvault.approval import load_signing_key
 
@@ -141,7 +149,7 @@ class DatasetSpec(dg.ConfigurableResource):
         """The public key files trusted to sign scans and reports: trusted_scanner_keys, else trusted_keys_path."""
         return self.trusted_scanner_keys or ([self.trusted_keys_path] if self.trusted_keys_path else [])
 
-    def scanner_public_keys(self) -> list:
+    def scanner_public_keys(self) -> list[VerifyingKey]:
         """The public keys trusted to sign scans and reports (none: every shard is re-scanned at the gate)."""
         from trainvault.approval import load_verifying_key
 
@@ -149,7 +157,7 @@ class DatasetSpec(dg.ConfigurableResource):
 
     def approval_policy(
         self, evaluation_release_sha256: str | None = None, verifier_contract_sha256: str | None = None
-    ):
+    ) -> ApprovalPolicy:
         """The `ApprovalPolicy` the gate and a trainer apply to this dataset's approvals (None: any release, any
         contract no looser than the library's)."""
         return self.policy.approval_policy(
@@ -179,7 +187,7 @@ class DatasetSpec(dg.ConfigurableResource):
         code = {path: source_sha256(path) for path in filter(None, (self.generator, self.stage_metadata))}
         return "sha256:" + sha256_hex(canonical_json(code))
 
-    def producer_pins(self):  # -> trainvault.approval.ProducerPins
+    def producer_pins(self) -> ProducerPins:
         """Package versions (trainvault and the codecs that decide a shard's bytes) and code revision."""
         from trainvault.approval import collect_producer_pins
 
@@ -286,7 +294,8 @@ def load_callable(path: str) -> Callable[..., Any]:
     module, _, attr = path.partition(":")
     if not module or not attr:
         raise ConfigurationError(f"{path!r}: expected 'package.module:function'")
-    return getattr(importlib.import_module(module), attr)
+    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return function
 
 
 def source_sha256(path: str) -> str:

@@ -16,7 +16,7 @@ none or more than one.
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -116,7 +116,9 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
         return None
 
 
-def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
+def run_materializations(
+    instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey
+) -> dict[str | None, dict[str, Any]]:
     """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned).
 
     Read from `key`'s own records since the run was created, not from the run's whole event log:
@@ -127,7 +129,7 @@ def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.Asse
     # Run storage may keep a naive UTC datetime.
     # An hour's margin: events carry the clock of the process that wrote them.
     since = created.replace(tzinfo=created.tzinfo or UTC).timestamp() - 3600 if created else None
-    out: dict[str | None, dict] = {}
+    out: dict[str | None, dict[str, Any]] = {}
     cursor = None
     while True:
         page = instance.fetch_materializations(

@@ -6,14 +6,15 @@ import os
 
 import dagster as dg
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from trainvault import TrainVault
 from trainvault.storage import S3_ENV_VARS
 
-_SECRET = {"dagster__is_secret": True}
+_SECRET: JsonDict = {"dagster__is_secret": True}
 
 
-class ObjectStore(dg.ConfigurableResource):
+class ObjectStore(dg.ConfigurableResource["ObjectStore"]):
     """Hands out a `TrainVault` for local paths, ``file://`` and ``s3://`` URIs.
 
     Leave everything unset for the embedded default (a local folder store). For S3 (or
