@@ -25,9 +25,9 @@ import dagster as dg
 
 from assets._common import APPROVE, Metadata, asset_args, ins, key, link, object_metadata
 from assets.verified import surveys_of
-from resources.dataset import BuildLayout, DatasetSpec
+from resources.dataset import DatasetSpec, VersionLayout
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
 from trainvault import ApprovalRequest, ApprovedDataset, ObjectNotFoundError, ObjectRef, TrainVault
 from trainvault.approval import VerifyingKey
 from trainvault.canonical import canonical_json, sha256_hex
@@ -84,7 +84,7 @@ def approval_request(
 
 
 def trainer_snippet(
-    uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None, exclusions: bool = False
+    uri: str, sha256: str, spec: DatasetSpec, store: StorageResource | None = None, exclusions: bool = False
 ) -> str:
     """The lines a trainer pastes to open this approval (credentials from its own environment)."""
     key = repr(spec.trusted_keys_path or "approver.pub")
@@ -194,21 +194,27 @@ def opened_as_trainer(
 
 
 def croissant_card(
-    vault: TrainVault, spec: DatasetSpec, pub: BuildLayout, opened: ApprovedDataset, request_sha256: str
+    vault: TrainVault, spec: DatasetSpec, layout: VersionLayout, opened: ApprovedDataset, request_sha256: str
 ) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest) once its
     clean copies match their digests (one that differs is written again), else written."""
     from trainvault.cards import reuse_croissant, write_croissant
     from trainvault.verification import shard_field_surveys
 
-    uri = pub.croissant_uri(request_sha256)
+    uri = layout.croissant_uri(request_sha256)
     if stored_ref(vault, uri) is not None:
         reused, rewritten = reuse_croissant(vault, opened, uri)
         return ObjectRef(uri=reused.uri, sha256=reused.sha256), rewritten
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
     surveys = shard_field_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(
-        vault, opened, uri, name=spec.name, description=spec.description or None, version=pub.version, surveys=surveys
+        vault,
+        opened,
+        uri,
+        name=spec.name,
+        description=spec.description or None,
+        version=layout.version,
+        surveys=surveys,
     )
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
@@ -224,13 +230,13 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)],
     )
     def approved_dataset(
-        context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, **handoffs: Handoff
     ) -> Iterator[dg.Output[Handoff] | dg.AssetCheckResult]:
         from trainvault import ApprovalError
 
         vault = store.vault()
         manifest, release = handoffs["data_manifest"], handoffs["evaluation_release"]
-        pub = spec.publication_at(manifest.publication_version)
+        layout = spec.layout_at(manifest.publication_version)
         if EXCLUSIONS in handoffs and not excluded_records(vault, handoffs[EXCLUSIONS]):
             del handoffs[EXCLUSIONS]  # nothing to exclude: the approval binds none, any trainer's policy opens it
         request = approval_request(**handoffs)
@@ -243,12 +249,12 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
             ) from exc
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
-        record, written = signed_approval(context, vault, spec, pub.approval_uri(request_sha256), approved)
+        record, written = signed_approval(context, vault, spec, layout.approval_uri(request_sha256), approved)
         opened = opened_as_trainer(vault, spec, record, approved)
-        card, card_written = croissant_card(vault, spec, pub, opened, request_sha256)
+        card, card_written = croissant_card(vault, spec, layout, opened, request_sha256)
         yield dg.Output(
             Handoff.of(
-                pub,
+                layout,
                 "approved_dataset",
                 record.uri,
                 record.sha256,
@@ -257,7 +263,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 contract=release.also["contract"],
             ),
             metadata={
-                **object_metadata(record.uri, record.sha256, pub.version),
+                **object_metadata(record.uri, record.sha256, layout.version),
                 "written": written,
                 "data_manifest_sha256": summary.data_manifest_sha256,
                 "shards": summary.shards,

@@ -27,9 +27,9 @@ import dagster as dg
 
 from assets._common import EVALUATE, Metadata, Once, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
-from resources.dataset import BuildLayout, DatasetSpec, parse_partition_key
+from resources.dataset import DatasetSpec, VersionLayout, parse_partition_key
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
 from trainvault import DataManifest, IntegrityError, ObjectNotFoundError, ObjectRef, TrainVault
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
@@ -150,10 +150,10 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()),
     )
     def contamination_scan(
-        context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff, evaluation_release: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, data_manifest: Handoff, evaluation_release: Handoff
     ) -> None:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         folder, data_format = spec.shard_results_root, manifest.data_format
@@ -184,9 +184,9 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
             for partition, verified in pool.map(verify, selected_shards(context, spec)):
                 result = verified.scan
-                bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
+                bound = publish_document(vault.storage, layout.shard_scan_uri(release, contract, partition), result)
                 meta: Metadata = {
-                    **object_metadata(bound.uri, bound.sha256, pub.version),
+                    **object_metadata(bound.uri, bound.sha256, layout.version),
                     "dagster/row_count": result.records,
                     "tokens": result.tokens,
                     "items hit": len(result.items),
@@ -208,23 +208,23 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
     )
     def contamination_report(
         context: dg.AssetExecutionContext,
-        store: ObjectStore,
+        store: StorageResource,
         data_manifest: Handoff,
         training_scan: Handoff,
         evaluation_release: Handoff,
         producer_pins: Handoff,
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         scanner = spec.scanner_signing_key()
-        uri = pub.report_uri(release, contract, scanner.keyid)
+        uri = layout.report_uri(release, contract, scanner.keyid)
         bindings = (data_manifest.ref.sha256, training_scan.ref.sha256, producer_pins.ref.sha256, release, contract)
         found = stored_report(vault, uri, bindings)
         if found is not None:
             # The same inputs (the manifest binds every shard, whose results are stored by content)
             # reduce to the same report: reuse it instead of rebuilding the index to reduce again.
-            return report_output(pub, evaluation_release, scanner.keyid, *found)
+            return report_output(layout, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         index = load_index(vault, evaluation_release.ref, evaluation_release.also["contract"])
         # Each shard's result as the scanner's key signed it in shard-results/ (this run's scan step or
@@ -240,7 +240,7 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             producer_pins_sha256=producer_pins.ref.sha256,
         )
         bound = write_attestation(vault, uri, report, signing_keys=scanner)
-        return report_output(pub, evaluation_release, scanner.keyid, bound.uri, bound.sha256, report)
+        return report_output(layout, evaluation_release, scanner.keyid, bound.uri, bound.sha256, report)
 
     return contamination_report
 
@@ -266,12 +266,12 @@ def stored_report(
 
 
 def report_output(
-    pub: BuildLayout, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report: ContaminationReport
+    layout: VersionLayout, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report: ContaminationReport
 ) -> dg.Output[Handoff]:
     return dg.Output(
-        Handoff.of(pub, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
+        Handoff.of(layout, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
         metadata={
-            **object_metadata(uri, sha256, pub.version),
+            **object_metadata(uri, sha256, layout.version),
             **report_metadata(report),
             "signed by (scanner key id)": keyid,
         },
@@ -287,7 +287,7 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
         description="the report passes the verifier contract's policy",
     )
     def within_contract(
-        context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff
+        context: dg.AssetCheckExecutionContext, store: StorageResource, report: Handoff
     ) -> dg.AssetCheckResult:
         vault = store.vault()
         contract_ref = report.also["contract"]
@@ -374,13 +374,13 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
         ins=ins(spec, "contamination_report"),
     )
     def contamination_exclusions(
-        context: dg.AssetExecutionContext, store: ObjectStore, contamination_report: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, contamination_report: Handoff
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(contamination_report.publication_version)
+        layout = spec.layout_at(contamination_report.publication_version)
         report = attested_report(vault, contamination_report.ref)
         doc = exclusions_from_report(report, report_sha256=contamination_report.ref.sha256)
-        uri = pub.exclusions_uri(
+        uri = layout.exclusions_uri(
             report.eval_release.sha256, report.verifier_contract.sha256, spec.scanner_signing_key().keyid
         )
         bound = publish_document(vault.storage, uri, doc)
@@ -395,9 +395,9 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
             for r in doc.records
         ]
         return dg.Output(
-            Handoff.of(pub, "contamination_exclusions", bound.uri, bound.sha256),
+            Handoff.of(layout, "contamination_exclusions", bound.uri, bound.sha256),
             metadata={
-                **object_metadata(bound.uri, bound.sha256, pub.version),
+                **object_metadata(bound.uri, bound.sha256, layout.version),
                 "excluded records": len(doc.records),
                 "excluded per benchmark": table(
                     rows, [("benchmark", "string"), ("excluded records", "int"), ("contaminated items", "int")]

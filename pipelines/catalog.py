@@ -8,7 +8,7 @@ of ``shard_ids``. String values may name environment variables: ``${VAR}`` (must
 or ``${VAR:-default}`` (the default when unset or empty). A relative local path in
 ``root_uri``, ``signing_key_path``, ``trusted_keys_path``, ``scanner_key_path`` or
 ``trusted_scanner_keys`` is relative to the YAML file's folder. The ``policy:`` block is a
-`resources.policy.PolicySpec` (re-scan sample, exclusions). Anything malformed raises
+`resources.policy.ApprovalPolicyConfig` (re-scan sample, exclusions). Anything malformed raises
 `ConfigurationError` naming the file, the dataset and the field, so the location fails to
 load instead of serving half a catalog.
 """
@@ -29,7 +29,7 @@ from dagster._utils.schedules import is_valid_cron_string
 from pydantic import BaseModel, ValidationError
 
 from resources.dataset import NO_STAGE, DatasetSpec, ScheduleSpec
-from resources.policy import PolicySpec
+from resources.policy import ApprovalPolicyConfig
 from trainvault import ConfigurationError, StorageError
 from trainvault.documents import describe_validation_error
 from trainvault.formats import FORMATS
@@ -48,7 +48,7 @@ CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 #: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
-NESTED: dict[str, type[BaseModel]] = {"policy": PolicySpec, "schedule": ScheduleSpec}
+NESTED: dict[str, type[BaseModel]] = {"policy": ApprovalPolicyConfig, "schedule": ScheduleSpec}
 PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path")
 
 

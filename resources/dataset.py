@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field
 
-from resources.policy import PolicySpec
+from resources.policy import ApprovalPolicyConfig
 from trainvault import ConfigurationError
 from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
@@ -101,7 +101,9 @@ class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
         default_factory=list,
         description="public keys (PEM files) the gate trusts to sign scans and reports (empty: trusted_keys_path)",
     )
-    policy: PolicySpec = Field(default_factory=PolicySpec, description="re-scan sample and exclusions")
+    policy: ApprovalPolicyConfig = Field(
+        default_factory=ApprovalPolicyConfig, description="re-scan sample and exclusions"
+    )
     owners: list[str] = Field(default_factory=list, description="Dagster owners: emails or team:<name>")
     tags: dict[str, str] = Field(default_factory=dict, description="Dagster tags on every asset of the dataset")
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the nightly rebuild")
@@ -194,16 +196,16 @@ class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
         packages = [p for p in PINNED_PACKAGES if p != "pyarrow" or self.data_format == "parquet"]
         return collect_producer_pins(packages, code_revision=self.code_revision())
 
-    def publication(self, pins_sha256: str | None = None) -> BuildLayout:
+    def layout(self, pins_sha256: str | None = None) -> VersionLayout:
         """Where this spec's build lives: the version is a digest of the data fields and the pins."""
         if pins_sha256 is None:
             pins_sha256 = self.producer_pins().document_sha256()
         digest = sha256_hex(canonical_json({"spec": self.data_fields(), "producer_pins_sha256": pins_sha256}))
-        return self.publication_at("v-" + digest[:12])
+        return self.layout_at("v-" + digest[:12])
 
-    def publication_at(self, version: str) -> BuildLayout:
-        """The publication of a version already decided (by the run's producer pins)."""
-        return BuildLayout(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
+    def layout_at(self, version: str) -> VersionLayout:
+        """The layout of a version already decided (by the run's producer pins)."""
+        return VersionLayout(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
 
     def evaluation_root(self, benchmark_digest: str) -> str:
         return join_uri(
@@ -220,7 +222,7 @@ class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
 
 
 @dataclass(frozen=True)
-class BuildLayout:
+class VersionLayout:
     """The folders and documents of one versioned build: ``<root>/<dataset>/<version>/``."""
 
     dataset: str

@@ -34,7 +34,7 @@ def parse_fraction(text: str, field: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-class PolicySpec(dg.Config):
+class ApprovalPolicyConfig(dg.Config):
     """How the dataset's approval is judged beyond the verifier contract."""
 
     scanner_threshold: int = Field(default=1, description="signatures required from distinct trusted scanner keys")

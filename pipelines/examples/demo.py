@@ -262,9 +262,9 @@ def lifecycle(
     spec: DatasetSpec, instance: dg.DagsterInstance, rc: int, seconds: float, log: Path
 ) -> tuple[bool, dict[str, Any] | None, dict[str, tuple[str, bool, str]]]:
     """What one dataset's lifecycle run made, printed: (finished, approval metadata, checks)."""
-    pub = spec.publication()
+    layout = spec.layout()
     print(
-        f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
+        f"\n== {spec.name} {layout.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
         f"{spec.data_format}, store {spec.root_uri}"
     )
     runs = instance.get_runs(filters=RunsFilter(job_name=f"lifecycle_{spec.name}"), limit=1)
@@ -306,7 +306,7 @@ def lifecycle(
 
 def approval_records(spec: DatasetSpec) -> set[str]:
     """The approval records in `spec`'s version folder (earlier runs' included)."""
-    return {o.uri for o in TrainVault().storage.list(spec.publication().base + "/approvals")}
+    return {o.uri for o in TrainVault().storage.list(spec.layout().base + "/approvals")}
 
 
 def blocked(

@@ -293,7 +293,7 @@ def test_fields_the_policy_exempts_are_approved_and_the_trainer_lines_exempt_the
     `policy.unscanned_fields` exempts it; the trainer lines the approval's metadata gives then
     pass the same exemption and open it."""
     from pipelines.definitions import whole_build_tags
-    from resources.storage import ObjectStore
+    from resources.storage import StorageResource
     from trainvault.approval import write_keypair
 
     write_keypair(tmp_path / "approver")
@@ -304,7 +304,7 @@ def test_fields_the_policy_exempts_are_approved_and_the_trainer_lines_exempt_the
         path = catalog(tmp_path, entry(name, generator=generator, policy={"unscanned_fields": unscanned}, **keys))
         (spec,) = load_datasets(path)
         assert spec.approval_policy().unscanned_fields == tuple(unscanned)
-        job = build_definitions([spec], ObjectStore()).resolve_job_def(f"lifecycle_{name}")
+        job = build_definitions([spec], StorageResource()).resolve_job_def(f"lifecycle_{name}")
         runs[name] = job.execute_in_process(
             instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec), raise_on_error=False
         )

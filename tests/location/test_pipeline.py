@@ -19,8 +19,8 @@ dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
-from resources.policy import PolicySpec  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.policy import ApprovalPolicyConfig  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
 from trainvault.canonical import sha256_hex  # noqa: E402
@@ -52,7 +52,7 @@ PLANTED = {
     "synthetic-wordprob:wordprob/11",
 }
 #: Contamination blocks: no exclusions (the demo_curriculum entry allows them by default).
-BLOCKING = PolicySpec(allow_exclusions=False)
+BLOCKING = ApprovalPolicyConfig(allow_exclusions=False)
 
 
 def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
@@ -63,7 +63,7 @@ def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
 
 
 def run_lifecycle(spec, instance, *, selection=None):
-    defs = build_definitions([spec], ObjectStore())
+    defs = build_definitions([spec], StorageResource())
     job = defs.resolve_job_def(f"lifecycle_{spec.name}")
     if selection is None:
         return job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
@@ -131,7 +131,7 @@ def excluded(tmp_path_factory, keys):
         tmp_path_factory.mktemp("excluded"),
         keys,
         plant=True,
-        policy=PolicySpec(allow_exclusions=True, max_excluded_fraction="5/100"),
+        policy=ApprovalPolicyConfig(allow_exclusions=True, max_excluded_fraction="5/100"),
     )
     result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
     return spec, result
@@ -147,14 +147,14 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     ]
     assert sorted(shards) == sorted(spec.partition_keys()) and len(shards) == 5
 
-    pub = spec.publication()
+    layout = spec.layout()
     manifest = made(result, "data_manifest")
-    assert manifest["uri"] == pub.manifest_uri and manifest["uri"].startswith(pub.base + "/")
-    assert pub.base.endswith(f"/demo_curriculum/{pub.version}")
+    assert manifest["uri"] == layout.manifest_uri and manifest["uri"].startswith(layout.base + "/")
+    assert layout.base.endswith(f"/demo_curriculum/{layout.version}")
     report = made(result, "contamination_report")
     assert report["pass"] is True and report["contaminated item ids"] == []
     approval = made(result, "approved_dataset")
-    assert approval["uri"].startswith(pub.base + "/approvals/")
+    assert approval["uri"].startswith(layout.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
 
     assert "policy=ApprovalPolicy(scanner_keys=[load_verifying_key(" in approval["open it (trainer)"]
@@ -195,10 +195,10 @@ def test_the_approval_writes_a_croissant_card_mlcroissant_loads(clean) -> None:
     spec, _, result = clean
     approval = made(result, "approved_dataset")
     path = Path(approval["croissant uri"].removeprefix("file://"))
-    assert path.parent == Path(spec.publication().base.removeprefix("file://"))
+    assert path.parent == Path(spec.layout().base.removeprefix("file://"))
     assert approval["croissant written"] is True and sha256_hex(path.read_bytes()) == approval["croissant sha256"]
     card = json.loads(path.read_bytes())
-    assert card["name"] == "demo_curriculum" and card["version"] == spec.publication().version
+    assert card["name"] == "demo_curriculum" and card["version"] == spec.layout().version
     assert card["tv:approval"]["record"] == {
         **card["tv:approval"]["record"],
         "uri": approval["uri"],
@@ -245,10 +245,10 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
 ) -> None:
     """The clean build's version rebuilt with another scanner key: its signatures go beside the
     first ones (a folder per key id), and the gate refuses them."""
-    approvals = TrainVault().storage.list(clean[0].publication().base + "/approvals")
+    approvals = TrainVault().storage.list(clean[0].layout().base + "/approvals")
     write_keypair(tmp_path / "rogue")
     spec = small_spec(store_root, keys, scanner_key_path=str(tmp_path / "rogue.key"))
-    assert spec.publication().version == clean[0].publication().version
+    assert spec.layout().version == clean[0].layout().version
     result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
     assert not result.success
     rogue = load_verifying_key(tmp_path / "rogue.pub").keyid
@@ -256,13 +256,13 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
     assert f"/{rogue[:16]}/" in made(result, "contamination_report")["uri"]
     assert (
         made(result, "training_scan")["uri"]
-        == spec.publication().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
+        == spec.layout().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
     )
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     assert failure.step_key.endswith("approved_dataset")
     message = failure.event_specific_data.error.message
     assert rogue in message and "not by 1 of the trusted scanner keys" in message
-    assert TrainVault().storage.list(spec.publication().base + "/approvals") == approvals
+    assert TrainVault().storage.list(spec.layout().base + "/approvals") == approvals
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
@@ -276,8 +276,8 @@ def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -
     assert report["pass"] is False
     ids = report["contaminated item ids"]
     assert set(ids) >= PLANTED
-    pub = spec.publication()
-    assert TrainVault().storage.list(pub.base + "/approvals") == []
+    layout = spec.layout()
+    assert TrainVault().storage.list(layout.base + "/approvals") == []
 
 
 def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
@@ -287,7 +287,7 @@ def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
     assert materialized(result) == set()
     failures = [e for e in result.all_events if e.is_step_failure]
     assert failures and "approval denied" in str(failures[0].event_specific_data.error.message)
-    assert TrainVault().storage.list(spec.publication().base + "/approvals") == []
+    assert TrainVault().storage.list(spec.layout().base + "/approvals") == []
 
 
 def test_rebuild_of_unchanged_inputs_writes_nothing_and_reuses_the_approval(clean, store_root) -> None:
@@ -311,13 +311,13 @@ def test_a_changed_input_is_a_new_version_never_an_overwrite(clean, keys, store_
     spec, _, _ = clean
     before = files(store_root)
     changed = small_spec(store_root, keys, records=21)
-    assert changed.publication().version != spec.publication().version
+    assert changed.layout().version != spec.layout().version
     instance = dg.DagsterInstance.ephemeral()
     result = run_lifecycle(changed, instance, selection=None)
     assert result.success
     after = files(store_root)
     assert {k: v for k, v in after.items() if k in before} == before  # nothing published was touched
-    assert any(f"/{changed.publication().version}/data/" in k for k in set(after) - set(before))
+    assert any(f"/{changed.layout().version}/data/" in k for k in set(after) - set(before))
 
 
 def test_definitions_load_with_jobs_schedule_and_blocking_checks() -> None:
@@ -393,7 +393,7 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(
     """The same code location against an S3 server: credentials come in as EnvVars and never
     show in the run's events; a trainer opens the approval from S3."""
 
-    from resources.storage import object_store_from_env
+    from resources.storage import storage_from_env
 
     for name, value in (
         ("TRAINVAULT_S3_URL", s3_server),
@@ -402,7 +402,7 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(
         ("TRAINVAULT_S3_SECRET", s3_secret),
     ):
         monkeypatch.setenv(name, value)
-    store = object_store_from_env()
+    store = storage_from_env()
     assert isinstance(store.secret_access_key, dg.EnvVar)
     spec = small_spec(f"s3://{s3_bucket}/publications", keys)
     instance = dg.DagsterInstance.ephemeral()
