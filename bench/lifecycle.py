@@ -7,7 +7,8 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
   into the report, gate, signed approval), in one process with no Dagster;
 - Dagster CLI, multiprocess executor: what `make demo` runs for a dataset with
   ``TRAINVAULT_DEMO_EXECUTOR=multiprocess``
-  (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
+  (a ``lifecycle_demo_curriculum`` run tagged with every shard, created through the code location and
+  executed by Dagster's run worker), a process per step;
 - Dagster CLI, in-process executor: the same run with every step in one process (`make demo`'s default);
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
 - with ``--celery``: the same CLI run through the Celery executor, steps on two

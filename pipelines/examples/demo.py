@@ -1,10 +1,12 @@
-"""`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
+"""`make demo`: every dataset of the catalog through its lifecycle job, then opened by a trainer.
 
 1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry and the UI's first-visit modal off) and the
    demo's approver and scanner key pairs (``.demo/keys/approver.key`` / ``.pub``,
    ``scanner.key`` / ``.pub``, made once).
-2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
-   ``dagster job execute -m pipelines.definitions -j lifecycle_<dataset> --tags <every shard>``:
+2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once: a run
+   of ``lifecycle_<dataset>`` tagged with every shard, created through the code location
+   workspace.yaml loads (pipelines/examples/launch.py: the UI lists it as it lists its own
+   launches) and executed by Dagster's run worker:
    producer pins, every shard partition, the manifest, profile and (signed) training
    scan, the evaluation release, one contamination scan per shard, the signed report and
    its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
@@ -30,7 +32,6 @@ step in its own process (what bench/lifecycle.py compares against).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from dagster import RunsFilter
 
 from pipelines.catalog import datasets_path, load_datasets
 from pipelines.definitions import DEPLOYMENT_ENV, whole_build_tags
+from pipelines.examples.launch import LOCATION, code_location, create_run, environment, run_worker_command
 from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 from resources.dataset import DatasetSpec
@@ -91,27 +93,22 @@ def prepare_keys(specs: list[DatasetSpec]) -> None:
 def materialize_all(
     specs: list[DatasetSpec], env: dict[str, str], log_dir: Path, progress: DemoProgress | None = None
 ) -> dict[str, tuple[int, float]]:
-    """Each dataset's lifecycle job, one run over every shard, through the Dagster CLI; the runs
-    go at once (the instance's databases must exist first). (exit status, seconds) by dataset.
-    `progress` (a `DemoProgress`) is polled while they run and told when each exits."""
+    """Each dataset's lifecycle job, one run over every shard, created through the code location
+    workspace.yaml loads (so the UI lists it as it lists its own launches) and executed by Dagster's
+    run worker; the runs go at once. (exit status, seconds) by dataset. `progress` (a
+    `DemoProgress`) is polled while they run and told when each exits."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     start = time.perf_counter()
-    for spec in specs:
-        cmd = [
-            str(Path(sys.executable).with_name("dagster")),
-            "job",
-            "execute",
-            "-m",
-            "pipelines.definitions",
-            "-j",
-            f"lifecycle_{spec.name}",
-            "--tags",
-            json.dumps(whole_build_tags(spec)),
-        ]
-        log = log_dir / f"lifecycle-{spec.name}.log"
-        print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'\n  (full log: {log})")
-        with open(log, "wb") as out:
-            procs[spec.name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        with environment(env), code_location(instance, REPO / "workspace.yaml") as location:
+            runs = {s.name: create_run(instance, location, f"lifecycle_{s.name}", whole_build_tags(s)) for s in specs}
+        for name, run in runs.items():
+            log = log_dir / f"lifecycle-{name}.log"
+            print(f"run {run.run_id} of lifecycle_{name} in code location {LOCATION}\n  (full log: {log})")
+            with open(log, "wb") as out:
+                procs[name] = subprocess.Popen(
+                    run_worker_command(instance, run), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
     done: dict[str, tuple[int, float]] = {}
     polled = 0.0
     while len(done) < len(procs):
