@@ -23,7 +23,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from assets._common import APPROVE, Metadata, asset_args, ins, key, link, object_metadata
+from assets._common import APPROVE, Metadata, asset_args, ins, key, link, object_metadata, table
+from assets.current import current_approval, observe_blocked
 from assets.verified import surveys_of
 from resources.dataset import DatasetSpec, VersionLayout
 from resources.handoff import Handoff
@@ -244,8 +245,13 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         try:
             approved = vault.approve_dataset(request, policy=policy)
         except ApprovalError as exc:
+            observe_blocked(context.op_execution_context, spec, f"the gate refused the approval: {exc}")
             raise dg.Failure(
-                str(exc), metadata={"request": dg.MetadataValue.json(request.model_dump(mode="json"))}
+                str(exc),
+                metadata={
+                    "request": dg.MetadataValue.json(request.model_dump(mode="json")),
+                    **current_approval(context.instance, context.asset_key),
+                },
             ) from exc
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
@@ -268,6 +274,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "data_manifest_sha256": summary.data_manifest_sha256,
                 "shards": summary.shards,
                 # What the trainer gets: the excluded records are in the shards but never yielded.
+                **verdict_metadata(approved),
                 "dagster/row_count": summary.records - excluded_count(approved),
                 "excluded records": excluded_count(approved),
                 "records in the shards": summary.records,
@@ -306,6 +313,39 @@ def excluded_records(vault: TrainVault, exclusions: Handoff) -> int:
     return len(
         read_document(vault.storage, Exclusions, exclusions.ref.uri, sha256=exclusions.ref.sha256).document.records
     )
+
+
+def verdict_metadata(approved: ApprovedDataset) -> Metadata:
+    """The verdict the gate reached, for the approval's page: approved, and per benchmark of the report its
+    items, contaminated items, the records the approval excludes for it and whether it passed as scanned."""
+    per = approved.exclusions.per_benchmark() if approved.exclusions is not None else {}
+    rows = [
+        {
+            "benchmark": b.name,
+            "items": b.n_items,
+            "checkable": b.n_checkable,
+            "contaminated": b.n_contaminated,
+            "excluded records": per.get(b.name, 0),
+            "pass": b.passed,
+        }
+        for b in approved.report.benchmarks
+    ]
+    excluded = excluded_count(approved)
+    return {
+        "verdict": "pass: the gate approved it within the verifier contract"
+        + (f" after excluding {excluded} record(s) that hold contaminated items" if excluded else ""),
+        "per benchmark": table(
+            rows,
+            [
+                ("benchmark", "string"),
+                ("items", "int"),
+                ("checkable", "int"),
+                ("contaminated", "int"),
+                ("excluded records", "int"),
+                ("pass", "bool"),
+            ],
+        ),
+    }
 
 
 def excluded_count(approved: ApprovedDataset) -> int:

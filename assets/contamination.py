@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from assets._common import EVALUATE, Metadata, Once, asset_args, ins, key, object_metadata, table
+from assets.current import observe_blocked
 from assets.shards import selected_shards
 from resources.dataset import DatasetSpec, VersionLayout, parse_partition_key
 from resources.handoff import Handoff
@@ -302,14 +303,21 @@ def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) 
             for b in doc.benchmarks
             if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
         ]
+        description = (
+            f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
+            if not same_contract
+            else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
+        )
+        if not passed:  # approved_dataset will not run: say on its page which approval stays current
+            observe_blocked(
+                context.op_execution_context,
+                spec,
+                f"the blocking check within_contract failed on contamination report {report.ref.sha256}",
+            )
         return dg.AssetCheckResult(
             passed=passed,
             severity=dg.AssetCheckSeverity.ERROR,
-            description=(
-                f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract
-                else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
-            ),
+            description=description,
             metadata={
                 "report sha256": report.ref.sha256,
                 "contaminated": len(contaminated),
@@ -339,7 +347,8 @@ def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str
 #: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).
 NOT_APPROVED = (
     "nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
-    "made under that run's policy (its 'approval policy' metadata)"
+    "made under that run's policy (its 'approval policy' metadata); the observation this check logs on "
+    "approved_dataset names the approval that stays current"
 )
 
 

@@ -85,6 +85,14 @@ def made(result, name: str) -> dict:
     return {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
 
 
+def observations(instance: dg.DagsterInstance, spec) -> list[dict]:
+    """The metadata of every observation of `spec`'s approved_dataset, newest first."""
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey([spec.name, "approved_dataset"])), limit=100, ascending=False
+    ).records
+    return [{k: v.value for k, v in r.asset_observation.metadata.items()} for r in records if r.asset_observation]
+
+
 def checks(result) -> dict[str, bool]:
     return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
 
@@ -218,6 +226,13 @@ def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_nev
     assert per == {"humaneval": 3, "synthetic-wordprob": 2} and exclusions["excluded records"] == 5
     approval = made(result, "approved_dataset")
     assert approval["excluded records"] == 5 and "allow_exclusions=True" in approval["open it (trainer)"]
+    # The approval's page shows the verdict: pass, and per benchmark what was found and what is excluded.
+    assert approval["verdict"].startswith("pass: ") and "after excluding 5 record(s)" in approval["verdict"]
+    verdict = {row.data["benchmark"]: row.data for row in approval["per benchmark"].records}
+    assert {name: (v["contaminated"], v["excluded records"], v["pass"]) for name, v in verdict.items()} == {
+        "humaneval": (5, 3, False),  # items the planted records hold (near-duplicates included)
+        "synthetic-wordprob": (6, 2, False),
+    }
 
     approved = TrainVault().open_approved(
         approval["uri"],
@@ -249,7 +264,8 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
     write_keypair(tmp_path / "rogue")
     spec = small_spec(store_root, keys, scanner_key_path=str(tmp_path / "rogue.key"))
     assert spec.layout().version == clean[0].layout().version
-    result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_lifecycle(spec, instance)
     assert not result.success
     rogue = load_verifying_key(tmp_path / "rogue.pub").keyid
     assert made(result, "contamination_report")["signed by (scanner key id)"] == rogue
@@ -262,11 +278,16 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
     assert failure.step_key.endswith("approved_dataset")
     message = failure.event_specific_data.error.message
     assert rogue in message and "not by 1 of the trusted scanner keys" in message
+    # The refusal is said on approved_dataset's page too, with the approval that stays current (none here).
+    (seen,) = observations(instance, spec)
+    assert seen["approval status"].startswith(f"blocked in run {result.run_id}: the gate refused the approval: ")
+    assert rogue in seen["approval status"] and seen["current approval"].startswith("none: ")
+    assert "current approval" in failure.step_failure_data.user_failure_data.metadata
     assert TrainVault().storage.list(spec.layout().base + "/approvals") == approvals
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
-    spec, _, result = planted
+    spec, instance, result = planted
     assert not result.success
     assert checks(result)["within_contract"] is False
     assert "approval_opens" not in checks(result)
@@ -278,6 +299,34 @@ def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -
     assert set(ids) >= PLANTED
     layout = spec.layout()
     assert TrainVault().storage.list(layout.base + "/approvals") == []
+    # approved_dataset's own page says the run approved nothing and that no approval is current.
+    (seen,) = observations(instance, spec)
+    assert seen["approval status"].startswith(f"blocked in run {result.run_id}: the blocking check within_contract")
+    assert seen["current approval"].startswith("none: ") and "current approval sha256" not in seen
+
+
+def test_after_a_blocked_run_the_approval_page_names_the_approval_that_stays_current(tmp_path, keys) -> None:
+    # One instance, as the UI sees it: an approval (exclusions allowed), then the same version blocked
+    # (exclusions forbidden). The asset's last materialization is still the first run's.
+    allowed = ApprovalPolicyConfig(allow_exclusions=True, max_excluded_fraction="5/100")
+    approving = small_spec(tmp_path / "store", keys, plant=True, policy=allowed)
+    instance = dg.DagsterInstance.ephemeral()
+    first = run_lifecycle(approving, instance)
+    assert first.success and observations(instance, approving) == []
+    approval = made(first, "approved_dataset")
+    blocked = small_spec(tmp_path / "store", keys, plant=True, policy=BLOCKING)
+    assert blocked.layout().version == approving.layout().version
+    second = run_lifecycle(blocked, instance)
+    assert not second.success and checks(second)["within_contract"] is False
+
+    key = dg.AssetKey([blocked.name, "approved_dataset"])
+    latest = instance.get_latest_materialization_event(key)
+    assert latest is not None and latest.run_id == first.run_id  # what the UI shows beside "Failed"
+    (seen,) = observations(instance, blocked)
+    assert seen["approval status"].startswith(f"blocked in run {second.run_id}: ")
+    assert seen["current approval sha256"] == approval["sha256"] and seen["current approval run"] == first.run_id
+    assert seen["current approval uri"] == approval["uri"]
+    assert seen["current approval"].startswith(f"{approval['sha256']} (version {approval['version']}, run ")
 
 
 def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
