@@ -49,7 +49,7 @@ from pipelines.examples.launch import LOCATION, code_location, create_run, envir
 from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
 from resources.dataset import DatasetSpec
-from trainvault import ApprovedDataset, TrainVault
+from trainvault import ApprovedDataset, ConfigurationError, TrainVault
 from trainvault.approval import ApprovedLoaderFactory
 
 STEPS = [
@@ -97,6 +97,10 @@ def materialize_all(
     workspace.yaml loads (so the UI lists it as it lists its own launches) and executed by Dagster's
     run worker; the runs go at once. (exit status, seconds) by dataset. `progress` (a
     `DemoProgress`) is polled while they run and told when each exits."""
+    if not env.get("DAGSTER_HOME"):
+        raise ConfigurationError(
+            "the demo's runs need DAGSTER_HOME in their environment: the instance they record into"
+        )
     procs: dict[str, subprocess.Popen[bytes]] = {}
     start = time.perf_counter()
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
@@ -200,7 +204,6 @@ def open_as_trainer(
     spec: DatasetSpec, uri: str, sha256: str, batches: int = 2
 ) -> tuple[ApprovedDataset, Iterable[list[dict[str, Any]]]]:
     """The trainer's side: library only, no Dagster. Returns the approved loader over train."""
-    from trainvault import ConfigurationError
     from trainvault.approval import load_verifying_key
 
     if spec.trusted_keys_path is None:

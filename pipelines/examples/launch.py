@@ -52,6 +52,9 @@ def code_location(instance: dg.DagsterInstance, workspace: Path, name: str = LOC
     # The code server's own lines (started, stopping) are not the demo's to print.
     with WorkspaceProcessContext(instance, target, code_server_log_level="WARNING") as process:
         request = process.create_request_context()
+        if not request.has_code_location_name(name):
+            names = ", ".join(request.code_location_names) or "none"
+            raise ConfigurationError(f"{workspace}: no code location {name!r} (it loads: {names}); name it there")
         errors = request.get_code_location_error(name)
         if errors is not None:
             raise ConfigurationError(f"{workspace}: code location {name!r} failed to load: {errors.message}")
