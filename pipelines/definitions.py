@@ -24,8 +24,8 @@ from assets.contamination import (  # noqa: E402
     build_contamination_exclusions,
     build_contamination_report,
     build_contamination_scan,
-    build_within_contract,
 )
+from assets.contract_check import build_within_contract  # noqa: E402
 from assets.evaluation import build_evaluation_release  # noqa: E402
 from assets.manifest import build_data_manifest  # noqa: E402
 from assets.pins import build_producer_pins  # noqa: E402
