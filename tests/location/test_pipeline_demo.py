@@ -225,3 +225,10 @@ def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkey
     assert not check.passed and "an approval it shows is an earlier run's" in check.description
     assert "the policy of demo_curriculum forbids exclusions" in check.description
     assert meta["approval policy"]["allow_exclusions"] is True  # the earlier run's policy, not today's
+    # approved_dataset's own events: the blocked run's observation names the approval that stays current.
+    (seen,) = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["demo_curriculum", "approved_dataset"])), limit=10
+    ).records
+    said = {k: v.value for k, v in seen.asset_observation.metadata.items()}
+    assert seen.run_id == blocked_run.run_id and said["approval status"].startswith(f"blocked in run {seen.run_id}")
+    assert (said["current approval sha256"], said["current approval run"]) == (meta["sha256"], approval.run_id)
