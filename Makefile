@@ -26,8 +26,9 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) apt-get install -y chromium
 
-# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/
-# (pyproject [tool.mypy]) and the import contracts (.importlinter: the layers, no Dagster in the library).
+# The static checks, fastest first: ruff lint and format (pyproject [tool.ruff]), mypy strict on trainvault/ and the
+# code location: assets/, resources/, pipelines/ (pyproject [tool.mypy]), and the import contracts
+# (.importlinter: the layers, no Dagster in the library).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -68,7 +69,8 @@ $(DAGSTER_HOME_DIR)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME_DIR)
 	printf 'telemetry:\n  enabled: false\nnux:\n  enabled: false\n' > $@
 
-# Every dataset of pipelines/datasets.yaml through its lifecycle job with the Dagster CLI, then a
+# Every dataset of pipelines/datasets.yaml through its lifecycle job (a run launched through the code location
+# workspace.yaml loads, so the UI's timeline and Jobs pages show it), then a
 # trainer opens each approval. TRAINVAULT_DEMO_PLANT=1 make demo: evaluation items planted into
 # demo_curriculum, approved with them excluded (the trainer never sees them); with
 # TRAINVAULT_DEMO_EXCLUSIONS=0 too, its check fails and it gets no approval.

@@ -19,15 +19,18 @@ docs/approval.md, "Opening an approval"); `audit=True` runs this gate again.
 """
 
 import shlex
+from collections.abc import Iterator
 
 import dagster as dg
 
-from assets._common import APPROVE, asset_args, ins, key, link, object_metadata
+from assets._common import APPROVE, Metadata, asset_args, ins, key, link, object_metadata, table
+from assets.current import current_approval, observe_blocked
 from assets.verified import surveys_of
-from resources.dataset import DatasetSpec
+from resources.dataset import DatasetSpec, VersionLayout
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
-from trainvault import ObjectNotFoundError, ObjectRef
+from resources.storage import StorageResource
+from trainvault import ApprovalRequest, ApprovedDataset, ObjectNotFoundError, ObjectRef, TrainVault
+from trainvault.approval import VerifyingKey
 from trainvault.canonical import canonical_json, sha256_hex
 
 DESCRIPTION = (
@@ -58,13 +61,13 @@ def approval_request(
     producer_pins: Handoff,
     dataset_profile: Handoff,
     contamination_exclusions: Handoff | None = None,
-):
+) -> ApprovalRequest:
     """The approval request: the six artifacts of the chain (`trainvault.approval.ApprovalChain`), the
     profile's sidecars and the exclusions (if any), as this run's stages handed them off."""
     from trainvault.approval import ApprovalChain
     from trainvault.contamination import EXCLUSIONS_SIDECAR
 
-    def ref(h) -> ObjectRef:
+    def ref(h: ObjectRef) -> ObjectRef:
         return ObjectRef(uri=h.uri, sha256=h.sha256)
 
     sidecars = dict(dataset_profile.also) if dataset_profile.ref == data_manifest.ref else {}
@@ -82,7 +85,7 @@ def approval_request(
 
 
 def trainer_snippet(
-    uri: str, sha256: str, spec: DatasetSpec, store: ObjectStore | None = None, exclusions: bool = False
+    uri: str, sha256: str, spec: DatasetSpec, store: StorageResource | None = None, exclusions: bool = False
 ) -> str:
     """The lines a trainer pastes to open this approval (credentials from its own environment)."""
     key = repr(spec.trusted_keys_path or "approver.pub")
@@ -144,13 +147,13 @@ def trace_command(
     return " ".join(shlex.quote(w) for w in words)
 
 
-def trusted_keys(spec: DatasetSpec) -> list:
+def trusted_keys(spec: DatasetSpec) -> list[VerifyingKey]:
     from trainvault.approval import load_verifying_key
 
     return [load_verifying_key(spec.trusted_keys_path)] if spec.trusted_keys_path else []
 
 
-def stored_ref(vault, uri: str) -> ObjectRef | None:
+def stored_ref(vault: TrainVault, uri: str) -> ObjectRef | None:
     """The object already at `uri` (read once: its bytes give the sha256), or None."""
     try:
         data = vault.storage.get(uri)
@@ -159,7 +162,9 @@ def stored_ref(vault, uri: str) -> ObjectRef | None:
     return ObjectRef(uri=uri, sha256=sha256_hex(data))
 
 
-def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tuple[ObjectRef, bool]:
+def signed_approval(
+    context: dg.AssetExecutionContext, vault: TrainVault, spec: DatasetSpec, uri: str, approved: ApprovedDataset
+) -> tuple[ObjectRef, bool]:
     """The approval record at `uri` (named by the request's digest: the one already there is
     reused, and opened after), else signed now (with the Dagster run and asset as provenance)
     and written create-only."""
@@ -179,7 +184,9 @@ def signed_approval(context, vault, spec: DatasetSpec, uri: str, approved) -> tu
     return ObjectRef(uri=record.uri, sha256=record.sha256), True
 
 
-def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
+def opened_as_trainer(
+    vault: TrainVault, spec: DatasetSpec, record: ObjectRef, approved: ApprovedDataset
+) -> ApprovedDataset:
     """`approved` as a trainer opens its record (signed by the trusted keys, carrying the request the
     gate just judged under the dataset's policy), without running the gate a second time."""
     from trainvault.approval import with_record
@@ -187,20 +194,28 @@ def opened_as_trainer(vault, spec: DatasetSpec, record: ObjectRef, approved):
     return with_record(vault, approved, record.uri, record.sha256, trusted_keys=trusted_keys(spec))
 
 
-def croissant_card(vault, spec: DatasetSpec, pub, opened, request_sha256: str) -> tuple[ObjectRef, bool]:
+def croissant_card(
+    vault: TrainVault, spec: DatasetSpec, layout: VersionLayout, opened: ApprovedDataset, request_sha256: str
+) -> tuple[ObjectRef, bool]:
     """The approval's Croissant card: the one already there (named by the request's digest) once its
     clean copies match their digests (one that differs is written again), else written."""
     from trainvault.cards import reuse_croissant, write_croissant
     from trainvault.verification import shard_field_surveys
 
-    uri = pub.croissant_uri(request_sha256)
+    uri = layout.croissant_uri(request_sha256)
     if stored_ref(vault, uri) is not None:
         reused, rewritten = reuse_croissant(vault, opened, uri)
         return ObjectRef(uri=reused.uri, sha256=reused.sha256), rewritten
     # The field survey of every approved shard from the verification pass (stored by content), not a re-read.
     surveys = shard_field_surveys(surveys_of(vault.storage, spec, opened.manifest))
     card = write_croissant(
-        vault, opened, uri, name=spec.name, description=spec.description or None, version=pub.version, surveys=surveys
+        vault,
+        opened,
+        uri,
+        name=spec.name,
+        description=spec.description or None,
+        version=layout.version,
+        surveys=surveys,
     )
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
@@ -215,12 +230,14 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         ins=ins(spec, *inputs),
         check_specs=[dg.AssetCheckSpec(OPENS, asset=asset_key, blocking=True, description=OPENS_DESCRIPTION)],
     )
-    def approved_dataset(context: dg.AssetExecutionContext, store: ObjectStore, **handoffs: Handoff):
+    def approved_dataset(
+        context: dg.AssetExecutionContext, store: StorageResource, **handoffs: Handoff
+    ) -> Iterator[dg.Output[Handoff] | dg.AssetCheckResult]:
         from trainvault import ApprovalError
 
         vault = store.vault()
         manifest, release = handoffs["data_manifest"], handoffs["evaluation_release"]
-        pub = spec.publication_at(manifest.publication_version)
+        layout = spec.layout_at(manifest.publication_version)
         if EXCLUSIONS in handoffs and not excluded_records(vault, handoffs[EXCLUSIONS]):
             del handoffs[EXCLUSIONS]  # nothing to exclude: the approval binds none, any trainer's policy opens it
         request = approval_request(**handoffs)
@@ -228,17 +245,22 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
         try:
             approved = vault.approve_dataset(request, policy=policy)
         except ApprovalError as exc:
+            observe_blocked(context.op_execution_context, spec, f"the gate refused the approval: {exc}")
             raise dg.Failure(
-                str(exc), metadata={"request": dg.MetadataValue.json(request.model_dump(mode="json"))}
+                str(exc),
+                metadata={
+                    "request": dg.MetadataValue.json(request.model_dump(mode="json")),
+                    **current_approval(context.instance, context.asset_key),
+                },
             ) from exc
         summary = approved.summary
         request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
-        record, written = signed_approval(context, vault, spec, pub.approval_uri(request_sha256), approved)
+        record, written = signed_approval(context, vault, spec, layout.approval_uri(request_sha256), approved)
         opened = opened_as_trainer(vault, spec, record, approved)
-        card, card_written = croissant_card(vault, spec, pub, opened, request_sha256)
+        card, card_written = croissant_card(vault, spec, layout, opened, request_sha256)
         yield dg.Output(
             Handoff.of(
-                pub,
+                layout,
                 "approved_dataset",
                 record.uri,
                 record.sha256,
@@ -247,18 +269,19 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 contract=release.also["contract"],
             ),
             metadata={
-                **object_metadata(record.uri, record.sha256, pub.version),
+                **object_metadata(record.uri, record.sha256, layout.version),
                 "written": written,
                 "data_manifest_sha256": summary.data_manifest_sha256,
                 "shards": summary.shards,
                 # What the trainer gets: the excluded records are in the shards but never yielded.
-                "dagster/row_count": summary.records - excluded_count(summary),
-                "excluded records": excluded_count(summary),
+                **verdict_metadata(approved),
+                "dagster/row_count": summary.records - excluded_count(approved),
+                "excluded records": excluded_count(approved),
                 "records in the shards": summary.records,
                 # After a blocked run the UI shows this beside "Failed": the policy says which run's rules made it.
                 "approval policy": dg.MetadataValue.json(spec.policy.model_dump()),
                 "bytes hashed": summary.bytes_hashed,
-                **gate_metadata(summary),
+                **gate_metadata(approved),
                 "croissant uri": card.uri,
                 "croissant sha256": card.sha256,
                 "croissant": link(card.uri),
@@ -282,7 +305,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
     return approved_dataset
 
 
-def excluded_records(vault, exclusions: Handoff) -> int:
+def excluded_records(vault: TrainVault, exclusions: Handoff) -> int:
     """How many records the exclusions a hand-off names leave out (read by digest)."""
     from trainvault.contamination import Exclusions
     from trainvault.publication import read_document
@@ -292,15 +315,50 @@ def excluded_records(vault, exclusions: Handoff) -> int:
     )
 
 
-def excluded_count(summary) -> int:
+def verdict_metadata(approved: ApprovedDataset) -> Metadata:
+    """The verdict the gate reached, for the approval's page: approved, and per benchmark of the report its
+    items, contaminated items, the records the approval excludes for it and whether it passed as scanned."""
+    per = approved.exclusions.per_benchmark() if approved.exclusions is not None else {}
+    rows = [
+        {
+            "benchmark": b.name,
+            "items": b.n_items,
+            "checkable": b.n_checkable,
+            "contaminated": b.n_contaminated,
+            "excluded records": per.get(b.name, 0),
+            "pass": b.passed,
+        }
+        for b in approved.report.benchmarks
+    ]
+    excluded = excluded_count(approved)
+    return {
+        "verdict": "pass: the gate approved it within the verifier contract"
+        + (f" after excluding {excluded} record(s) that hold contaminated items" if excluded else ""),
+        "per benchmark": table(
+            rows,
+            [
+                ("benchmark", "string"),
+                ("items", "int"),
+                ("checkable", "int"),
+                ("contaminated", "int"),
+                ("excluded records", "int"),
+                ("pass", "bool"),
+            ],
+        ),
+    }
+
+
+def excluded_count(approved: ApprovedDataset) -> int:
     """How many records of the approved shards the approval leaves out."""
+    summary = approved.summary
     return summary.exclusions.records if summary.exclusions is not None else 0
 
 
-def gate_metadata(summary) -> dict[str, object]:
+def gate_metadata(approved: ApprovedDataset) -> Metadata:
     """What the gate checked beyond the hashes: the scanner's signers, the re-scanned shards, the exclusions,
     and the policy it applied."""
-    out: dict[str, object] = {}
+    summary = approved.summary
+    out: Metadata = {}
     if summary.attestation is not None:
         out["report signed by"] = dg.MetadataValue.json(summary.attestation.report_signers)
         out["re-scanned shards"] = dg.MetadataValue.json(list(summary.attestation.rescan.shards))

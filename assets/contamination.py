@@ -1,5 +1,5 @@
-"""contamination_scan (one partition per shard), contamination_report and its check
-`within_contract`, and contamination_exclusions (only where the dataset's policy allows them).
+"""contamination_scan (one partition per shard), contamination_report (its blocking check
+`within_contract` is assets/contract_check.py), and contamination_exclusions (only where the dataset's policy allows them).
 
 The scan fans out: each shard partition is the lifecycle's verification pass
 (`trainvault.verification.verify_shard`): one read of the shard, hashed and every block
@@ -14,36 +14,30 @@ spreads the partitions, and a run over many partitions verifies `shard_threads` 
 The report asset reduces every shard's result with `trainvault.contamination.reduce_report`, the same reduction `scan_dataset` applies, so
 the report is the one a serial scan makes; it binds the data manifest, scan manifest,
 release, contract and producer pins by SHA-256 and is published signed by the scanner's
-key (an in-toto statement in a DSSE envelope). The check re-reads the report by digest
-and recomputes the verdict under the contract's policy (after exclusions, where the
-policy allows them: every hit is then left out of the approval); when it fails, nothing
-downstream in the run executes, and `approved_dataset` refuses on its own too. Whether
-the signer is trusted is the gate's to judge, in `approved_dataset`.
+key (an in-toto statement in a DSSE envelope). Whether the signer is trusted is the gate's
+to judge, in `approved_dataset`.
 """
 
 from concurrent.futures import ThreadPoolExecutor
-from threading import Lock
 
 import dagster as dg
 
-from assets._common import EVALUATE, asset_args, ins, key, object_metadata, table
+from assets._common import EVALUATE, Metadata, Once, asset_args, ins, key, object_metadata, table
 from assets.shards import selected_shards
-from resources.dataset import DatasetSpec, parse_partition_key
+from resources.dataset import DatasetSpec, VersionLayout, parse_partition_key
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
-from trainvault import IntegrityError, ObjectNotFoundError
+from resources.storage import StorageResource
+from trainvault import DataManifest, IntegrityError, ObjectNotFoundError, ObjectRef, TrainVault
 from trainvault.approval import read_attested, write_attestation
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import (
     ContaminationReport,
     ShardScanResult,
-    VerifierContract,
     exclusions_from_report,
     load_index,
     reduce_report,
 )
-from trainvault.contamination.exclusions import truncated_items
-from trainvault.publication import Publication, read_document, write_document
+from trainvault.publication import Publication, ShardEntry, write_document
 from trainvault.verification import VerifiedShard, stored_verification, verify_shard
 
 SCAN_DESCRIPTION = (
@@ -62,7 +56,7 @@ EXCLUSIONS_DESCRIPTION = (
 )
 
 
-def attested_report(vault, ref) -> ContaminationReport:
+def attested_report(vault: TrainVault, ref: ObjectRef) -> ContaminationReport:
     """The report a hand-off names, read by digest (signed or not: the gate judges the signer)."""
     data = vault.storage.get_document(ref.uri)
     if sha256_hex(data) != ref.sha256:
@@ -72,11 +66,7 @@ def attested_report(vault, ref) -> ContaminationReport:
     return read_attested(data, ContaminationReport, trusted_keys=None, source=ref.uri).document
 
 
-def index_of(vault, release: Handoff):
-    return load_index(vault, release.ref, release.also["contract"])
-
-
-def shard_entry(manifest, partition: str):
+def shard_entry(manifest: DataManifest, partition: str) -> ShardEntry:
     """The manifest's entry for a shard partition key."""
     split, stage, shard_id = parse_partition_key(partition)
     for entry in manifest.split(split).shards:
@@ -85,7 +75,7 @@ def shard_entry(manifest, partition: str):
     raise dg.Failure(f"shard {partition} is not in the data manifest: rebuild the manifest")
 
 
-def report_metadata(report: ContaminationReport) -> dict[str, object]:
+def report_metadata(report: ContaminationReport) -> Metadata:
     """Per-benchmark results as a table and the contaminated item ids, for the UI."""
     rows = [
         {
@@ -123,7 +113,9 @@ def report_metadata(report: ContaminationReport) -> dict[str, object]:
     }
 
 
-def signed_scan(vault, spec: DatasetSpec, manifest, partition: str, release: str, contract: str) -> ShardScanResult:
+def signed_scan(
+    vault: TrainVault, spec: DatasetSpec, manifest: DataManifest, partition: str, release: str, contract: str
+) -> ShardScanResult:
     """Shard `partition`'s scan result, stored and signed by the dataset's scanner key; a missing or
     refused one fails the step, naming it (the scan step recomputes it)."""
     stored = stored_verification(
@@ -153,22 +145,16 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         partitions_def=dg.StaticPartitionsDefinition(spec.partition_keys()),
     )
     def contamination_scan(
-        context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff, evaluation_release: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, data_manifest: Handoff, evaluation_release: Handoff
     ) -> None:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         folder, data_format = spec.shard_results_root, manifest.data_format
         scanner = spec.scanner_signing_key()
         # The release's index is built only when a shard's stored results do not cover it.
-        index_lock, built = Lock(), []
-
-        def index():
-            with index_lock:
-                if not built:
-                    built.append(index_of(vault, evaluation_release))
-                return built[0]
+        index = Once(lambda: load_index(vault, evaluation_release.ref, evaluation_release.also["contract"]))
 
         def verify(partition: str) -> tuple[str, VerifiedShard]:
             split = parse_partition_key(partition)[0]
@@ -186,16 +172,16 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             )
             # verify_shard reuses them too, but would need the index (built on first use) to be called.
             return partition, stored.verified or verify_shard(
-                vault.storage, folder, data_format, split, entry, index(), signing_key=scanner, stored=stored
+                vault.storage, folder, data_format, split, entry, index.get(), signing_key=scanner, stored=stored
             )
 
         partitioned = context.has_partition_key or context.has_partition_key_range
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
             for partition, verified in pool.map(verify, selected_shards(context, spec)):
                 result = verified.scan
-                bound = write_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
-                meta = {
-                    **object_metadata(bound.uri, bound.sha256, pub.version),
+                bound = write_document(vault.storage, layout.shard_scan_uri(release, contract, partition), result)
+                meta: Metadata = {
+                    **object_metadata(bound.uri, bound.sha256, layout.version),
                     "dagster/row_count": result.records,
                     "tokens": result.tokens,
                     "items hit": len(result.items),
@@ -217,25 +203,25 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
     )
     def contamination_report(
         context: dg.AssetExecutionContext,
-        store: ObjectStore,
+        store: StorageResource,
         data_manifest: Handoff,
         training_scan: Handoff,
         evaluation_release: Handoff,
         producer_pins: Handoff,
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         release, contract = evaluation_release.ref.sha256, evaluation_release.also["contract"].sha256
         scanner = spec.scanner_signing_key()
-        uri = pub.report_uri(release, contract, scanner.keyid)
+        uri = layout.report_uri(release, contract, scanner.keyid)
         bindings = (data_manifest.ref.sha256, training_scan.ref.sha256, producer_pins.ref.sha256, release, contract)
         found = stored_report(vault, uri, bindings)
         if found is not None:
             # The same inputs (the manifest binds every shard, whose results are stored by content)
             # reduce to the same report: reuse it instead of rebuilding the index to reduce again.
-            return report_output(pub, evaluation_release, scanner.keyid, *found)
+            return report_output(layout, evaluation_release, scanner.keyid, *found)
         manifest = Publication.load(vault.storage, data_manifest.ref.uri, sha256=data_manifest.ref.sha256).manifest
-        index = index_of(vault, evaluation_release)
+        index = load_index(vault, evaluation_release.ref, evaluation_release.also["contract"])
         # Each shard's result as the scanner's key signed it in shard-results/ (this run's scan step or
         # an earlier one's): the publication's copies are hand-offs anyone with write access could
         # replace. reduce_report checks each against the manifest's shard.
@@ -249,12 +235,14 @@ def build_contamination_report(spec: DatasetSpec) -> dg.AssetsDefinition:
             producer_pins_sha256=producer_pins.ref.sha256,
         )
         bound = write_attestation(vault, uri, report, signing_keys=scanner)
-        return report_output(pub, evaluation_release, scanner.keyid, bound.uri, bound.sha256, report)
+        return report_output(layout, evaluation_release, scanner.keyid, bound.uri, bound.sha256, report)
 
     return contamination_report
 
 
-def stored_report(vault, uri: str, bindings: tuple[str, ...]) -> tuple[str, str, ContaminationReport] | None:
+def stored_report(
+    vault: TrainVault, uri: str, bindings: tuple[str, ...]
+) -> tuple[str, str, ContaminationReport] | None:
     """(uri, sha256, report) of the report stored at `uri` when it binds exactly `bindings` (data
     manifest, scan manifest, producer pins, release, contract digests); None when there is none."""
     try:
@@ -272,105 +260,18 @@ def stored_report(vault, uri: str, bindings: tuple[str, ...]) -> tuple[str, str,
     return (uri, sha256_hex(data), report) if bound == bindings else None
 
 
-def report_output(pub, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report) -> dg.Output[Handoff]:
+def report_output(
+    layout: VersionLayout, evaluation_release: Handoff, keyid: str, uri: str, sha256: str, report: ContaminationReport
+) -> dg.Output[Handoff]:
     return dg.Output(
-        Handoff.of(pub, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
+        Handoff.of(layout, "contamination_report", uri, sha256, contract=evaluation_release.also["contract"]),
         metadata={
-            **object_metadata(uri, sha256, pub.version),
+            **object_metadata(uri, sha256, layout.version),
             **report_metadata(report),
             "signed by (scanner key id)": keyid,
         },
         data_version=dg.DataVersion(sha256),
     )
-
-
-def build_within_contract(spec: DatasetSpec, report_asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=report_asset,
-        blocking=True,
-        name="within_contract",
-        description="the report passes the verifier contract's policy",
-    )
-    def within_contract(
-        context: dg.AssetCheckExecutionContext, store: ObjectStore, report: Handoff
-    ) -> dg.AssetCheckResult:
-        vault = store.vault()
-        contract_ref = report.also["contract"]
-        doc = attested_report(vault, report.ref)
-        contract = read_document(vault.storage, VerifierContract, contract_ref.uri, sha256=contract_ref.sha256).document
-        same_contract = doc.verifier_contract.sha256 == contract_ref.sha256
-        excluded = spec.policy.allow_exclusions and excludable(doc, contract)
-        passed = same_contract and (doc.recompute_pass(contract.policy) or excluded)
-        contaminated = [f"{it.benchmark}:{it.item_id}" for it in doc.contaminated_items]
-        failing = [
-            b.name
-            for b in doc.benchmarks
-            if not contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, b.n_contaminated)
-        ]
-        return dg.AssetCheckResult(
-            passed=passed,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=(
-                f"the report was made under contract {doc.verifier_contract.sha256}, not {contract_ref.sha256}"
-                if not same_contract
-                else verdict(passed, contaminated, failing, exclusion_note(spec, doc, contract))
-            ),
-            metadata={
-                "report sha256": report.ref.sha256,
-                "contaminated": len(contaminated),
-                "contaminated item ids": dg.MetadataValue.json(contaminated),
-                "benchmarks failing": dg.MetadataValue.json(failing),
-                "passes after exclusions": excluded,
-            },
-        )
-
-    return within_contract
-
-
-def verdict(passed: bool, contaminated: list[str], failing: list[str], note: str = "") -> str:
-    """The check's one-line verdict for people; `note` says why exclusions cannot make a failing report pass."""
-    items = f"{len(contaminated)} contaminated item(s): {', '.join(contaminated[:10])}"
-    if passed:
-        return (
-            f"within contract after exclusions: {items}, every hit excluded"
-            if contaminated
-            else "within contract: no benchmark over its limits"
-        )
-    if not contaminated:
-        return f"benchmarks over their limits: {', '.join(failing)}"
-    return f"{items}; {note}" if note else items
-
-
-#: What a blocked run means for the approval asset (the UI shows it Failed beside an earlier approval's metadata).
-NOT_APPROVED = (
-    "nothing is approved: approved_dataset does not run, and an approval it shows is an earlier run's, "
-    "made under that run's policy (its 'approval policy' metadata)"
-)
-
-
-def exclusion_note(spec: DatasetSpec, report: ContaminationReport, contract: VerifierContract) -> str:
-    """Why leaving out the contaminated records does not make `report` pass (empty when it does)."""
-    if not spec.policy.allow_exclusions:
-        return (
-            f"the policy of {spec.name} forbids exclusions (allow_exclusions: false), so the records holding them "
-            "cannot be left out; " + NOT_APPROVED
-        )
-    if not excludable(report, contract):
-        return (
-            "excluding the records that hold them is not enough (a benchmark over its uncheckable limit, "
-            "a non-exhaustive method or capped hits); " + NOT_APPROVED
-        )
-    return ""
-
-
-def excludable(report: ContaminationReport, contract: VerifierContract) -> bool:
-    """Whether leaving out every record a hit names makes `report` pass: no benchmark over its
-    uncheckable limit, an exhaustive method, and every hit listed (none capped)."""
-    clean = all(
-        contract.policy.benchmark_passes(b.name, b.n_items, b.n_checkable, b.n_uncheckable, 0)
-        for b in report.benchmarks
-    )
-    return clean and report.method.exhaustive and not truncated_items(report)
 
 
 def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
@@ -379,13 +280,13 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
         ins=ins(spec, "contamination_report"),
     )
     def contamination_exclusions(
-        context: dg.AssetExecutionContext, store: ObjectStore, contamination_report: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, contamination_report: Handoff
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(contamination_report.publication_version)
+        layout = spec.layout_at(contamination_report.publication_version)
         report = attested_report(vault, contamination_report.ref)
         doc = exclusions_from_report(report, report_sha256=contamination_report.ref.sha256)
-        uri = pub.exclusions_uri(
+        uri = layout.exclusions_uri(
             report.eval_release.sha256, report.verifier_contract.sha256, spec.scanner_signing_key().keyid
         )
         bound = write_document(vault.storage, uri, doc)
@@ -400,9 +301,9 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
             for r in doc.records
         ]
         return dg.Output(
-            Handoff.of(pub, "contamination_exclusions", bound.uri, bound.sha256),
+            Handoff.of(layout, "contamination_exclusions", bound.uri, bound.sha256),
             metadata={
-                **object_metadata(bound.uri, bound.sha256, pub.version),
+                **object_metadata(bound.uri, bound.sha256, layout.version),
                 "excluded records": len(doc.records),
                 "excluded per benchmark": table(
                     rows, [("benchmark", "string"), ("excluded records", "int"), ("contaminated items", "int")]

@@ -12,7 +12,7 @@ import dagster as dg
 from assets._common import EVALUATE, asset_args, ins, link, object_metadata, table
 from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
 from trainvault import ObjectRef
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import MethodSpec, VerifierContract, publish_release
@@ -27,10 +27,10 @@ DESCRIPTION = (
 def build_evaluation_release(spec: DatasetSpec) -> dg.AssetsDefinition:
     @dg.asset(**asset_args(spec, "evaluation_release", EVALUATE, DESCRIPTION, "python"), ins=ins(spec, "producer_pins"))
     def evaluation_release(
-        context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, producer_pins: Handoff
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(producer_pins.publication_version)
+        layout = spec.layout_at(producer_pins.publication_version)
         benchmarks = [load_callable(source)() for source in spec.evaluation_sources]
         digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
         release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
@@ -48,9 +48,9 @@ def build_evaluation_release(spec: DatasetSpec) -> dg.AssetsDefinition:
         ]
         contract_ref = ObjectRef(uri=bound_contract.uri, sha256=bound_contract.sha256)
         return dg.Output(
-            Handoff.of(pub, "evaluation_release", release.uri, release.sha256, contract=contract_ref),
+            Handoff.of(layout, "evaluation_release", release.uri, release.sha256, contract=contract_ref),
             metadata={
-                **object_metadata(release.uri, release.sha256, pub.version),
+                **object_metadata(release.uri, release.sha256, layout.version),
                 "release id": release.document.id,
                 "benchmarks": table(
                     rows,

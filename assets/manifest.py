@@ -8,11 +8,12 @@ producer pins decided.
 
 import dagster as dg
 
-from assets._common import BUILD, asset_args, ins, key, object_metadata, table
+from assets._common import BUILD, Metadata, asset_args, ins, key, object_metadata, table
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
-from trainvault import TrainVaultError
+from resources.storage import StorageResource
+from trainvault import DataManifest, TrainVaultError
+from trainvault.publication import ShardEntry
 
 DESCRIPTION = (
     "The data manifest: every shard of the version recovered from its descriptor, curricula registered, "
@@ -20,7 +21,7 @@ DESCRIPTION = (
 )
 
 
-def summary_tables(manifest) -> dict:
+def summary_tables(manifest: DataManifest) -> Metadata:
     summary = manifest.summary()
     rows = [
         {"split": split, "stage": stage, "shards": st["shards"], "records": st["records"], "bytes": st["bytes"]}
@@ -50,20 +51,20 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
         deps=[key(spec, "dataset_shards")],
     )
     def data_manifest(
-        context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, producer_pins: Handoff
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(producer_pins.publication_version)
+        layout = spec.layout_at(producer_pins.publication_version)
         # Each shard is recovered from its descriptor with a size check: the verification pass
         # (contamination_scan) hashes every shard against this manifest next, and the gate again.
-        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format, rehash_reused=False)
-        entries: dict[tuple[str, str | None], list] = {}
+        saver = vault.dataset_saver(layout.manifest_uri, data_format=spec.data_format, rehash_reused=False)
+        entries: dict[tuple[str, str | None], list[ShardEntry]] = {}
         for split, stage, shard_id in spec.shards():
             try:
                 entry = saver.recover(split, stage, shard_id=shard_id)
             except TrainVaultError as exc:
                 raise dg.Failure(
-                    f"shard {split}/{stage or '_'}/{shard_id} of {spec.name} {pub.version}: {exc}"
+                    f"shard {split}/{stage or '_'}/{shard_id} of {spec.name} {layout.version}: {exc}"
                 ) from exc
             entries.setdefault((split, stage), []).append(entry)
         for cur in spec.curricula:
@@ -72,9 +73,9 @@ def build_data_manifest(spec: DatasetSpec) -> dg.AssetsDefinition:
         committed = saver.commit_manifest()
         manifest, sha256 = committed.document, committed.sha256
         return dg.Output(
-            Handoff.of(pub, "data_manifest", pub.manifest_uri, sha256),
+            Handoff.of(layout, "data_manifest", layout.manifest_uri, sha256),
             metadata={
-                **object_metadata(pub.manifest_uri, sha256, pub.version),
+                **object_metadata(layout.manifest_uri, sha256, layout.version),
                 "data_format": manifest.data_format,
                 **summary_tables(manifest),
             },

@@ -15,6 +15,7 @@ run (the approval) executes. The check re-reads the sidecars by digest rather th
 trusting the step's memory.
 """
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import dagster as dg
@@ -24,7 +25,7 @@ from assets._common import BUILD, asset_args, ins, key, link, table
 from assets.verified import shard_surveys
 from resources.dataset import DatasetSpec, load_callable
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
 from trainvault import ConflictError, IntegrityError, ObjectRef, ProfileError
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.profile import (
@@ -35,6 +36,7 @@ from trainvault.profile import (
     read_metrics_sidecar,
     write_metrics_sidecars,
 )
+from trainvault.storage import Storage
 from trainvault.verification import profile_from_surveys
 
 CHECK = "task_data_valid"
@@ -170,7 +172,7 @@ DESCRIPTION = (
 
 
 def computed_profile(
-    storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff
+    storage: Storage, spec: DatasetSpec, config: ProfileConfig, data_manifest: Handoff
 ) -> tuple[DatasetProfile, int]:
     """The profile and how many shards were read for it: under the default settings, merged from
     the surveys the verification pass stored (no shard read); under a schema or hook, every shard read."""
@@ -208,10 +210,10 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
         ],
     )
     def dataset_profile(
-        context: dg.AssetExecutionContext, config: ProfileConfig, store: ObjectStore, data_manifest: Handoff
-    ):
+        context: dg.AssetExecutionContext, config: ProfileConfig, store: StorageResource, data_manifest: Handoff
+    ) -> Iterator[dg.Output[Handoff] | dg.AssetCheckResult]:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         try:
             profile, read = computed_profile(vault.storage, spec, config, data_manifest)
             refs = write_metrics_sidecars(vault.storage, profile, overwrite=config.overwrite)
@@ -221,14 +223,14 @@ def build_dataset_profile(spec: DatasetSpec) -> dg.AssetsDefinition:
         digest = profile_digest(sidecars)
         yield dg.Output(
             Handoff.of(
-                pub,
+                layout,
                 "dataset_profile",
                 data_manifest.ref.uri,
                 data_manifest.ref.sha256,
-                **{name: ObjectRef(**ref) for name, ref in sidecars.items()},
+                **{name: ObjectRef(uri=ref["uri"], sha256=ref["sha256"]) for name, ref in sidecars.items()},
             ),
             metadata={
-                "version": pub.version,
+                "version": layout.version,
                 "data_manifest_sha256": profile.manifest_sha256,
                 "sha256": digest,
                 "sidecars": dg.MetadataValue.json(sidecars),

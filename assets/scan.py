@@ -19,7 +19,7 @@ from assets._common import BUILD, asset_args, ins, key, object_metadata
 from assets.verified import shard_surveys
 from resources.dataset import DatasetSpec
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
 from trainvault.approval import build_training_scan_manifest, write_attestation
 
 DESCRIPTION = (
@@ -36,10 +36,10 @@ def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         deps=[key(spec, "contamination_scan")],
     )
     def training_scan(
-        context: dg.AssetExecutionContext, store: ObjectStore, data_manifest: Handoff
+        context: dg.AssetExecutionContext, store: StorageResource, data_manifest: Handoff
     ) -> dg.Output[Handoff]:
         vault = store.vault()
-        pub = spec.publication_at(data_manifest.publication_version)
+        layout = spec.layout_at(data_manifest.publication_version)
         surveys = shard_surveys(vault.storage, spec, data_manifest)
         scan = build_training_scan_manifest(
             vault,
@@ -48,12 +48,12 @@ def build_training_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
             verified={e.uri for pairs in surveys.values() for e, _ in pairs},
         )
         key = spec.scanner_signing_key()
-        bound = write_attestation(vault, pub.scan_manifest_uri(key.keyid), scan, signing_keys=key)
+        bound = write_attestation(vault, layout.scan_manifest_uri(key.keyid), scan, signing_keys=key)
         totals = scan.totals.model_dump()
         return dg.Output(
-            Handoff.of(pub, "training_scan", bound.uri, bound.sha256),
+            Handoff.of(layout, "training_scan", bound.uri, bound.sha256),
             metadata={
-                **object_metadata(bound.uri, bound.sha256, pub.version),
+                **object_metadata(bound.uri, bound.sha256, layout.version),
                 "data_manifest_sha256": scan.data_manifest_sha256,
                 "signed by (scanner key id)": key.keyid,
                 "files": totals.pop("files"),

@@ -10,13 +10,15 @@ that shard's own figures.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import dagster as dg
 
-from assets._common import BUILD, asset_args, ins, link
+from assets._common import BUILD, Metadata, asset_args, ins, link
 from resources.dataset import DatasetSpec, parse_partition_key
 from resources.handoff import Handoff
-from resources.storage import ObjectStore
+from resources.storage import StorageResource
+from trainvault import DatasetSaver
 
 DESCRIPTION = (
     "The dataset's shards, one partition per shard (split/stage/shard id), saved deterministically "
@@ -24,7 +26,7 @@ DESCRIPTION = (
 )
 
 
-def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
+def save_shard(saver: DatasetSaver, spec: DatasetSpec, key: str) -> dict[str, Any]:
     """Save (or reuse) one shard with the step's saver; what a person wants to see about it."""
     split, stage, shard_id = parse_partition_key(key)
     entry = saver.save(
@@ -44,7 +46,7 @@ def save_shard(saver, spec: DatasetSpec, key: str) -> dict:
     }
 
 
-def shard_metadata(row: dict, version: str) -> dict:
+def shard_metadata(row: dict[str, Any], version: str) -> Metadata:
     """One shard's figures, as its partition's materialization shows them."""
     return {
         "version": version,
@@ -76,28 +78,28 @@ def build_dataset_shards(spec: DatasetSpec) -> dg.AssetsDefinition:
         retry_policy=dg.RetryPolicy(max_retries=2, delay=1),
         pool="trainvault_object_store",
     )
-    def dataset_shards(context: dg.AssetExecutionContext, store: ObjectStore, producer_pins: Handoff) -> None:
+    def dataset_shards(context: dg.AssetExecutionContext, store: StorageResource, producer_pins: Handoff) -> None:
         keys = selected_shards(context, spec)
-        pub = spec.publication_at(producer_pins.publication_version)
+        layout = spec.layout_at(producer_pins.publication_version)
         # One saver for the step. A shard found complete is checked by size only: the fused
         # verification pass (contamination_scan) hashes every shard the manifest binds, and the gate again.
-        saver = store.vault().dataset_saver(pub.manifest_uri, data_format=spec.data_format, rehash_reused=False)
+        saver = store.vault().dataset_saver(layout.manifest_uri, data_format=spec.data_format, rehash_reused=False)
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
             rows = list(pool.map(lambda k: save_shard(saver, spec, k), keys))
         partitioned = context.has_partition_key or context.has_partition_key_range
         for row in rows:
             if partitioned:
-                context.add_asset_metadata(shard_metadata(row, pub.version), partition_key=row["shard"])
+                context.add_asset_metadata(shard_metadata(row, layout.version), partition_key=row["shard"])
             else:
                 # A run without partitions: each shard is still recorded against its own partition.
                 context.log_event(
                     dg.AssetMaterialization(
-                        context.asset_key, partition=row["shard"], metadata=shard_metadata(row, pub.version)
+                        context.asset_key, partition=row["shard"], metadata=shard_metadata(row, layout.version)
                     )
                 )
         written = sum(r["written"] for r in rows)
         context.log.info(
-            f"{len(rows)} shard(s) of {pub.version}: {written} written, {len(rows) - written} reused unchanged"
+            f"{len(rows)} shard(s) of {layout.version}: {written} written, {len(rows) - written} reused unchanged"
         )
 
     return dataset_shards

@@ -7,7 +7,8 @@ For 8 and 64 shards (200 records each, the demo's records), on fresh local store
   into the report, gate, signed approval), in one process with no Dagster;
 - Dagster CLI, multiprocess executor: what `make demo` runs for a dataset with
   ``TRAINVAULT_DEMO_EXECUTOR=multiprocess``
-  (``dagster job execute -j lifecycle_demo_curriculum --tags <every shard>``), a process per step;
+  (a ``lifecycle_demo_curriculum`` run tagged with every shard, created through the code location and
+  executed by Dagster's run worker), a process per step;
 - Dagster CLI, in-process executor: the same run with every step in one process (`make demo`'s default);
 - rebuild: the in-process CLI run again on unchanged inputs (every shard reused);
 - with ``--celery``: the same CLI run through the Celery executor, steps on two
@@ -113,12 +114,12 @@ def library_only(spec, keys: Path) -> float:
     start = time.perf_counter()
     vault = TrainVault()
     pins = spec.producer_pins()
-    pub = spec.publication(pins.document_sha256())
-    bpins = write_producer_pins(vault, pub.producer_pins_uri, pins)
+    layout = spec.layout(pins.document_sha256())
+    bpins = write_producer_pins(vault, layout.producer_pins_uri, pins)
 
     def save(shard):
         split, stage, shard_id = shard
-        saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+        saver = vault.dataset_saver(layout.manifest_uri, data_format=spec.data_format)
         return saver.save(
             split,
             stage,
@@ -129,7 +130,7 @@ def library_only(spec, keys: Path) -> float:
 
     with ThreadPoolExecutor(max_workers=spec.shard_threads) as pool:
         list(pool.map(save, spec.shards()))
-    saver = vault.dataset_saver(pub.manifest_uri, data_format=spec.data_format)
+    saver = vault.dataset_saver(layout.manifest_uri, data_format=spec.data_format)
     entries: dict = {}
     for split, stage, shard_id in spec.shards():
         entries.setdefault((split, stage), []).append(saver.recover(split, stage, shard_id=shard_id))
@@ -141,13 +142,13 @@ def library_only(spec, keys: Path) -> float:
             curriculum_metadata={"stages": list(cur.stages)},
         )
     saver.commit_manifest()
-    msha = sha256_hex(vault.storage.get(pub.manifest_uri))
-    profile = profile_publication(vault.storage, pub.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
+    msha = sha256_hex(vault.storage.get(layout.manifest_uri))
+    profile = profile_publication(vault.storage, layout.manifest_uri, manifest_sha256=msha, raise_on_invalid=False)
     sidecars = approval_sidecars(write_metrics_sidecars(vault.storage, profile))
     scan = write_training_scan_manifest(
         vault,
-        pub.scan_manifest_uri("unsigned"),
-        build_training_scan_manifest(vault, pub.manifest_uri, manifest_sha256=msha),
+        layout.scan_manifest_uri("unsigned"),
+        build_training_scan_manifest(vault, layout.manifest_uri, manifest_sha256=msha),
     )
     benchmarks = [load_callable(s)() for s in spec.evaluation_sources]
     digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
@@ -155,14 +156,14 @@ def library_only(spec, keys: Path) -> float:
     contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
     bcontract = write_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
     index = load_index(vault, release, bcontract)
-    manifest = Publication.load(vault.storage, pub.manifest_uri, sha256=msha).manifest
+    manifest = Publication.load(vault.storage, layout.manifest_uri, sha256=msha).manifest
     results = []
     for split, stage, shard_id in spec.shards():  # one contamination_scan partition each, published
         entry = next(e for e in manifest.split(split).shards if (e.curriculum_stage, e.shard_id) == (stage, shard_id))
         result = scan_shard(vault.storage, manifest.data_format, entry, index)
         write_document(
             vault.storage,
-            pub.shard_scan_uri(release.sha256, bcontract.sha256, f"{split}/{stage or '_'}/{shard_id}"),
+            layout.shard_scan_uri(release.sha256, bcontract.sha256, f"{split}/{stage or '_'}/{shard_id}"),
             result,
         )
         results.append(result)
@@ -174,9 +175,9 @@ def library_only(spec, keys: Path) -> float:
         scan_manifest_sha256=scan.sha256,
         producer_pins_sha256=bpins.sha256,
     )
-    breport = write_report(vault, pub.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
+    breport = write_report(vault, layout.report_uri(release.sha256, bcontract.sha256, "unsigned"), report)
     chain = ApprovalChain(  # written step by step above, as the code location's assets write it
-        data_manifest=ObjectRef(uri=pub.manifest_uri, sha256=msha),
+        data_manifest=ObjectRef(uri=layout.manifest_uri, sha256=msha),
         training_scan_manifest=ObjectRef(uri=scan.uri, sha256=scan.sha256),
         evaluation_release=ObjectRef(uri=release.uri, sha256=release.sha256),
         verifier_contract=ObjectRef(uri=bcontract.uri, sha256=bcontract.sha256),
@@ -190,7 +191,7 @@ def library_only(spec, keys: Path) -> float:
     )
     request_sha256 = sha256_hex(canonical_json(request.model_dump(mode="json")))
     record = write_approval(
-        vault, pub.approval_uri(request_sha256), approved, signing_keys=load_signing_key(f"{keys}.key")
+        vault, layout.approval_uri(request_sha256), approved, signing_keys=load_signing_key(f"{keys}.key")
     )
     vault.open_approved(record.uri, record.sha256, trusted_keys=[approved_key(keys)])  # the approval_opens check
     return time.perf_counter() - start
@@ -429,7 +430,7 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
 
     from pipelines.definitions import build_definitions, whole_build_tags
     from pipelines.examples.spec import example_spec, key_fields
-    from resources.storage import ObjectStore
+    from resources.storage import StorageResource
     from trainvault.approval import write_keypair
     from trainvault.storage.reads import READS
 
@@ -448,7 +449,7 @@ def reads_of_runs(total: int, records: int) -> list[dict[str, float | str]]:
                 plant=plant,
                 **key_fields(keys),
             )
-            job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(
+            job = build_definitions([spec], StorageResource(), executor="in_process").resolve_job_def(
                 f"lifecycle_{spec.name}"
             )
             before, start, cpu = READS.snapshot(), time.perf_counter(), time.process_time()

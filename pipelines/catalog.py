@@ -8,7 +8,7 @@ of ``shard_ids``. String values may name environment variables: ``${VAR}`` (must
 or ``${VAR:-default}`` (the default when unset or empty). A relative local path in
 ``root_uri``, ``signing_key_path``, ``trusted_keys_path``, ``scanner_key_path`` or
 ``trusted_scanner_keys`` is relative to the YAML file's folder. The ``policy:`` block is a
-`resources.policy.PolicySpec` (re-scan sample, exclusions). Anything malformed raises
+`resources.policy.ApprovalPolicyConfig` (re-scan sample, exclusions). Anything malformed raises
 `ConfigurationError` naming the file, the dataset and the field, so the location fails to
 load instead of serving half a catalog.
 """
@@ -26,10 +26,10 @@ import yaml
 
 # Dagster's own test of a schedule's cron, so an entry it would refuse fails here, naming the dataset.
 from dagster._utils.schedules import is_valid_cron_string
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from resources.dataset import NO_STAGE, DatasetSpec, ScheduleSpec
-from resources.policy import PolicySpec
+from resources.policy import ApprovalPolicyConfig
 from trainvault import ConfigurationError, StorageError
 from trainvault.documents import describe_validation_error
 from trainvault.formats import FORMATS
@@ -48,7 +48,7 @@ CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 #: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
-NESTED = {"policy": PolicySpec, "schedule": ScheduleSpec}
+NESTED: dict[str, type[BaseModel]] = {"policy": ApprovalPolicyConfig, "schedule": ScheduleSpec}
 PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path")
 
 
@@ -99,8 +99,8 @@ class DuplicateKey(Exception):
 class UniqueKeyLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` that refuses a key given twice in one mapping."""
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[Hashable] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):
@@ -109,6 +109,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 raise DuplicateKey(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def field_names(model: type[BaseModel]) -> list[str]:
+    """The fields a catalog entry may give for `model`, in declaration order."""
+    return list(model.model_fields)
 
 
 def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
@@ -121,17 +126,17 @@ def parse_entry(path: Path, n: int, entry: Any) -> DatasetSpec:
         raise ConfigurationError(
             f"{where}: field 'name' must be an identifier (letters, digits, _; not starting with a digit)"
         )
-    unknown = sorted(set(entry) - set(DatasetSpec.model_fields))
+    known = field_names(DatasetSpec)
+    unknown = sorted(set(entry) - set(known))
     if unknown:
-        raise ConfigurationError(
-            f"{where}: field {unknown[0]} is not a dataset field (known: {', '.join(DatasetSpec.model_fields)})"
-        )
+        raise ConfigurationError(f"{where}: field {unknown[0]} is not a dataset field (known: {', '.join(known)})")
     for field, model in NESTED.items():
         value = entry.get(field)
-        extra = sorted(set(value) - set(model.model_fields)) if isinstance(value, dict) else []
+        allowed = field_names(model)
+        extra = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
         if extra:
             raise ConfigurationError(
-                f"{where}: field {field}.{extra[0]} is not a {field} field (known: {', '.join(model.model_fields)})"
+                f"{where}: field {field}.{extra[0]} is not a {field} field (known: {', '.join(allowed)})"
             )
     fields = {k: interpolate(v, where, k) for k, v in entry.items()}
     if not isinstance(fields.get("splits"), list):
@@ -251,8 +256,9 @@ def interpolate(value: Any, where: str, field: str) -> Any:
     if not isinstance(value, str):
         return value
 
-    def substitute(m: re.Match) -> str:
-        name, default = m.group(1), m.group(3)
+    def substitute(m: re.Match[str]) -> str:
+        name: str = m.group(1)
+        default: str | None = m.group(3)
         got = os.environ.get(name)
         if got:
             return got

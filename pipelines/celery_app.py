@@ -29,7 +29,7 @@ LOST_KEY = "Lost Celery worker"
 class ReportsRedelivery(Task):
     """A step task that says in the run's log when it is a redelivery."""
 
-    def before_start(self, task_id: str, args: tuple, kwargs: dict[str, Any]) -> None:
+    def before_start(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if (self.request.delivery_info or {}).get("redelivered"):
             # The executor sends its arguments by keyword (dagster_celery.executor._submit_task).
             packed = kwargs["execute_step_args_packed"] if "execute_step_args_packed" in kwargs else args[0]
@@ -38,14 +38,18 @@ class ReportsRedelivery(Task):
 
 def report_redelivery(step_args: ExecuteStepArgs, hostname: str) -> None:
     """An engine event on the step: which worker was lost with it, and that it re-runs on `hostname`."""
+    if step_args.instance_ref is None:
+        return  # a step sent without its instance has no run log to report into
     instance = DagsterInstance.from_ref(step_args.instance_ref)
     run = instance.get_run_by_id(step_args.run_id)
     steps = list(step_args.step_keys_to_execute or [])
     # The workers that reported taking these steps before: the last one is the one lost.
     taken = [
-        r.dagster_event.engine_event_data.metadata[WORKER_KEY].value
+        str(r.dagster_event.engine_event_data.metadata[WORKER_KEY].value)
         for r in instance.all_logs(step_args.run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if r.step_key in steps and WORKER_KEY in (r.dagster_event.engine_event_data.metadata or {})
+        if r.dagster_event is not None
+        and r.step_key in steps
+        and WORKER_KEY in (r.dagster_event.engine_event_data.metadata or {})
     ]
     lost = taken[-1] if taken else "a Celery worker (before it reported the step)"
     instance.report_engine_event(

@@ -24,8 +24,8 @@ from assets.contamination import (  # noqa: E402
     build_contamination_exclusions,
     build_contamination_report,
     build_contamination_scan,
-    build_within_contract,
 )
+from assets.contract_check import build_within_contract  # noqa: E402
 from assets.evaluation import build_evaluation_release  # noqa: E402
 from assets.manifest import build_data_manifest  # noqa: E402
 from assets.pins import build_producer_pins  # noqa: E402
@@ -35,7 +35,7 @@ from assets.shards import build_dataset_shards  # noqa: E402
 from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
 from resources.dataset import DatasetSpec  # noqa: E402
 from resources.handoff import HandoffIOManager  # noqa: E402
-from resources.storage import ObjectStore, object_store_from_env  # noqa: E402
+from resources.storage import StorageResource, storage_from_env  # noqa: E402
 from trainvault import ConfigurationError  # noqa: E402
 
 __all__ = ["DEPLOYMENT_ENV", "build_definitions", "dataset_definitions", "defs", "load_datasets", "whole_build_tags"]
@@ -127,12 +127,12 @@ def dataset_definitions(spec: DatasetSpec) -> dg.Definitions:
 
 
 def build_definitions(
-    specs: list[DatasetSpec], store: ObjectStore | None = None, executor: str | None = None
+    specs: list[DatasetSpec], store: StorageResource | None = None, executor: str | None = None
 ) -> dg.Definitions:
     """The code location for these datasets, on one object store (a single spec counts as a list of one)."""
     if isinstance(specs, DatasetSpec):
         specs = [specs]
-    store = store or object_store_from_env()
+    store = store or storage_from_env()
     resources: dict[str, object] = {"store": store}
     for spec in specs:
         resources[handoff_io(spec)] = HandoffIOManager(store=store, dataset=spec)

@@ -14,17 +14,20 @@ import inspect
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
 
-from resources.policy import PolicySpec
+from resources.policy import ApprovalPolicyConfig
 from trainvault import ConfigurationError
 from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import EXCLUSIONS_NAME
 from trainvault.uris import join_uri, normalize_uri
+
+if TYPE_CHECKING:
+    from trainvault.approval import ApprovalPolicy, ProducerPins, SigningKey, VerifyingKey
 
 NO_STAGE = "_"
 #: Packages whose versions decide the bytes of a shard (encoding and codecs).
@@ -54,7 +57,7 @@ class ScheduleSpec(dg.Config):
     enabled: bool = False
 
 
-class DatasetSpec(dg.ConfigurableResource):
+class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
     """What to build: the dataset, its shards, its generator, its evaluation and signing."""
 
     name: str = Field(description="dataset name: the folder under root_uri and the prefix of its asset keys")
@@ -98,7 +101,9 @@ class DatasetSpec(dg.ConfigurableResource):
         default_factory=list,
         description="public keys (PEM files) the gate trusts to sign scans and reports (empty: trusted_keys_path)",
     )
-    policy: PolicySpec = Field(default_factory=PolicySpec, description="re-scan sample and exclusions")
+    policy: ApprovalPolicyConfig = Field(
+        default_factory=ApprovalPolicyConfig, description="re-scan sample and exclusions"
+    )
     owners: list[str] = Field(default_factory=list, description="Dagster owners: emails or team:<name>")
     tags: dict[str, str] = Field(default_factory=dict, description="Dagster tags on every asset of the dataset")
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="the nightly rebuild")
@@ -107,9 +112,10 @@ class DatasetSpec(dg.ConfigurableResource):
 
     def shards(self) -> list[tuple[str, str | None, str]]:
         """Every shard as (split, stage or None, shard id), in spec order."""
-        out = []
+        out: list[tuple[str, str | None, str]] = []
         for split in self.splits:
-            for stage in split.stages or [None]:
+            stages: list[str | None] = list(split.stages) if split.stages else [None]
+            for stage in stages:
                 for shard_id in split.shard_ids:
                     out.append((split.name, stage, shard_id))
         return out
@@ -118,16 +124,20 @@ class DatasetSpec(dg.ConfigurableResource):
         return [partition_key(*s) for s in self.shards()]
 
     def records(self, split: str, stage: str | None, shard_id: str) -> Iterable[dict[str, Any]]:
-        return load_callable(self.generator)(split, stage, shard_id, self.records_per_shard)
+        records: Iterable[dict[str, Any]] = load_callable(self.generator)(
+            split, stage, shard_id, self.records_per_shard
+        )
+        return records
 
     def metadata_of_stage(self, split: str, stage: str | None) -> dict[str, Any] | None:
         if stage is None or self.stage_metadata is None:
             return None
-        return load_callable(self.stage_metadata)(split, stage)
+        metadata: dict[str, Any] | None = load_callable(self.stage_metadata)(split, stage)
+        return metadata
 
     # -- keys and policy ----------------------------------------------------
 
-    def scanner_signing_key(self):  # -> trainvault.approval.SigningKey
+    def scanner_signing_key(self) -> SigningKey:
         """The scanner's key: scanner_key_path, else $scanner_key_env, else the dataset's signing key."""
         from trainvault.approval import load_signing_key
 
@@ -141,7 +151,7 @@ class DatasetSpec(dg.ConfigurableResource):
         """The public key files trusted to sign scans and reports: trusted_scanner_keys, else trusted_keys_path."""
         return self.trusted_scanner_keys or ([self.trusted_keys_path] if self.trusted_keys_path else [])
 
-    def scanner_public_keys(self) -> list:
+    def scanner_public_keys(self) -> list[VerifyingKey]:
         """The public keys trusted to sign scans and reports (none: every shard is re-scanned at the gate)."""
         from trainvault.approval import load_verifying_key
 
@@ -149,7 +159,7 @@ class DatasetSpec(dg.ConfigurableResource):
 
     def approval_policy(
         self, evaluation_release_sha256: str | None = None, verifier_contract_sha256: str | None = None
-    ):
+    ) -> ApprovalPolicy:
         """The `ApprovalPolicy` the gate and a trainer apply to this dataset's approvals (None: any release, any
         contract no looser than the library's)."""
         return self.policy.approval_policy(
@@ -179,23 +189,23 @@ class DatasetSpec(dg.ConfigurableResource):
         code = {path: source_sha256(path) for path in filter(None, (self.generator, self.stage_metadata))}
         return "sha256:" + sha256_hex(canonical_json(code))
 
-    def producer_pins(self):  # -> trainvault.approval.ProducerPins
+    def producer_pins(self) -> ProducerPins:
         """Package versions (trainvault and the codecs that decide a shard's bytes) and code revision."""
         from trainvault.approval import collect_producer_pins
 
         packages = [p for p in PINNED_PACKAGES if p != "pyarrow" or self.data_format == "parquet"]
         return collect_producer_pins(packages, code_revision=self.code_revision())
 
-    def publication(self, pins_sha256: str | None = None) -> BuildLayout:
+    def layout(self, pins_sha256: str | None = None) -> VersionLayout:
         """Where this spec's build lives: the version is a digest of the data fields and the pins."""
         if pins_sha256 is None:
             pins_sha256 = self.producer_pins().document_sha256()
         digest = sha256_hex(canonical_json({"spec": self.data_fields(), "producer_pins_sha256": pins_sha256}))
-        return self.publication_at("v-" + digest[:12])
+        return self.layout_at("v-" + digest[:12])
 
-    def publication_at(self, version: str) -> BuildLayout:
-        """The publication of a version already decided (by the run's producer pins)."""
-        return BuildLayout(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
+    def layout_at(self, version: str) -> VersionLayout:
+        """The layout of a version already decided (by the run's producer pins)."""
+        return VersionLayout(self.name, version, join_uri(normalize_uri(self.root_uri), f"{self.name}/{version}"))
 
     def evaluation_root(self, benchmark_digest: str) -> str:
         return join_uri(
@@ -212,7 +222,7 @@ class DatasetSpec(dg.ConfigurableResource):
 
 
 @dataclass(frozen=True)
-class BuildLayout:
+class VersionLayout:
     """The folders and documents of one versioned build: ``<root>/<dataset>/<version>/``."""
 
     dataset: str
@@ -286,7 +296,8 @@ def load_callable(path: str) -> Callable[..., Any]:
     module, _, attr = path.partition(":")
     if not module or not attr:
         raise ConfigurationError(f"{path!r}: expected 'package.module:function'")
-    return getattr(importlib.import_module(module), attr)
+    function: Callable[..., Any] = getattr(importlib.import_module(module), attr)
+    return function
 
 
 def source_sha256(path: str) -> str:

@@ -16,13 +16,13 @@ none or more than one.
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
 
-from resources.dataset import BuildLayout, DatasetSpec
-from resources.storage import ObjectStore
+from resources.dataset import DatasetSpec, VersionLayout
+from resources.storage import StorageResource
 from trainvault import ConfigurationError, IntegrityError, ObjectRef
 from trainvault.canonical import sha256_hex
 from trainvault.documents import Document
@@ -48,10 +48,10 @@ class Handoff(Document):
     also: dict[str, ObjectRef] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, pub: BuildLayout, asset: str, uri: str, sha256: str, **also: ObjectRef) -> Handoff:
+    def of(cls, layout: VersionLayout, asset: str, uri: str, sha256: str, **also: ObjectRef) -> Handoff:
         return cls(
-            dataset=pub.dataset,
-            publication_version=pub.version,
+            dataset=layout.dataset,
+            publication_version=layout.version,
             asset=asset,
             ref=ObjectRef(uri=uri, sha256=sha256),
             also=also,
@@ -61,7 +61,7 @@ class Handoff(Document):
 class HandoffIOManager(dg.ConfigurableIOManager):
     """Stores and loads `Handoff` references for one dataset; never pickles, never "latest"."""
 
-    store: ObjectStore
+    store: StorageResource
     dataset: DatasetSpec
 
     def handle_output(self, context: dg.OutputContext, obj: Handoff) -> None:
@@ -72,7 +72,7 @@ class HandoffIOManager(dg.ConfigurableIOManager):
             )
         data = obj.to_json_bytes()
         digest = sha256_hex(data)
-        uri = self.dataset.publication_at(obj.publication_version).handoff_uri(obj.asset, digest)
+        uri = self.dataset.layout_at(obj.publication_version).handoff_uri(obj.asset, digest)
         self.store.vault().storage.put_create(uri, data)
         context.add_output_metadata({HANDOFF_URI: uri, HANDOFF_SHA256: digest})
 
@@ -95,14 +95,14 @@ class HandoffIOManager(dg.ConfigurableIOManager):
 
     def only_handoff(self, asset: str) -> Handoff:
         """The one hand-off of `asset` in the current spec's version (upstream not in this run)."""
-        pub = self.dataset.publication()
+        layout = self.dataset.layout()
         storage = self.store.vault().storage
-        prefix = pub.handoffs_dir + f"/{asset}-"
-        found = [o.uri for o in storage.list(pub.handoffs_dir) if o.uri.startswith(prefix)]
+        prefix = layout.handoffs_dir + f"/{asset}-"
+        found = [o.uri for o in storage.list(layout.handoffs_dir) if o.uri.startswith(prefix)]
         if len(found) != 1:
             what = "no hand-off" if not found else f"{len(found)} hand-offs"
             raise ConfigurationError(
-                f"{self.dataset.name}/{asset}: {what} in {pub.handoffs_dir} for version {pub.version}; "
+                f"{self.dataset.name}/{asset}: {what} in {layout.handoffs_dir} for version {layout.version}; "
                 f"materialize {asset} in the same run (launch lifecycle_{self.dataset.name})"
             )
         return Handoff.from_json_bytes(storage.get_document(found[0]), source=found[0])
@@ -116,7 +116,9 @@ def upstream_run_id(upstream: dg.OutputContext) -> str | None:
         return None
 
 
-def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> dict[str | None, dict]:
+def run_materializations(
+    instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey
+) -> dict[str | None, dict[str, Any]]:
     """The metadata of `key`'s materializations in run `run_id`, by partition (None: unpartitioned).
 
     Read from `key`'s own records since the run was created, not from the run's whole event log:
@@ -127,7 +129,7 @@ def run_materializations(instance: dg.DagsterInstance, run_id: str, key: dg.Asse
     # Run storage may keep a naive UTC datetime.
     # An hour's margin: events carry the clock of the process that wrote them.
     since = created.replace(tzinfo=created.tzinfo or UTC).timestamp() - 3600 if created else None
-    out: dict[str | None, dict] = {}
+    out: dict[str | None, dict[str, Any]] = {}
     cursor = None
     while True:
         page = instance.fetch_materializations(

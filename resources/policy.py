@@ -10,13 +10,16 @@ fields trainers never train on from the gate's text-field survey. Fractions are 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
 
 from trainvault import ConfigurationError
 from trainvault.approval.policy import is_field_path
+
+if TYPE_CHECKING:
+    from trainvault.approval import ApprovalPolicy, VerifyingKey
 
 FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -31,7 +34,7 @@ def parse_fraction(text: str, field: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-class PolicySpec(dg.Config):
+class ApprovalPolicyConfig(dg.Config):
     """How the dataset's approval is judged beyond the verifier contract."""
 
     scanner_threshold: int = Field(default=1, description="signatures required from distinct trusted scanner keys")
@@ -48,11 +51,11 @@ class PolicySpec(dg.Config):
 
     def approval_policy(
         self,
-        scanner_keys: list[Any] | None,
+        scanner_keys: list[VerifyingKey] | None,
         *,
         evaluation_release_sha256: str | None = None,
         verifier_contract_sha256: str | None = None,
-    ):  # -> trainvault.approval.ApprovalPolicy
+    ) -> ApprovalPolicy:
         """The library's `ApprovalPolicy` for this block, pinned to the run's release and contract."""
         from trainvault.approval import ApprovalPolicy
 

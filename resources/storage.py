@@ -1,4 +1,4 @@
-"""The object-storage resource: where publications live, and the credentials to reach them."""
+"""The storage resource: where datasets live, and the credentials to reach them."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ import os
 
 import dagster as dg
 from pydantic import Field
+from pydantic.config import JsonDict
 
 from trainvault import TrainVault
 from trainvault.storage import S3_ENV_VARS
 
-_SECRET = {"dagster__is_secret": True}
+_SECRET: JsonDict = {"dagster__is_secret": True}
 
 
-class ObjectStore(dg.ConfigurableResource):
+class StorageResource(dg.ConfigurableResource["StorageResource"]):
     """Hands out a `TrainVault` for local paths, ``file://`` and ``s3://`` URIs.
 
     Leave everything unset for the embedded default (a local folder store). For S3 (or
     Tigris, R2, MinIO) set `s3_base_url`, `region` and the keys, the keys through
-    `dg.EnvVar` so they never show in the UI or in run config (`object_store_from_env`).
+    `dg.EnvVar` so they never show in the UI or in run config (`storage_from_env`).
     """
 
     s3_base_url: str | None = Field(default=None, description="endpoint of an S3-compatible service")
@@ -35,8 +36,8 @@ class ObjectStore(dg.ConfigurableResource):
         )
 
 
-def object_store_from_env() -> ObjectStore:
+def storage_from_env() -> StorageResource:
     """The store as the code location configures it: each setting from the variable
     `StorageConfig.from_env` reads (``TRAINVAULT_S3_*``) when that variable is set, as an
     `EnvVar` resolved at run start so keys never show in the UI; else unset."""
-    return ObjectStore(**{name: dg.EnvVar(var) for name, var in S3_ENV_VARS.items() if os.environ.get(var)})
+    return StorageResource(**{name: dg.EnvVar(var) for name, var in S3_ENV_VARS.items() if os.environ.get(var)})

@@ -1,10 +1,12 @@
-"""`make demo`: every dataset of the catalog through its lifecycle with the Dagster CLI, then opened by a trainer.
+"""`make demo`: every dataset of the catalog through its lifecycle job, then opened by a trainer.
 
 1. A Dagster instance under a project-local ``DAGSTER_HOME`` (telemetry and the UI's first-visit modal off) and the
    demo's approver and scanner key pairs (``.demo/keys/approver.key`` / ``.pub``,
    ``scanner.key`` / ``.pub``, made once).
-2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once:
-   ``dagster job execute -m pipelines.definitions -j lifecycle_<dataset> --tags <every shard>``:
+2. For each dataset of pipelines/datasets.yaml (``demo_curriculum``, ``demo_text``), at once: a run
+   of ``lifecycle_<dataset>`` tagged with every shard, created through the code location
+   workspace.yaml loads (pipelines/examples/launch.py: the UI lists it as it lists its own
+   launches) and executed by Dagster's run worker:
    producer pins, every shard partition, the manifest, profile and (signed) training
    scan, the evaluation release, one contamination scan per shard, the signed report and
    its blocking check, the exclusions (demo_curriculum), the approval with its Croissant
@@ -30,19 +32,25 @@ step in its own process (what bench/lifecycle.py compares against).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+import dagster as dg
 from dagster import RunsFilter
 
 from pipelines.catalog import datasets_path, load_datasets
 from pipelines.definitions import DEPLOYMENT_ENV, whole_build_tags
+from pipelines.examples.launch import LOCATION, code_location, create_run, environment, run_worker_command
 from pipelines.examples.progress import DemoProgress
 from pipelines.examples.spec import DEMO_KEYS, DEMO_SCANNER_KEYS, PLANTED_GENERATOR, REPO
+from resources.dataset import DatasetSpec
+from trainvault import ApprovedDataset, ConfigurationError, TrainVault
+from trainvault.approval import ApprovedLoaderFactory
 
 STEPS = [
     "producer_pins",
@@ -70,7 +78,7 @@ def prepare_home(home: Path) -> None:
         config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
 
 
-def prepare_keys(specs) -> None:
+def prepare_keys(specs: list[DatasetSpec]) -> None:
     """The demo's approver and scanner key pairs, made once where the catalog uses them."""
     from trainvault.approval import write_keypair
 
@@ -82,27 +90,29 @@ def prepare_keys(specs) -> None:
             print(f"made the demo {role} key pair {prefix}.key (private, 0600) and {prefix}.pub")
 
 
-def materialize_all(specs, env: dict[str, str], log_dir: Path, progress=None) -> dict[str, tuple[int, float]]:
-    """Each dataset's lifecycle job, one run over every shard, through the Dagster CLI; the runs
-    go at once (the instance's databases must exist first). (exit status, seconds) by dataset.
-    `progress` (a `DemoProgress`) is polled while they run and told when each exits."""
-    procs, start = {}, time.perf_counter()
-    for spec in specs:
-        cmd = [
-            str(Path(sys.executable).with_name("dagster")),
-            "job",
-            "execute",
-            "-m",
-            "pipelines.definitions",
-            "-j",
-            f"lifecycle_{spec.name}",
-            "--tags",
-            json.dumps(whole_build_tags(spec)),
-        ]
-        log = log_dir / f"lifecycle-{spec.name}.log"
-        print("$ " + " ".join(cmd[1:-1]) + f" '{cmd[-1]}'\n  (full log: {log})")
-        with open(log, "wb") as out:
-            procs[spec.name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+def materialize_all(
+    specs: list[DatasetSpec], env: dict[str, str], log_dir: Path, progress: DemoProgress | None = None
+) -> dict[str, tuple[int, float]]:
+    """Each dataset's lifecycle job, one run over every shard, created through the code location
+    workspace.yaml loads (so the UI lists it as it lists its own launches) and executed by Dagster's
+    run worker; the runs go at once. (exit status, seconds) by dataset. `progress` (a
+    `DemoProgress`) is polled while they run and told when each exits."""
+    if not env.get("DAGSTER_HOME"):
+        raise ConfigurationError(
+            "the demo's runs need DAGSTER_HOME in their environment: the instance they record into"
+        )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    start = time.perf_counter()
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        with environment(env), code_location(instance, REPO / "workspace.yaml") as location:
+            runs = {s.name: create_run(instance, location, f"lifecycle_{s.name}", whole_build_tags(s)) for s in specs}
+        for name, run in runs.items():
+            log = log_dir / f"lifecycle-{name}.log"
+            print(f"run {run.run_id} of lifecycle_{name} in code location {LOCATION}\n  (full log: {log})")
+            with open(log, "wb") as out:
+                procs[name] = subprocess.Popen(
+                    run_worker_command(instance, run), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
     done: dict[str, tuple[int, float]] = {}
     polled = 0.0
     while len(done) < len(procs):
@@ -118,12 +128,12 @@ def materialize_all(specs, env: dict[str, str], log_dir: Path, progress=None) ->
     return done
 
 
-def materialize(spec, env: dict[str, str], log: Path) -> tuple[int, float]:
+def materialize(spec: DatasetSpec, env: dict[str, str], log: Path) -> tuple[int, float]:
     """One dataset's lifecycle run (what bench/lifecycle.py times); its log in `log`'s folder."""
     return materialize_all([spec], env, log.parent)[spec.name]
 
 
-def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool, str]]]:
+def run_summary(instance: dg.DagsterInstance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[str, bool, str]]]:
     """Each step's outcome and each check's (asset, verdict, description) in the run, from the instance's event log."""
     steps: dict[str, str] = {}
     checks: dict[str, tuple[str, bool, str]] = {}
@@ -131,26 +141,25 @@ def run_summary(instance, run_id: str) -> tuple[dict[str, str], dict[str, tuple[
         ev = record.dagster_event
         if ev is None:
             continue
-        if ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+        if ev.step_key is not None and ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
             steps[ev.step_key.split("__", 1)[-1]] = ev.event_type_value.removeprefix("STEP_").lower()
-        elif ev.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = ev.event_specific_data
+        elif isinstance(data := ev.event_specific_data, dg.AssetCheckEvaluation):
             checks[data.check_name] = (data.asset_key.path[-1], data.passed, data.description or "")
     return steps, checks
 
 
-def materializations(instance, run_id: str) -> dict[tuple[str, str | None], dict]:
+def materializations(instance: dg.DagsterInstance, run_id: str) -> dict[tuple[str, str | None], dict[str, Any]]:
     """The run's materializations' metadata by (asset name, partition)."""
-    import dagster as dg
-
-    out = {}
+    out: dict[tuple[str, str | None], dict[str, Any]] = {}
     for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
         mat = record.event_log_entry.asset_materialization
+        if mat is None:
+            continue
         out[(mat.asset_key.path[-1], mat.partition)] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     return out
 
 
-def print_manifest(vault, uri: str, sha256: str) -> None:
+def print_manifest(vault: TrainVault, uri: str, sha256: str) -> None:
     manifest = vault.load_manifest(uri)
     summary = manifest.summary()
     print(f"\nmanifest   {uri}\nsha256     {sha256}\nformat     {summary['data_format']}\n")
@@ -162,7 +171,7 @@ def print_manifest(vault, uri: str, sha256: str) -> None:
             print(f"{'':<7} curricula: " + ", ".join(f"{k} ({v} shards)" for k, v in info["curricula"].items()))
 
 
-def print_report(vault, uri: str, sha256: str, excluded: int | None) -> None:
+def print_report(vault: TrainVault, uri: str, sha256: str, excluded: int | None) -> None:
     """The report's per-benchmark table; `excluded`: how many records the run's exclusions leave out (None: none made)."""
     from assets.contamination import attested_report
     from trainvault import ObjectRef
@@ -191,18 +200,22 @@ def print_report(vault, uri: str, sha256: str, excluded: int | None) -> None:
         )
 
 
-def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
+def open_as_trainer(
+    spec: DatasetSpec, uri: str, sha256: str, batches: int = 2
+) -> tuple[ApprovedDataset, Iterable[list[dict[str, Any]]]]:
     """The trainer's side: library only, no Dagster. Returns the approved loader over train."""
-    from trainvault import TrainVault
     from trainvault.approval import load_verifying_key
 
+    if spec.trusted_keys_path is None:
+        raise ConfigurationError(f"dataset {spec.name}: set trusted_keys_path, the public key a trainer trusts")
     approved = TrainVault().open_approved(
         uri, sha256, trusted_keys=[load_verifying_key(spec.trusted_keys_path)], policy=spec.approval_policy()
     )
     stages = train_stages(spec)
-    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}).load(
-        "train", **({"curriculum_stages": stages} if stages else {})
+    factory: ApprovedLoaderFactory = approved.loader_factory(
+        collate_fn=list, dataloader_args={"batch_size": BATCH_SIZE}
     )
+    loader: Iterable[list[dict[str, Any]]] = factory.load("train", curriculum_stages=stages)
     s = approved.summary
     signed = (
         f"; report signed by scanner key {s.attestation.report_signers[0][:16]}..., "
@@ -221,13 +234,13 @@ def open_as_trainer(spec, uri: str, sha256: str, batches: int = 2):
     return approved, loader
 
 
-def train_stages(spec) -> list[str] | None:
+def train_stages(spec: DatasetSpec) -> list[str] | None:
     """The stages of the train split's curriculum (None: no curriculum)."""
     stages = [c.stages for c in spec.curricula if c.split == "train"]
     return list(stages[0]) if stages else None
 
 
-def check_exclusions(approved, loader) -> bool:
+def check_exclusions(approved: ApprovedDataset, loader: Iterable[list[dict[str, Any]]]) -> bool:
     """Read the whole train split through the approved loader: none of the excluded records may appear."""
     excluded = [r for r in approved.exclusions.records if r.split == "train"] if approved.exclusions else []
     print(f"\nexcluded from the approval: {len(excluded)} records")
@@ -245,13 +258,13 @@ def check_exclusions(approved, loader) -> bool:
     return ok
 
 
-def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool, dict | None, dict]:
+def lifecycle(
+    spec: DatasetSpec, instance: dg.DagsterInstance, rc: int, seconds: float, log: Path
+) -> tuple[bool, dict[str, Any] | None, dict[str, tuple[str, bool, str]]]:
     """What one dataset's lifecycle run made, printed: (finished, approval metadata, checks)."""
-    from trainvault import TrainVault
-
-    pub = spec.publication()
+    layout = spec.layout()
     print(
-        f"\n== {spec.name} {pub.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
+        f"\n== {spec.name} {layout.version}: {len(spec.partition_keys())} shards x {spec.records_per_shard} records, "
         f"{spec.data_format}, store {spec.root_uri}"
     )
     runs = instance.get_runs(filters=RunsFilter(job_name=f"lifecycle_{spec.name}"), limit=1)
@@ -291,14 +304,17 @@ def lifecycle(spec, instance, rc: int, seconds: float, log: Path) -> tuple[bool,
     return rc == 0, made.get(("approved_dataset", None)), checks
 
 
-def approval_records(spec) -> set[str]:
+def approval_records(spec: DatasetSpec) -> set[str]:
     """The approval records in `spec`'s version folder (earlier runs' included)."""
-    from trainvault import TrainVault
-
-    return set(TrainVault().storage.list(spec.publication().base + "/approvals"))
+    return {o.uri for o in TrainVault().storage.list(spec.layout().base + "/approvals")}
 
 
-def blocked(spec, approval, checks, earlier: set[str]) -> bool:
+def blocked(
+    spec: DatasetSpec,
+    approval: dict[str, Any] | None,
+    checks: dict[str, tuple[str, bool, str]],
+    earlier: set[str],
+) -> bool:
     """Planted contamination under a policy without exclusions: the check fails and this run approves
     nothing (`earlier`: the approval records an earlier run left in the same version folder)."""
     written = approval_records(spec) - earlier
@@ -323,7 +339,7 @@ def venv_program(name: str) -> str:
         return str(path)
 
 
-def first_batch_command(spec, approval: dict) -> str:
+def first_batch_command(spec: DatasetSpec, approval: dict[str, Any]) -> str:
     """The ``trainvault trace`` command naming the records of the approved loader's first batch (step 0)."""
     from assets.approval import trace_command
 
@@ -348,7 +364,7 @@ def next_steps(traces: dict[str, str]) -> None:
         print(f"  # the records of {name}'s first approved batch, read and verified:\n  {command}")
 
 
-def show_approval(spec, approval: dict) -> str:
+def show_approval(spec: DatasetSpec, approval: dict[str, Any]) -> str:
     """The approval, its Croissant card, the lines a trainer pastes and the trace command for step 0 (returned)."""
     from assets.approval import trainer_snippet
 
@@ -383,14 +399,12 @@ def main() -> int:
         f"{'; evaluation items PLANTED in demo_curriculum train/hard/0' if planted else ''}; DAGSTER_HOME {home}"
     )
 
-    import dagster as dg
-
     instance = dg.DagsterInstance.get()  # creates the instance's databases before the runs open them
     log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     earlier = {spec.name: approval_records(spec) for spec in specs}
     ran = materialize_all(specs, env, log_dir, DemoProgress(instance, {s.name: f"lifecycle_{s.name}" for s in specs}))
-    ok, traces = True, {}
+    ok, traces = True, dict[str, str]()
     for spec in specs:
         rc, seconds = ran[spec.name]
         finished, approval, checks = lifecycle(spec, instance, rc, seconds, log_dir / f"lifecycle-{spec.name}.log")

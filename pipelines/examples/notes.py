@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
 _PLACES = ["the north meadow", "the tidal flats", "the beech wood", "the old quarry", "the reed bed"]
 _BIRDS = ["curlews", "wagtails", "goldcrests", "ravens", "sandpipers", "nuthatches"]
 _WEATHER = ["under low cloud", "in a steady drizzle", "in bright sun", "against a west wind"]
 
 
-def generate_notes(split: str, stage: str | None, shard_id: str, count: int = 100) -> Iterator[dict]:
+def generate_notes(split: str, stage: str | None, shard_id: str, count: int = 100) -> Iterator[dict[str, Any]]:
     """`count` field-note records for one shard (`stage` is unused: the dataset has none)."""
     rng = random.Random(f"trainvault-example-notes/{split}/{shard_id}")
     for i in range(count):

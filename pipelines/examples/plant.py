@@ -9,6 +9,7 @@ two synthetic word problems, interleaved with its usual records.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pipelines.examples.benchmarks import synthetic_benchmark
 from pipelines.examples.curriculum import generate_records
@@ -18,7 +19,7 @@ HUMANEVAL_ITEMS = (0, 7, 42)
 SYNTHETIC_ITEMS = (3, 11)
 
 
-def planted_items() -> list[dict]:
+def planted_items() -> list[dict[str, Any]]:
     from trainvault.contamination import humaneval_benchmark
 
     he = humaneval_benchmark()
@@ -33,7 +34,7 @@ def planted_items() -> list[dict]:
     return out
 
 
-def planted_records(split: str, stage: str | None, shard_id: str, count: int = 200) -> Iterator[dict]:
+def planted_records(split: str, stage: str | None, shard_id: str, count: int = 200) -> Iterator[dict[str, Any]]:
     records = generate_records(split, stage, shard_id, count)
     if (split, stage, shard_id) != PLANTED_SHARD:
         yield from records

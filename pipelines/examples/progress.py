@@ -33,33 +33,40 @@ class RunProgress:
     def poll(self, instance: dg.DagsterInstance, since: float) -> bool:
         """Read the events written since the last poll; whether anything changed."""
         changed = False
-        if self.run_id is None:
-            if not self._find_run(instance, since):
+        run_id = self.run_id
+        if run_id is None:
+            run_id = self._find_run(instance, since)
+            if run_id is None:
                 return False
             changed = True
         while True:
-            result = instance.get_records_for_run(self.run_id, cursor=self.cursor, of_type=STEP_EVENTS, limit=200)
+            result = instance.get_records_for_run(run_id, cursor=self.cursor, of_type=STEP_EVENTS, limit=200)
             for record in result.records:
                 changed = True
-                self._apply(record.event_log_entry.dagster_event)
+                if (event := record.event_log_entry.dagster_event) is not None:
+                    self._apply(event)
             self.cursor = result.cursor
             if not result.has_more:
                 return changed
 
-    def _find_run(self, instance: dg.DagsterInstance, since: float) -> bool:
+    def _find_run(self, instance: dg.DagsterInstance, since: float) -> str | None:
+        """The id of the job's run created since `since` (None: none yet); its step count recorded."""
         runs = instance.get_runs(filters=RunsFilter(job_name=self.job), limit=1)
         if (
             not runs
             or (record := instance.get_run_record_by_id(runs[0].run_id)) is None
             or record.create_timestamp.timestamp() < since
         ):
-            return False
+            return None
         self.run_id = runs[0].run_id
-        plan = instance.get_execution_plan_snapshot(runs[0].execution_plan_snapshot_id)
+        snapshot_id = runs[0].execution_plan_snapshot_id
+        plan = instance.get_execution_plan_snapshot(snapshot_id) if snapshot_id else None
         self.total = len(plan.steps) if plan is not None else None
-        return True
+        return self.run_id
 
     def _apply(self, event: dg.DagsterEvent) -> None:
+        if event.step_key is None:
+            return  # a step event always names its step
         step = event.step_key.split("__", 1)[-1]
         if event.event_type == dg.DagsterEventType.STEP_START:
             self.running.append(step)

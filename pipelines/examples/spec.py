@@ -68,7 +68,7 @@ def example_spec(
             SplitSpec(
                 name=s.name,
                 stages=list(s.stages),
-                shard_ids=[str(i) for i in range(counts[s.name])] if counts.get(s.name) else list(s.shard_ids),
+                shard_ids=[str(i) for i in range(n)] if (n := counts.get(s.name)) else list(s.shard_ids),
             )
             for s in base.splits
         ]

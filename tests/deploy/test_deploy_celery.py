@@ -27,7 +27,7 @@ pytest.importorskip("dagster_postgres")
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.celery_app import LOST_KEY  # noqa: E402
 from pipelines.definitions import DEPLOYMENT_ENV, build_definitions  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 
@@ -162,7 +162,9 @@ def reference_run(celery: Celery, name: str, s3_key_id: str, s3_secret: str) -> 
     """The same spec at the same URIs, in process on the reference S3: {uri: bytes} of its data."""
     spec = celery.specs[name]
     server = celery.reference_s3.storage.config.s3_base_url
-    store = ObjectStore(s3_base_url=server, region="us-east-1", access_key_id=s3_key_id, secret_access_key=s3_secret)
+    store = StorageResource(
+        s3_base_url=server, region="us-east-1", access_key_id=s3_key_id, secret_access_key=s3_secret
+    )
     result = (
         build_definitions([spec], store)
         .resolve_job_def(f"lifecycle_{name}")
@@ -174,7 +176,7 @@ def reference_run(celery: Celery, name: str, s3_key_id: str, s3_secret: str) -> 
 
 def data_objects(vault: TrainVault, spec) -> dict[str, bytes]:
     """Every object under the publication's data folder: {uri: bytes}."""
-    return {o.uri: vault.storage.get(o.uri) for o in vault.storage.list(spec.publication().data_root)}
+    return {o.uri: vault.storage.get(o.uri) for o in vault.storage.list(spec.layout().data_root)}
 
 
 def celery_hosts(instance, run_id: str) -> dict[str, set[str]]:
@@ -237,7 +239,7 @@ def test_lifecycle_through_celery_workers_to_an_approval(
     hosts = celery_hosts(instance, main_run)
     assert {h.split("@")[0] for hs in hosts.values() for h in hs} == {"w1", "w2"}, hosts
     deployed = data_objects(celery.s3, spec)
-    assert spec.publication().manifest_uri in deployed
+    assert spec.layout().manifest_uri in deployed
     assert deployed == reference_run(celery, MAIN, s3_key_id, s3_secret)  # the manifest and every shard, byte for byte
 
 
@@ -308,7 +310,7 @@ def test_a_worker_killed_mid_shards_the_run_completes_on_the_survivor(
         )
         (victim,) = hosts
         services.wait_for(
-            lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
+            lambda: len(celery.s3.storage.list(spec.layout().data_root)) >= 4,
             120,
             "the first shards to be written",
             0.5,
@@ -359,7 +361,7 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(
     services: ModuleType, dagster_deploy: ModuleType, celery, instance, main_run
 ) -> None:
     spec = celery.specs[MAIN]
-    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)}
+    before = {o.uri: o.etag for o in celery.s3.storage.list(spec.layout().base)}
     deployment = celery.deployment
     deployment.start_schedule(MAIN)  # cron every minute: the daemon's next tick is at most a minute away
     try:
@@ -371,7 +373,7 @@ def test_the_nightly_tick_rebuilds_reusing_every_shard_and_ends_approved(
     run_id = runs[-1]["runId"]
     assert deployment.wait_run(run_id) == "SUCCESS"
     # Nothing written: every shard reused, the same approval record reused.
-    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.publication().base)} == before
+    assert {o.uri: o.etag for o in celery.s3.storage.list(spec.layout().base)} == before
     shards = [
         r.dagster_event.step_materialization_data.materialization
         for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
@@ -468,7 +470,7 @@ def test_local_sh_restarts_a_killed_worker_and_the_run_completes(
             1,
         )
         services.wait_for(
-            lambda: len(celery.s3.storage.list(spec.publication().data_root)) >= 4,
+            lambda: len(celery.s3.storage.list(spec.layout().data_root)) >= 4,
             120,
             "the first shards to be written",
             0.5,

@@ -67,7 +67,7 @@ def shard_partitions(deployment: Any, run_id: str) -> list[str]:
 
 
 def shard_descriptors(spec) -> list[str]:
-    return [o.uri for o in TrainVault().storage.list(spec.publication().data_root) if o.uri.endswith(".complete.json")]
+    return [o.uri for o in TrainVault().storage.list(spec.layout().data_root) if o.uri.endswith(".complete.json")]
 
 
 def test_the_daemon_s_schedule_tick_launches_a_run_that_completes(services: ModuleType, location) -> None:

@@ -15,6 +15,7 @@ dg = pytest.importorskip("dagster")
 
 from pipelines.catalog import datasets_path, load_datasets  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
+from resources.dataset import parse_partition_key  # noqa: E402
 from trainvault.errors import ConfigurationError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
@@ -95,6 +96,32 @@ def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> No
     assert plain.scanner_key_paths() == [str(tmp_path / "approver.pub")]
     assert plain.scanner_signing_key().public_key == load_verifying_key(tmp_path / "approver.pub")
     assert not plain.policy.allow_exclusions and plain.approval_policy().rescan_count(100) == 2
+
+
+def test_a_split_without_stages_has_shards_of_no_stage(tmp_path) -> None:
+    # shards() once inferred `str` for the stage: a stageless split's shards must carry None, which the
+    # generator, the stage metadata and the partition key (`_`) each read as "no stage".
+    (spec,) = load_datasets(
+        catalog(
+            tmp_path,
+            entry(
+                splits=[{"name": "train", "stages": ["easy", "hard"], "shards": 1}, {"name": "valid", "shards": 1}],
+                generator="pipelines.examples.curriculum:generate_records",
+                stage_metadata="pipelines.examples.curriculum:stage_metadata",
+            ),
+        )
+    )
+    assert spec.shards() == [("train", "easy", "0"), ("train", "hard", "0"), ("valid", None, "0")]
+    assert spec.partition_keys() == ["train/easy/0", "train/hard/0", "valid/_/0"]
+    assert [parse_partition_key(k) for k in spec.partition_keys()] == spec.shards()
+    assert spec.metadata_of_stage("valid", None) is None and spec.metadata_of_stage("train", "hard") == {
+        "name": "hard",
+        "family": "composition",
+        "operands": 5,
+        "max_value": 1000,
+    }
+    (first, *_) = spec.records("valid", None, "0")
+    assert first["id"].startswith("valid-none-0-")  # the generator saw no stage, not the text "None"
 
 
 def test_an_entry_becomes_prefixed_assets_a_job_and_a_schedule(tmp_path) -> None:
@@ -266,7 +293,7 @@ def test_fields_the_policy_exempts_are_approved_and_the_trainer_lines_exempt_the
     `policy.unscanned_fields` exempts it; the trainer lines the approval's metadata gives then
     pass the same exemption and open it."""
     from pipelines.definitions import whole_build_tags
-    from resources.storage import ObjectStore
+    from resources.storage import StorageResource
     from trainvault.approval import write_keypair
 
     write_keypair(tmp_path / "approver")
@@ -277,7 +304,7 @@ def test_fields_the_policy_exempts_are_approved_and_the_trainer_lines_exempt_the
         path = catalog(tmp_path, entry(name, generator=generator, policy={"unscanned_fields": unscanned}, **keys))
         (spec,) = load_datasets(path)
         assert spec.approval_policy().unscanned_fields == tuple(unscanned)
-        job = build_definitions([spec], ObjectStore()).resolve_job_def(f"lifecycle_{name}")
+        job = build_definitions([spec], StorageResource()).resolve_job_def(f"lifecycle_{name}")
         runs[name] = job.execute_in_process(
             instance=dg.DagsterInstance.ephemeral(), tags=whole_build_tags(spec), raise_on_error=False
         )

@@ -17,7 +17,7 @@ dg = pytest.importorskip("dagster")
 from pipelines.catalog import load_datasets  # noqa: E402
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from resources.handoff import Handoff, HandoffIOManager  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
 from trainvault.errors import ConfigurationError  # noqa: E402
@@ -82,7 +82,7 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
     root = tmp_path / "store"
     catalogs = [write_catalog(tmp_path / f"catalog-{n}.yaml", root, keys, n) for n in (30, 31)]
     specs = [load_datasets(c)[0] for c in catalogs]
-    assert specs[0].publication().version != specs[1].publication().version
+    assert specs[0].layout().version != specs[1].layout().version
     procs = []
     for catalog, spec in zip(catalogs, specs, strict=False):
         env = {**os.environ, "DAGSTER_HOME": str(home), "TRAINVAULT_DATASETS": str(catalog), "PYTHONWARNINGS": "ignore"}
@@ -117,7 +117,7 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
             run = runs[catalog.name]
             made = run_metadata(instance, run.run_id)
             approval = made["approved_dataset"]
-            assert approval["version"] == spec.publication().version
+            assert approval["version"] == spec.layout().version
             approved = TrainVault().open_approved(
                 approval["uri"],
                 approval["sha256"],
@@ -127,7 +127,7 @@ def test_two_overlapping_runs_of_two_versions_each_approve_only_their_own_inputs
             for asset, binding in BOUND.items():
                 ref = approved.bindings[binding]
                 assert (ref.uri, ref.sha256) == (made[asset]["uri"], made[asset]["sha256"]), (catalog.name, asset)
-            assert f"/notes/{spec.publication().version}/" in approved.bindings["data_manifest"].uri
+            assert f"/notes/{spec.layout().version}/" in approved.bindings["data_manifest"].uri
             assert approved.approval.provenance["dagster_run_id"] == run.run_id
             seen_manifests.add(approved.manifest_sha256)
         assert len(seen_manifests) == 2
@@ -145,7 +145,7 @@ def notes(tmp_path):
 
 def test_a_step_run_alone_reads_the_one_hand_off_of_its_version(notes) -> None:
     instance = dg.DagsterInstance.ephemeral()
-    job = build_definitions([notes], ObjectStore()).resolve_job_def("lifecycle_notes")
+    job = build_definitions([notes], StorageResource()).resolve_job_def("lifecycle_notes")
     first = job.execute_in_process(instance=instance, tags=whole_build_tags(notes))
     assert first.success
     alone = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["notes", "approved_dataset"])])
@@ -154,7 +154,7 @@ def test_a_step_run_alone_reads_the_one_hand_off_of_its_version(notes) -> None:
 
 def test_a_step_run_alone_refuses_when_its_upstream_is_missing_or_ambiguous(notes, tmp_path) -> None:
     instance = dg.DagsterInstance.ephemeral()
-    job = build_definitions([notes], ObjectStore()).resolve_job_def("lifecycle_notes")
+    job = build_definitions([notes], StorageResource()).resolve_job_def("lifecycle_notes")
     missing = job.execute_in_process(
         instance=instance, raise_on_error=False, asset_selection=[dg.AssetKey(["notes", "training_scan"])]
     )
@@ -164,7 +164,7 @@ def test_a_step_run_alone_refuses_when_its_upstream_is_missing_or_ambiguous(note
     assert "notes/data_manifest: no hand-off" in error.cause.message and "lifecycle_notes" in error.cause.message
 
     assert job.execute_in_process(instance=instance, tags=whole_build_tags(notes)).success
-    handoffs = Path(notes.publication().base.removeprefix("file://")) / "handoffs"
+    handoffs = Path(notes.layout().base.removeprefix("file://")) / "handoffs"
     (manifest,) = handoffs.glob("data_manifest-*.json")
     (handoffs / "data_manifest-0000000000000000.json").write_bytes(manifest.read_bytes())
     ambiguous = job.execute_in_process(
@@ -176,7 +176,7 @@ def test_a_step_run_alone_refuses_when_its_upstream_is_missing_or_ambiguous(note
 
 
 def test_the_io_manager_stores_only_hand_offs(notes) -> None:
-    manager = HandoffIOManager(store=ObjectStore(), dataset=notes)
+    manager = HandoffIOManager(store=StorageResource(), dataset=notes)
     context = dg.build_output_context(asset_key=dg.AssetKey(["notes", "data_manifest"]))
     with pytest.raises(ConfigurationError, match=r"notes/data_manifest: returned dict.*stores only"):
         manager.handle_output(context, {"uri": "file:///x", "sha256": "0" * 64})
@@ -188,9 +188,9 @@ def test_the_io_manager_stores_only_hand_offs(notes) -> None:
 def test_an_altered_shard_scan_result_fails_the_rerun_and_no_approval_follows(notes) -> None:
     """A shard's published scan result is create-only: altered bytes stop the next run at the scan."""
     instance = dg.DagsterInstance.ephemeral()
-    job = build_definitions([notes], ObjectStore()).resolve_job_def("lifecycle_notes")
+    job = build_definitions([notes], StorageResource()).resolve_job_def("lifecycle_notes")
     assert job.execute_in_process(instance=instance, tags=whole_build_tags(notes)).success
-    base = Path(notes.publication().base.removeprefix("file://"))
+    base = Path(notes.layout().base.removeprefix("file://"))
     (result,) = base.glob("contamination/*/shards/train._.0.json")
     doc = json.loads(result.read_bytes())
     doc["items"] = []

@@ -13,7 +13,7 @@ dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import ObjectRef, TrainVault  # noqa: E402
 from trainvault.approval import read_attested, write_attestation, write_keypair  # noqa: E402
 from trainvault.canonical import sha256_hex  # noqa: E402
@@ -41,7 +41,7 @@ def same_keys(spec) -> dict[str, object]:
 
 
 def job_of(spec):
-    return build_definitions([spec], ObjectStore()).resolve_job_def(f"lifecycle_{spec.name}")
+    return build_definitions([spec], StorageResource()).resolve_job_def(f"lifecycle_{spec.name}")
 
 
 def partition_events(result, name: str) -> dict[str, dict]:
@@ -108,12 +108,12 @@ def test_one_partition_builds_one_shard(spec, tmp_path) -> None:
     )
     assert result.success
     assert list(partition_events(result, "dataset_shards")) == ["train/hard/0"]
-    data = Path(other.publication().data_root.removeprefix("file://"))
+    data = Path(other.layout().data_root.removeprefix("file://"))
     assert [p.name for p in data.rglob("*.msgpack.zst")] and all("hard" in str(p) for p in data.rglob("*.msgpack.zst"))
 
 
 def test_the_schedule_requests_one_run_over_every_shard_and_backfills_are_single_runs(spec) -> None:
-    defs = build_definitions([spec], ObjectStore())
+    defs = build_definitions([spec], StorageResource())
     schedule = defs.resolve_schedule_def(f"nightly_rebuild_{spec.name}")
     (request,) = schedule.evaluate_tick(dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral())).run_requests
     assert whole_build_tags(spec).items() <= request.tags.items()
@@ -186,4 +186,4 @@ def test_a_backfill_in_waves_of_runs_hands_off_through_the_version_folder(spec, 
         )
         assert result.success, names
     approval = made(result, "approved_dataset")
-    assert approval["version"] == other.publication().version and approval["shards"] == 5
+    assert approval["version"] == other.layout().version and approval["shards"] == 5

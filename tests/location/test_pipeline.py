@@ -19,8 +19,8 @@ dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
-from resources.policy import PolicySpec  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.policy import ApprovalPolicyConfig  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import load_verifying_key, write_keypair  # noqa: E402
 from trainvault.canonical import sha256_hex  # noqa: E402
@@ -52,7 +52,7 @@ PLANTED = {
     "synthetic-wordprob:wordprob/11",
 }
 #: Contamination blocks: no exclusions (the demo_curriculum entry allows them by default).
-BLOCKING = PolicySpec(allow_exclusions=False)
+BLOCKING = ApprovalPolicyConfig(allow_exclusions=False)
 
 
 def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
@@ -63,7 +63,7 @@ def small_spec(root: Path, keys: Path, records: int = 20, **overrides):
 
 
 def run_lifecycle(spec, instance, *, selection=None):
-    defs = build_definitions([spec], ObjectStore())
+    defs = build_definitions([spec], StorageResource())
     job = defs.resolve_job_def(f"lifecycle_{spec.name}")
     if selection is None:
         return job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
@@ -83,6 +83,14 @@ def made(result, name: str) -> dict:
         e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == name and e.partition is None
     ]
     return {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
+
+
+def observations(instance: dg.DagsterInstance, spec) -> list[dict]:
+    """The metadata of every observation of `spec`'s approved_dataset, newest first."""
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey([spec.name, "approved_dataset"])), limit=100, ascending=False
+    ).records
+    return [{k: v.value for k, v in r.asset_observation.metadata.items()} for r in records if r.asset_observation]
 
 
 def checks(result) -> dict[str, bool]:
@@ -131,7 +139,7 @@ def excluded(tmp_path_factory, keys):
         tmp_path_factory.mktemp("excluded"),
         keys,
         plant=True,
-        policy=PolicySpec(allow_exclusions=True, max_excluded_fraction="5/100"),
+        policy=ApprovalPolicyConfig(allow_exclusions=True, max_excluded_fraction="5/100"),
     )
     result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
     return spec, result
@@ -147,14 +155,14 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     ]
     assert sorted(shards) == sorted(spec.partition_keys()) and len(shards) == 5
 
-    pub = spec.publication()
+    layout = spec.layout()
     manifest = made(result, "data_manifest")
-    assert manifest["uri"] == pub.manifest_uri and manifest["uri"].startswith(pub.base + "/")
-    assert pub.base.endswith(f"/demo_curriculum/{pub.version}")
+    assert manifest["uri"] == layout.manifest_uri and manifest["uri"].startswith(layout.base + "/")
+    assert layout.base.endswith(f"/demo_curriculum/{layout.version}")
     report = made(result, "contamination_report")
     assert report["pass"] is True and report["contaminated item ids"] == []
     approval = made(result, "approved_dataset")
-    assert approval["uri"].startswith(pub.base + "/approvals/")
+    assert approval["uri"].startswith(layout.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
 
     assert "policy=ApprovalPolicy(scanner_keys=[load_verifying_key(" in approval["open it (trainer)"]
@@ -195,10 +203,10 @@ def test_the_approval_writes_a_croissant_card_mlcroissant_loads(clean) -> None:
     spec, _, result = clean
     approval = made(result, "approved_dataset")
     path = Path(approval["croissant uri"].removeprefix("file://"))
-    assert path.parent == Path(spec.publication().base.removeprefix("file://"))
+    assert path.parent == Path(spec.layout().base.removeprefix("file://"))
     assert approval["croissant written"] is True and sha256_hex(path.read_bytes()) == approval["croissant sha256"]
     card = json.loads(path.read_bytes())
-    assert card["name"] == "demo_curriculum" and card["version"] == spec.publication().version
+    assert card["name"] == "demo_curriculum" and card["version"] == spec.layout().version
     assert card["tv:approval"]["record"] == {
         **card["tv:approval"]["record"],
         "uri": approval["uri"],
@@ -218,6 +226,13 @@ def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_nev
     assert per == {"humaneval": 3, "synthetic-wordprob": 2} and exclusions["excluded records"] == 5
     approval = made(result, "approved_dataset")
     assert approval["excluded records"] == 5 and "allow_exclusions=True" in approval["open it (trainer)"]
+    # The approval's page shows the verdict: pass, and per benchmark what was found and what is excluded.
+    assert approval["verdict"].startswith("pass: ") and "after excluding 5 record(s)" in approval["verdict"]
+    verdict = {row.data["benchmark"]: row.data for row in approval["per benchmark"].records}
+    assert {name: (v["contaminated"], v["excluded records"], v["pass"]) for name, v in verdict.items()} == {
+        "humaneval": (5, 3, False),  # items the planted records hold (near-duplicates included)
+        "synthetic-wordprob": (6, 2, False),
+    }
 
     approved = TrainVault().open_approved(
         approval["uri"],
@@ -245,28 +260,34 @@ def test_a_report_signed_by_an_untrusted_scanner_key_fails_the_approval_naming_t
 ) -> None:
     """The clean build's version rebuilt with another scanner key: its signatures go beside the
     first ones (a folder per key id), and the gate refuses them."""
-    approvals = TrainVault().storage.list(clean[0].publication().base + "/approvals")
+    approvals = TrainVault().storage.list(clean[0].layout().base + "/approvals")
     write_keypair(tmp_path / "rogue")
     spec = small_spec(store_root, keys, scanner_key_path=str(tmp_path / "rogue.key"))
-    assert spec.publication().version == clean[0].publication().version
-    result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
+    assert spec.layout().version == clean[0].layout().version
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_lifecycle(spec, instance)
     assert not result.success
     rogue = load_verifying_key(tmp_path / "rogue.pub").keyid
     assert made(result, "contamination_report")["signed by (scanner key id)"] == rogue
     assert f"/{rogue[:16]}/" in made(result, "contamination_report")["uri"]
     assert (
         made(result, "training_scan")["uri"]
-        == spec.publication().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
+        == spec.layout().base + f"/scans/{rogue[:16]}/training-scan-manifest-v1.dsse.json"
     )
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     assert failure.step_key.endswith("approved_dataset")
     message = failure.event_specific_data.error.message
     assert rogue in message and "not by 1 of the trusted scanner keys" in message
-    assert TrainVault().storage.list(spec.publication().base + "/approvals") == approvals
+    # The refusal is said on approved_dataset's page too, with the approval that stays current (none here).
+    (seen,) = observations(instance, spec)
+    assert seen["approval status"].startswith(f"blocked in run {result.run_id}: the gate refused the approval: ")
+    assert rogue in seen["approval status"] and seen["current approval"].startswith("none: ")
+    assert "current approval" in failure.step_failure_data.user_failure_data.metadata
+    assert TrainVault().storage.list(spec.layout().base + "/approvals") == approvals
 
 
 def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -> None:
-    spec, _, result = planted
+    spec, instance, result = planted
     assert not result.success
     assert checks(result)["within_contract"] is False
     assert "approval_opens" not in checks(result)
@@ -276,8 +297,36 @@ def test_planted_contamination_fails_the_check_and_leaves_no_approval(planted) -
     assert report["pass"] is False
     ids = report["contaminated item ids"]
     assert set(ids) >= PLANTED
-    pub = spec.publication()
-    assert TrainVault().storage.list(pub.base + "/approvals") == []
+    layout = spec.layout()
+    assert TrainVault().storage.list(layout.base + "/approvals") == []
+    # approved_dataset's own page says the run approved nothing and that no approval is current.
+    (seen,) = observations(instance, spec)
+    assert seen["approval status"].startswith(f"blocked in run {result.run_id}: the blocking check within_contract")
+    assert seen["current approval"].startswith("none: ") and "current approval sha256" not in seen
+
+
+def test_after_a_blocked_run_the_approval_page_names_the_approval_that_stays_current(tmp_path, keys) -> None:
+    # One instance, as the UI sees it: an approval (exclusions allowed), then the same version blocked
+    # (exclusions forbidden). The asset's last materialization is still the first run's.
+    allowed = ApprovalPolicyConfig(allow_exclusions=True, max_excluded_fraction="5/100")
+    approving = small_spec(tmp_path / "store", keys, plant=True, policy=allowed)
+    instance = dg.DagsterInstance.ephemeral()
+    first = run_lifecycle(approving, instance)
+    assert first.success and observations(instance, approving) == []
+    approval = made(first, "approved_dataset")
+    blocked = small_spec(tmp_path / "store", keys, plant=True, policy=BLOCKING)
+    assert blocked.layout().version == approving.layout().version
+    second = run_lifecycle(blocked, instance)
+    assert not second.success and checks(second)["within_contract"] is False
+
+    key = dg.AssetKey([blocked.name, "approved_dataset"])
+    latest = instance.get_latest_materialization_event(key)
+    assert latest is not None and latest.run_id == first.run_id  # what the UI shows beside "Failed"
+    (seen,) = observations(instance, blocked)
+    assert seen["approval status"].startswith(f"blocked in run {second.run_id}: ")
+    assert seen["current approval sha256"] == approval["sha256"] and seen["current approval run"] == first.run_id
+    assert seen["current approval uri"] == approval["uri"]
+    assert seen["current approval"].startswith(f"{approval['sha256']} (version {approval['version']}, run ")
 
 
 def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
@@ -287,7 +336,7 @@ def test_approval_run_on_its_own_after_a_failed_report_fails(planted) -> None:
     assert materialized(result) == set()
     failures = [e for e in result.all_events if e.is_step_failure]
     assert failures and "approval denied" in str(failures[0].event_specific_data.error.message)
-    assert TrainVault().storage.list(spec.publication().base + "/approvals") == []
+    assert TrainVault().storage.list(spec.layout().base + "/approvals") == []
 
 
 def test_rebuild_of_unchanged_inputs_writes_nothing_and_reuses_the_approval(clean, store_root) -> None:
@@ -311,13 +360,13 @@ def test_a_changed_input_is_a_new_version_never_an_overwrite(clean, keys, store_
     spec, _, _ = clean
     before = files(store_root)
     changed = small_spec(store_root, keys, records=21)
-    assert changed.publication().version != spec.publication().version
+    assert changed.layout().version != spec.layout().version
     instance = dg.DagsterInstance.ephemeral()
     result = run_lifecycle(changed, instance, selection=None)
     assert result.success
     after = files(store_root)
     assert {k: v for k, v in after.items() if k in before} == before  # nothing published was touched
-    assert any(f"/{changed.publication().version}/data/" in k for k in set(after) - set(before))
+    assert any(f"/{changed.layout().version}/data/" in k for k in set(after) - set(before))
 
 
 def test_definitions_load_with_jobs_schedule_and_blocking_checks() -> None:
@@ -393,7 +442,7 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(
     """The same code location against an S3 server: credentials come in as EnvVars and never
     show in the run's events; a trainer opens the approval from S3."""
 
-    from resources.storage import object_store_from_env
+    from resources.storage import storage_from_env
 
     for name, value in (
         ("TRAINVAULT_S3_URL", s3_server),
@@ -402,7 +451,7 @@ def test_lifecycle_against_s3_with_credentials_from_env_vars(
         ("TRAINVAULT_S3_SECRET", s3_secret),
     ):
         monkeypatch.setenv(name, value)
-    store = object_store_from_env()
+    store = storage_from_env()
     assert isinstance(store.secret_access_key, dg.EnvVar)
     spec = small_spec(f"s3://{s3_bucket}/publications", keys)
     instance = dg.DagsterInstance.ephemeral()

@@ -1,4 +1,4 @@
-"""`make demo`'s program: the Dagster CLI runs each catalog dataset's lifecycle in one run (in-process
+"""`make demo`'s program: each catalog dataset's lifecycle in one run launched through the code location (in-process
 by default, multiprocess on request) on a project-style DAGSTER_HOME (telemetry off), and a trainer opens both approvals and reads batches;
 with planted evaluation items, demo_curriculum is approved with them excluded (the trainer never
 sees them) or, with exclusions switched off, blocked."""
@@ -95,6 +95,45 @@ def test_demo_runs_both_datasets_with_the_cli_and_a_trainer_reads_both_approvals
         assert not instance.nux_enabled and not instance.telemetry_enabled
     for part in (curriculum, notes):
         assert "/croissant-" in part and "trainvault trace " in part and "--allow-exclusions" not in part
+    assert_runs_carry_the_code_location(home)
+
+
+#: What the UI asks of a run to place it on the Overview timeline and a job's sparkline: the code location
+#: and repository it was launched from (a run without them is listed under none).
+RUNS_QUERY = """
+query DemoRuns($job: String!) {
+  runsOrError(filter: {pipelineName: $job}) {
+    ... on Runs { results { runId status repositoryOrigin { repositoryLocationName repositoryName } } }
+  }
+}
+"""
+
+
+def assert_runs_carry_the_code_location(home: Path) -> None:
+    """Each demo run was launched through the code location workspace.yaml loads, as the UI launches runs."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for name in ("demo_curriculum", "demo_text"):
+            (run,) = instance.get_runs(filters=dg.RunsFilter(job_name=f"lifecycle_{name}"))
+            origin = run.remote_job_origin
+            assert origin is not None and origin.location_name == "trainvault", run.run_id
+            assert origin.repository_origin.repository_name == "__repository__"
+            # The UI filters a location's runs by this hidden tag, which run storage derives from the origin.
+            located = instance.get_runs(
+                filters=dg.RunsFilter(tags={".dagster/repository": "__repository__@trainvault"})
+            )
+            assert run.run_id in {r.run_id for r in located}
+        target = WorkspaceFileTarget(paths=[str(ROOT / "workspace.yaml")])
+        with WorkspaceProcessContext(instance, target, code_server_log_level="WARNING") as process:
+            result = execute_dagster_graphql(
+                process.create_request_context(), RUNS_QUERY, variables={"job": "lifecycle_demo_text"}
+            )
+    ((shown),) = result.data["runsOrError"]["results"]
+    assert shown["status"] == "SUCCESS"
+    assert shown["repositoryOrigin"] == {"repositoryLocationName": "trainvault", "repositoryName": "__repository__"}
 
 
 def test_planted_items_are_excluded_and_the_trace_command_it_prints_names_the_first_batch(tmp_path) -> None:
@@ -186,3 +225,10 @@ def test_blocked_after_the_planted_demo_counts_only_its_own_run(tmp_path, monkey
     assert not check.passed and "an approval it shows is an earlier run's" in check.description
     assert "the policy of demo_curriculum forbids exclusions" in check.description
     assert meta["approval policy"]["allow_exclusions"] is True  # the earlier run's policy, not today's
+    # approved_dataset's own events: the blocked run's observation names the approval that stays current.
+    (seen,) = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["demo_curriculum", "approved_dataset"])), limit=10
+    ).records
+    said = {k: v.value for k, v in seen.asset_observation.metadata.items()}
+    assert seen.run_id == blocked_run.run_id and said["approval status"].startswith(f"blocked in run {seen.run_id}")
+    assert (said["current approval sha256"], said["current approval run"]) == (meta["sha256"], approval.run_id)

@@ -13,7 +13,7 @@ dg = pytest.importorskip("dagster")
 
 from pipelines.definitions import build_definitions, whole_build_tags  # noqa: E402
 from pipelines.examples.spec import example_spec, key_fields  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault import TrainVault  # noqa: E402
 from trainvault.approval import write_keypair  # noqa: E402
 from trainvault.publication.pinned import Publication  # noqa: E402
@@ -26,7 +26,7 @@ pytestmark = [
 
 
 def run(spec, instance):
-    job = build_definitions([spec], ObjectStore(), executor="in_process").resolve_job_def(f"lifecycle_{spec.name}")
+    job = build_definitions([spec], StorageResource(), executor="in_process").resolve_job_def(f"lifecycle_{spec.name}")
     before = READS.snapshot()
     result = job.execute_in_process(instance=instance, tags=whole_build_tags(spec), raise_on_error=False)
     assert result.success, [str(e) for e in result.all_events if e.is_step_failure]
@@ -44,7 +44,7 @@ def shards_read(result, asset: str) -> dict[str | None, int]:
 
 def stored(spec) -> int:
     """Bytes of the shards of the spec's publication."""
-    manifest = Publication.load(TrainVault().storage, spec.publication().manifest_uri).manifest
+    manifest = Publication.load(TrainVault().storage, spec.layout().manifest_uri).manifest
     return sum(e.size_bytes for sm in manifest.splits.values() for e in sm.shards)
 
 
@@ -82,9 +82,7 @@ def test_each_shard_byte_is_read_twice_in_a_build_once_in_a_rebuild_and_a_change
     planted_bytes = stored(planted)
     hard0 = next(
         e.size_bytes
-        for e in Publication.load(TrainVault().storage, planted.publication().manifest_uri)
-        .manifest.splits["train"]
-        .shards
+        for e in Publication.load(TrainVault().storage, planted.layout().manifest_uri).manifest.splits["train"].shards
         if e.key == "hard/0"
     )
     assert read.streamed <= planted_bytes + hard0

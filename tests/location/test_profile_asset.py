@@ -16,7 +16,7 @@ from assets.pins import build_producer_pins  # noqa: E402
 from assets.profile import CHECK, build_dataset_profile, profile_digest  # noqa: E402
 from pipelines.examples.spec import example_spec  # noqa: E402
 from resources.handoff import HandoffIOManager  # noqa: E402
-from resources.storage import ObjectStore  # noqa: E402
+from resources.storage import StorageResource  # noqa: E402
 from trainvault.profile import read_metrics_sidecar  # noqa: E402
 from trainvault.publication.saver import DatasetSaver  # noqa: E402
 from trainvault.storage import Storage  # noqa: E402
@@ -47,8 +47,8 @@ def text_words(row: dict[str, Any]) -> dict[str, Any]:
 def published(tmp_path: Path) -> tuple[Any, dg.DagsterInstance]:
     """The example spec's shards saved (the manifest asset commits them in each run), and an instance."""
     spec = example_spec(root=str(tmp_path / "store"), shards_per_stage=2, eval_shards=1, records=30, plant=False)
-    pub = spec.publication()
-    saver = DatasetSaver(Storage(), pub.manifest_uri, data_format=spec.data_format)
+    layout = spec.layout()
+    saver = DatasetSaver(Storage(), layout.manifest_uri, data_format=spec.data_format)
     for split, stage, shard_id in spec.shards():
         saver.save(
             split,
@@ -67,7 +67,7 @@ def after_profile() -> None:
 
 def run(spec: Any, instance: dg.DagsterInstance, **config: Any) -> dg.ExecuteInProcessResult:
     """Pins, manifest and profile in one run: the profile takes the manifest's hand-off as its input."""
-    store = ObjectStore()
+    store = StorageResource()
     return dg.materialize(
         [build_producer_pins(spec), build_data_manifest(spec), build_dataset_profile(spec), after_profile],
         instance=instance,
