@@ -30,7 +30,7 @@ from resources.dataset import DatasetSpec, VersionLayout
 from resources.handoff import Handoff
 from resources.storage import StorageResource
 from trainvault import ApprovalRequest, ApprovedDataset, ObjectNotFoundError, ObjectRef, TrainVault
-from trainvault.approval import VerifyingKey
+from trainvault.approval import ApprovalPolicy, VerifyingKey, load_verifying_key
 from trainvault.canonical import canonical_json, sha256_hex
 
 DESCRIPTION = (
@@ -106,36 +106,41 @@ def trainer_snippet(
     )
 
 
-def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
-    """The `ApprovalPolicy` a trainer passes for this dataset (`exclusions`: the approval binds some), as Python source."""
-    from resources.policy import parse_fraction
-    from trainvault.approval import ApprovalPolicy
-
+def trainer_policy(spec: DatasetSpec, exclusions: bool) -> tuple[ApprovalPolicy, list[str]]:
+    """The `ApprovalPolicy` a trainer of this dataset passes (`exclusions`: the approval binds some) and
+    the files of its scanner keys: the one policy the snippet and the trace command both write out."""
     paths = spec.scanner_key_paths()
-    args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
+    approver = spec.policy.approval_policy([load_verifying_key(p) for p in paths])
     default = ApprovalPolicy()
-    rescan = (spec.policy.rescan_min_shards, parse_fraction(spec.policy.rescan_fraction, "rescan_fraction"))
-    if paths and rescan != (default.rescan_min_shards, default.rescan_fraction):
-        # The open holds the trainer's re-scan depth against the approver's: ask for what the approver did.
-        args += [f"rescan_min_shards={rescan[0]!r}", f"rescan_fraction={rescan[1]!r}"]
-    if exclusions:
-        fraction = parse_fraction(spec.policy.max_excluded_fraction, "max_excluded_fraction")
-        args += ["allow_exclusions=True", f"max_excluded_fraction={fraction!r}"]
-    if spec.policy.unscanned_fields:
-        args.append(f"unscanned_fields={sorted(set(spec.policy.unscanned_fields))!r}")
-    return f"ApprovalPolicy({', '.join(args)})"
+    # The open holds the trainer's re-scan depth against the approver's: ask for what the approver did.
+    scanner = (approver.scanner_threshold, approver.rescan_min_shards, approver.rescan_fraction)
+    if not paths:
+        scanner = (default.scanner_threshold, default.rescan_min_shards, default.rescan_fraction)
+    policy = ApprovalPolicy(
+        scanner_keys=approver.scanner_keys,
+        scanner_threshold=scanner[0],
+        rescan_min_shards=scanner[1],
+        rescan_fraction=scanner[2],
+        allow_exclusions=exclusions,
+        max_excluded_fraction=approver.max_excluded_fraction if exclusions else default.max_excluded_fraction,
+        unscanned_fields=approver.unscanned_fields,
+    )
+    return policy, paths
+
+
+def policy_snippet(spec: DatasetSpec, exclusions: bool) -> str:
+    """The `ApprovalPolicy` a trainer passes for this dataset, as Python source."""
+    policy, paths = trainer_policy(spec, exclusions)
+    return policy.python_source(paths)
 
 
 def trace_command(
     uri: str, sha256: str, spec: DatasetSpec, *, exclusions: bool, batch_size: int, stages: list[str] | None
 ) -> str:
     """The ``trainvault trace`` command for step 0 of a run over the approval's train split."""
-    paths = spec.scanner_key_paths()
     words = ["trainvault", "trace", uri, "--sha256", sha256, "--trusted-key", spec.trusted_keys_path or "approver.pub"]
-    words += [w for p in paths for w in ("--scanner-key", p)]
-    if exclusions:
-        words += ["--allow-exclusions", "--max-excluded", spec.policy.max_excluded_fraction.replace(" ", "")]
-    words += [w for f in sorted(set(spec.policy.unscanned_fields)) for w in ("--unscanned-field", f)]
+    policy, paths = trainer_policy(spec, exclusions)
+    words += policy.cli_words(paths)
     words += [
         "--batch-size",
         str(batch_size),
@@ -148,8 +153,6 @@ def trace_command(
 
 
 def trusted_keys(spec: DatasetSpec) -> list[VerifyingKey]:
-    from trainvault.approval import load_verifying_key
-
     return [load_verifying_key(spec.trusted_keys_path)] if spec.trusted_keys_path else []
 
 

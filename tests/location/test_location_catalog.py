@@ -4,6 +4,7 @@ malformed entries failing the location load with an error naming the dataset and
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,38 @@ def test_scanner_keys_and_the_policy_block_make_the_gates_policy(tmp_path) -> No
     assert plain.scanner_key_paths() == [str(tmp_path / "approver.pub")]
     assert plain.scanner_signing_key().public_key == load_verifying_key(tmp_path / "approver.pub")
     assert not plain.policy.allow_exclusions and plain.approval_policy().rescan_count(100) == 2
+
+
+def test_the_trace_command_and_the_snippet_ask_for_the_same_policy(tmp_path) -> None:
+    """Both come from one trainer policy: a re-scan depth or exclusion limit the approver set is in both."""
+    from assets.approval import policy_snippet, trace_command
+    from trainvault.approval import ApprovalPolicy, load_verifying_key
+    from trainvault.approval.keys import write_keypair
+    from trainvault.cli import build_parser
+    from trainvault.cli.approval import policy_from_args
+
+    write_keypair(tmp_path / "scanner")
+    settings = {"rescan_min_shards": 3, "rescan_fraction": "5/1000", "max_excluded_fraction": "2/1000"}
+    (spec,) = load_datasets(
+        catalog(
+            tmp_path,
+            entry(
+                scanner_key_path="scanner.key",
+                trusted_scanner_keys=["scanner.pub"],
+                policy={**settings, "allow_exclusions": True, "unscanned_fields": ["meta.title"]},
+            ),
+        )
+    )
+    command = trace_command("a.json", "0" * 64, spec, exclusions=True, batch_size=8, stages=None)
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    from_command = policy_from_args(args)
+    from_snippet = eval(
+        policy_snippet(spec, exclusions=True),
+        {"ApprovalPolicy": ApprovalPolicy, "load_verifying_key": load_verifying_key},
+    )
+    assert from_command == from_snippet
+    assert (from_command.rescan_min_shards, from_command.rescan_fraction) == (3, (5, 1000))
+    assert from_command.max_excluded_fraction == (2, 1000) and from_command.unscanned_fields == ("meta.title",)
 
 
 def test_a_split_without_stages_has_shards_of_no_stage(tmp_path) -> None:

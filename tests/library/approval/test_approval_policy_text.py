@@ -9,7 +9,6 @@ import pytest
 
 from trainvault.approval import ApprovalPolicy, load_verifying_key
 from trainvault.approval.keys import write_keypair
-from trainvault.approval.policy_text import policy_cli_words, policy_python_source
 from trainvault.cli import build_parser
 from trainvault.cli.approval import policy_from_args
 from trainvault.contamination.contract import BenchmarkLimits
@@ -55,7 +54,7 @@ def parsed(words: list[str], command: str) -> ApprovalPolicy:
 @pytest.mark.parametrize("command", ["trace", "read", "verify"])
 def test_the_cli_parses_a_policys_options_back_to_the_same_policy(key_files: list[str], command: str) -> None:
     for policy, paths in policies(key_files):
-        words = policy_cli_words(policy, paths)
+        words = policy.cli_words(paths)
         assert parsed(words, command) == policy, words
 
 
@@ -63,22 +62,22 @@ def test_a_policys_python_source_evaluates_to_the_same_policy(key_files: list[st
     scope = {"ApprovalPolicy": ApprovalPolicy, "load_verifying_key": load_verifying_key}
     pinned = ApprovalPolicy(evaluation_release_sha256=SHA, verifier_contract_sha256="cd" * 32)
     for policy, paths in [*policies(key_files), (pinned, [])]:
-        source = policy_python_source(policy, paths)
+        source = policy.python_source(paths)
         assert eval(source, scope) == policy, source
 
 
 def test_defaults_are_left_out() -> None:
-    assert policy_cli_words(ApprovalPolicy()) == []
-    assert policy_python_source(ApprovalPolicy()) == "ApprovalPolicy()"
+    assert ApprovalPolicy().cli_words() == []
+    assert ApprovalPolicy().python_source() == "ApprovalPolicy()"
 
 
 def test_key_files_must_hold_the_policys_keys(key_files: list[str]) -> None:
     policy = ApprovalPolicy(scanner_keys=[load_verifying_key(key_files[0])])
     for paths in ([], key_files[1:], key_files):
         with pytest.raises(ConfigurationError, match="do not hold the policy's 1 scanner key"):
-            policy_cli_words(policy, paths)
+            policy.cli_words(paths)
         with pytest.raises(ConfigurationError, match="do not hold the policy's 1 scanner key"):
-            policy_python_source(policy, paths)
+            policy.python_source(paths)
 
 
 def test_what_the_command_line_cannot_take_is_refused_not_dropped() -> None:
@@ -88,6 +87,6 @@ def test_what_the_command_line_cannot_take_is_refused_not_dropped() -> None:
         ApprovalPolicy(min_policy=BenchmarkLimits(max_contaminated_fraction={"*": [1, 10]})),
     ):
         with pytest.raises(ConfigurationError, match="command line cannot take"):
-            policy_cli_words(policy)
+            policy.cli_words()
     with pytest.raises(ConfigurationError, match="does not write out"):
-        policy_python_source(ApprovalPolicy(allowed_producers={"trainvault": ["1.0"]}))
+        ApprovalPolicy(allowed_producers={"trainvault": ["1.0"]}).python_source()
