@@ -24,7 +24,7 @@ from typing import Any
 
 from trainvault import TrainVault
 from trainvault.contamination import humaneval_benchmark, publish_release, scan_records
-from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, V3_CONTRACT
+from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT, V2_CONTRACT
 from trainvault.contamination.index import EvalIndex
 from trainvault.contamination.normalize import Normalizer
 from trainvault.contamination.release import load_release
@@ -116,7 +116,7 @@ def indexes() -> dict[str, EvalIndex]:
     release = publish_release(vault.storage, "memory://sweep/release", "humaneval", [humaneval_benchmark()])
     loaded = load_release(vault.storage, release.uri)
     out = {}
-    for contract in (V1_CONTRACT, DEFAULT_CONTRACT, V3_CONTRACT):
+    for contract in (V1_CONTRACT, V2_CONTRACT, DEFAULT_CONTRACT):
         out[contract.method.id] = EvalIndex(contract, loaded, contract_sha256=contract.document_sha256())
     return out
 
@@ -131,10 +131,10 @@ def planted_records() -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
             text = perturb(item["prompt"] + item["canonical_solution"], random.Random(f"{name}/{k}"))
             records.append({"id": f"{name}/{k}", "text": LEAD + text + TRAIL})
             truth.append((name, item["task_id"]))
-    normalizer = Normalizer(DEFAULT_CONTRACT.method.normalization)
+    normalizer = Normalizer(V2_CONTRACT.method.normalization)
     for name, part in PARTS.items():
         for k, item in enumerate(bench.items):
-            if len(normalizer.tokens(part(item))) < DEFAULT_CONTRACT.method.n:
+            if len(normalizer.tokens(part(item))) < V2_CONTRACT.method.n:
                 continue  # shorter than one n-gram: no n-gram method can find the part alone
             records.append({"id": f"{name}/{k}", "text": LEAD + part(item) + TRAIL})
             truth.append((name, item["task_id"]))

@@ -16,12 +16,13 @@ from trainvault.contamination.evidence import EvidenceRule
 from trainvault.contamination.normalize import NORMALIZATION_ID, NORMALIZATION_V1, NormalizationSpec
 from trainvault.documents import Document, StrictModel
 
-METHOD_ID: Final = "ngram-exact-v2"
 METHOD_V1: Final = "ngram-exact-v1"
-#: ngram-exact-v2's matching with an evidence rule (`trainvault.contamination.evidence`).
+METHOD_V2: Final = "ngram-exact-v2"
+#: ngram-exact-v2's matching with an evidence rule (`trainvault.contamination.evidence`): the default.
 METHOD_V3: Final = "ngram-exact-v3"
+METHOD_ID: Final = METHOD_V3
 #: The normalisation each method id is bound to: a contract cannot pair them otherwise.
-METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_ID: NORMALIZATION_ID, METHOD_V3: NORMALIZATION_ID}
+METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_V2: NORMALIZATION_ID, METHOD_V3: NORMALIZATION_ID}
 HASH_ID: Final = "blake2b64+poly64"
 
 #: A non-negative fraction as ``[numerator, denominator]`` integers: no floats anywhere.
@@ -94,7 +95,7 @@ class Policy(StrictModel):
 class MethodSpec(StrictModel):
     """The matching method and its parameters, copied verbatim into the report.
 
-    ``ngram-exact-v2`` (the default) and ``ngram-exact-v3`` normalise with tvnorm-v2,
+    ``ngram-exact-v3`` (the default) and ``ngram-exact-v2`` normalise with tvnorm-v2,
     ``ngram-exact-v1`` with tvnorm-v1; a spec without `normalization` gets its method's.
     v3 alone has an `evidence` rule (a v3 spec without one gets the default rule).
     """
@@ -183,8 +184,8 @@ class VerifierContract(Document):
 DEFAULT_CONTRACT = VerifierContract()
 #: The ngram-exact-v1 / tvnorm-v1 contract with every other setting at its default.
 V1_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V1))
-#: The ngram-exact-v3 contract (tvnorm-v2, the default evidence rule) with every other setting at its default.
-V3_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V3))
+#: The ngram-exact-v2 / tvnorm-v2 contract (the default before issue 41) with every other setting at its default.
+V2_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V2))
 
 __all__ = [
     "DEFAULT_CONTRACT",
@@ -192,9 +193,10 @@ __all__ = [
     "METHOD_ID",
     "METHOD_NORMALIZATION",
     "METHOD_V1",
+    "METHOD_V2",
     "METHOD_V3",
     "V1_CONTRACT",
-    "V3_CONTRACT",
+    "V2_CONTRACT",
     "MethodSpec",
     "Policy",
     "Ratio",

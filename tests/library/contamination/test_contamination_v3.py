@@ -21,7 +21,7 @@ from trainvault.contamination import (
     publish_release,
     scan_dataset,
 )
-from trainvault.contamination.contract import DEFAULT_CONTRACT, METHOD_V3, V3_CONTRACT, Policy
+from trainvault.contamination.contract import DEFAULT_CONTRACT, METHOD_V3, V2_CONTRACT, Policy
 from trainvault.contamination.evidence import EvidenceRule
 from trainvault.contamination.normalize import Normalizer
 from trainvault.publication.bound import publish_document
@@ -57,7 +57,9 @@ def grams(text: str) -> list[tuple[bytes, ...]]:
 
 def test_earlier_contracts_and_reports_keep_their_bytes() -> None:
     # The v3 fields are omitted when absent: a v2 contract, a v1 report and a v2 policy hash as before.
-    assert DEFAULT_CONTRACT.to_json_bytes() == V2_CONTRACT_BYTES
+    assert V2_CONTRACT.to_json_bytes() == V2_CONTRACT_BYTES
+    # New contracts get v3.
+    assert VerifierContract() == DEFAULT_CONTRACT and DEFAULT_CONTRACT.method.id == METHOD_V3
     golden = (GOLDEN / "contamination-report-v1.json").read_bytes().rstrip(b"\n")
     report = ContaminationReport.from_json_bytes(golden)
     assert report.uncounted_items is None and report.to_json_bytes() == golden
@@ -66,10 +68,10 @@ def test_earlier_contracts_and_reports_keep_their_bytes() -> None:
 
 
 def test_v3_contract_binds_its_rule_and_refuses_mixed_ids() -> None:
-    body = json.loads(V3_CONTRACT.to_json_bytes())
+    body = json.loads(DEFAULT_CONTRACT.to_json_bytes())
     assert body["method"]["id"] == METHOD_V3 and body["method"]["normalization"]["id"] == "tvnorm-v2"
     assert body["method"]["evidence"] == RULE.model_dump(mode="json")
-    assert VerifierContract.from_json_bytes(V3_CONTRACT.to_json_bytes()) == V3_CONTRACT
+    assert VerifierContract.from_json_bytes(DEFAULT_CONTRACT.to_json_bytes()) == DEFAULT_CONTRACT
     bad = [
         {**body["method"], "id": "ngram-exact-v2"},  # an evidence rule on v2
         {**body["method"], "evidence": None},  # v3 without one
@@ -141,14 +143,14 @@ def planted() -> list[dict[str, Any]]:
 def test_v3_counts_the_copy_and_lists_the_coincidences_with_their_reason(
     tmp_path: Path, planted: list[dict[str, Any]]
 ) -> None:
-    v2 = _scan(tmp_path, "v2", [planted], DEFAULT_CONTRACT)
+    v2 = _scan(tmp_path, "v2", [planted], V2_CONTRACT)
     assert [it.item_id for it in v2.contaminated_items] == [
         "HumanEval/2",
         "HumanEval/40",
         "HumanEval/78",
         "HumanEval/105",
     ]
-    v3 = _scan(tmp_path, "v3", [planted], V3_CONTRACT)
+    v3 = _scan(tmp_path, "v3", [planted], DEFAULT_CONTRACT)
     assert [it.item_id for it in v3.contaminated_items] == ["HumanEval/2"]
     assert [(it.item_id, it.reason, it.counted_ngrams) for it in v3.uncounted_items or []] == [
         ("HumanEval/40", "low-information", 0),
@@ -163,7 +165,7 @@ def test_v3_counts_the_copy_and_lists_the_coincidences_with_their_reason(
     assert ContaminationReport.from_json_bytes(v3.to_json_bytes()).to_json_bytes() == v3.to_json_bytes()
     # Without the copy the data passes v3, and fails when the approver counts what v3 leaves out.
     clean = [r for r in planted if r["id"] != "r15"]
-    assert _scan(tmp_path, "v3-clean", [clean], V3_CONTRACT).passed
+    assert _scan(tmp_path, "v3-clean", [clean], DEFAULT_CONTRACT).passed
     counting = VerifierContract(method=MethodSpec(id=METHOD_V3), policy=Policy(count_uncounted=True))
     strict = _scan(tmp_path, "v3-strict", [clean], counting)
     assert [it.item_id for it in strict.contaminated_items] == ["HumanEval/40", "HumanEval/78", "HumanEval/105"]
@@ -171,17 +173,17 @@ def test_v3_counts_the_copy_and_lists_the_coincidences_with_their_reason(
 
 
 def test_v3_verdict_is_the_same_however_the_data_is_sharded(tmp_path: Path, planted: list[dict[str, Any]]) -> None:
-    one = _verdict(_scan(tmp_path, "one", [planted], V3_CONTRACT))
+    one = _verdict(_scan(tmp_path, "one", [planted], DEFAULT_CONTRACT))
     cuts = [planted[:5], planted[5:12], planted[12:]]
-    assert _verdict(_scan(tmp_path, "three", cuts, V3_CONTRACT)) == one
-    assert _verdict(_scan(tmp_path, "reversed", cuts[::-1], V3_CONTRACT))[1:] == one[1:]
+    assert _verdict(_scan(tmp_path, "three", cuts, DEFAULT_CONTRACT)) == one
+    assert _verdict(_scan(tmp_path, "reversed", cuts[::-1], DEFAULT_CONTRACT))[1:] == one[1:]
     # A minimum of k informative grams per item is judged over the union of every shard's
     # matches: each half of a copy alone is too little evidence, both halves anywhere are enough.
     item2 = planted[15]["text"]
     mid = item2.find(" ", len(item2) // 2)
     halves = [{"id": "h0", "text": item2[:mid]}, {"id": "h1", "text": item2[mid:]}]
     counted = [
-        _scan(tmp_path, f"half{k}", [[h]], V3_CONTRACT).contaminated_items[0].counted_ngrams
+        _scan(tmp_path, f"half{k}", [[h]], DEFAULT_CONTRACT).contaminated_items[0].counted_ngrams
         for k, h in enumerate(halves)
     ]
     k = max(c or 0 for c in counted) + 1
@@ -198,8 +200,8 @@ def test_v3_verdict_is_the_same_however_the_data_is_sharded(tmp_path: Path, plan
 
 
 def test_forged_v3_reports_are_refused(tmp_path: Path, planted: list[dict[str, Any]]) -> None:
-    report = json.loads(_scan(tmp_path, "forge", [planted], V3_CONTRACT).to_json_bytes())
-    v2 = json.loads(_scan(tmp_path, "forge-v2", [planted], DEFAULT_CONTRACT).to_json_bytes())
+    report = json.loads(_scan(tmp_path, "forge", [planted], DEFAULT_CONTRACT).to_json_bytes())
+    v2 = json.loads(_scan(tmp_path, "forge-v2", [planted], V2_CONTRACT).to_json_bytes())
     hidden = json.loads(json.dumps(report))  # a counted item moved to the uncounted list
     moved = hidden["contaminated_items"].pop(0)
     hidden["uncounted_items"].insert(0, {**moved, "reason": "low-information"})
