@@ -1,12 +1,12 @@
 """ngram-exact-v3's evidence rule: which matched n-grams count, and how many make an item contaminated.
 
-An n-gram is *low-information* when it says nothing about where it came from: most of
-its tokens are digit runs or single characters (tables of codes, escapes, bit arrays,
-``1 one 2 two ...``), or fewer than `min_informative_tokens` of its distinct tokens are
-neither those nor common tokens (Python keywords and builtins, number, month and day
-names, one-letter hex digits): a ``for i in range(len(l))`` loop. The test reads the
-n-gram's own normalised tokens and nothing else, so it is the same on one shard or a
-million, in any scan order, and on any sample a re-scan draws.
+An n-gram is *low-information* when it says nothing about where it came from: at least
+`max_trivial_fraction` of its tokens are digit runs or single characters (tables of codes,
+escapes, bit arrays), or fewer than `min_informative_tokens` of its distinct tokens are
+neither those nor common tokens (Python keywords, builtins and common method names; number,
+month and day names): a ``for i in range(len(l))`` loop, a ``1 one 2 two ...`` table. The
+test reads the n-gram's own normalised tokens and nothing else, so it is the same on one
+shard or a million, in any scan order, and on any sample a re-scan draws.
 
 A low-information match is found, verified and reported like any other; only the verdict
 leaves it out (an item with no other match is listed as *uncounted*, with its reason).

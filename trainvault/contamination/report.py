@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_serializer, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
-from trainvault.contamination.contract import METHOD_V3, MethodSpec, Policy
+from trainvault.contamination.contract import MethodSpec, Policy
 from trainvault.contamination.index import EvalIndex, IndexedBenchmark, IndexedItem
 from trainvault.contamination.report_items import (
     BenchmarkResult,
@@ -26,6 +26,7 @@ from trainvault.contamination.report_items import (
     ReportHit,
     UncheckableItem,
     UncountedItem,
+    check_evidence,
     item_sort_key,
 )
 from trainvault.contamination.scan import ShardScanResult
@@ -131,40 +132,8 @@ class ContaminationReport(Document):
         keys = [(it.benchmark, item_sort_key(it.item_id)) for it in self.contaminated_items]
         if keys != sorted(keys) or len(set(keys)) != len(keys):
             raise ValueError("contaminated_items must be sorted by benchmark and item id, each once")
-        self._check_evidence()
+        check_evidence(self.method, self.policy, self.benchmarks, self.contaminated_items, self.uncounted_items)
         return self
-
-    def _check_evidence(self) -> None:
-        """v3 fields present exactly in a v3 report, and each listed item on the side of the
-        evidence rule its own counts put it (what a gate recomputes, item by item)."""
-        rule = self.method.evidence
-        v3 = self.method.id == METHOD_V3
-        listed = [*self.contaminated_items, *(self.uncounted_items or [])]
-        if (
-            (self.uncounted_items is None) == v3
-            or any((b.n_uncounted is None) == v3 for b in self.benchmarks)
-            or any((it.counted_ngrams is None or it.informative_ngrams is None) == v3 for it in listed)
-        ):
-            raise ValueError(f"uncounted items and evidence counts belong to {METHOD_V3} reports, and only there")
-        if rule is None:
-            return
-        uncounted: dict[str, int] = {}
-        for it in listed:
-            counted, informative = it.counted_ngrams or 0, it.informative_ngrams or 0  # both set: checked above
-            counts = self.policy.count_uncounted or rule.counts(counted, informative)
-            if counts != (not isinstance(it, UncountedItem)) or counted > it.matched_ngrams:
-                raise ValueError(f"item {it.item_id!r}: its evidence counts put it in the other list")
-            if isinstance(it, UncountedItem):
-                uncounted[it.benchmark] = uncounted.get(it.benchmark, 0) + 1
-        if any(uncounted.pop(b.name, 0) != b.n_uncounted for b in self.benchmarks) or uncounted:
-            raise ValueError("n_uncounted disagrees with the uncounted items listed")
-        keys = [(it.benchmark, item_sort_key(it.item_id)) for it in self.uncounted_items or []]
-        if (
-            keys != sorted(keys)
-            or len(set(keys)) != len(keys)
-            or set(keys) & {(it.benchmark, item_sort_key(it.item_id)) for it in self.contaminated_items}
-        ):
-            raise ValueError("uncounted_items must be sorted by benchmark and item id, each once, none contaminated")
 
     def bound_digests(self) -> dict[str, str]:
         """The five inputs this report judged, by the SHA-256 of their stored bytes."""

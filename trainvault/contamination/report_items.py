@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_serializer
 
+from trainvault.contamination.contract import METHOD_V3, MethodSpec, Policy
 from trainvault.contamination.index import UncheckableReason
 from trainvault.contamination.scan import ShardHit
 from trainvault.documents import StrictModel
@@ -100,6 +101,45 @@ class UncheckableItem(StrictModel):
     reason: UncheckableReason
 
 
+def check_evidence(
+    method: MethodSpec,
+    policy: Policy,
+    benchmarks: list[BenchmarkResult],
+    contaminated: list[ContaminatedItem],
+    uncounted: list[UncountedItem] | None,
+) -> None:
+    """A report's v3 fields are present exactly in a v3 report, and each listed item is on the
+    side of the evidence rule its own counts put it (what a gate recomputes, item by item)."""
+    rule = method.evidence
+    v3 = method.id == METHOD_V3
+    listed = [*contaminated, *(uncounted or [])]
+    if (
+        (uncounted is None) == v3
+        or any((b.n_uncounted is None) == v3 for b in benchmarks)
+        or any((it.counted_ngrams is None or it.informative_ngrams is None) == v3 for it in listed)
+    ):
+        raise ValueError(f"uncounted items and evidence counts belong to {METHOD_V3} reports, and only there")
+    if rule is None:
+        return
+    per_benchmark: dict[str, int] = {}
+    for it in listed:
+        counted, informative = it.counted_ngrams or 0, it.informative_ngrams or 0  # both set: checked above
+        counts = policy.count_uncounted or rule.counts(counted, informative)
+        if counts != (not isinstance(it, UncountedItem)) or counted > it.matched_ngrams:
+            raise ValueError(f"item {it.item_id!r}: its evidence counts put it in the other list")
+        if isinstance(it, UncountedItem):
+            per_benchmark[it.benchmark] = per_benchmark.get(it.benchmark, 0) + 1
+    if any(per_benchmark.pop(b.name, 0) != b.n_uncounted for b in benchmarks) or per_benchmark:
+        raise ValueError("n_uncounted disagrees with the uncounted items listed")
+    keys = [(it.benchmark, item_sort_key(it.item_id)) for it in uncounted or []]
+    if (
+        keys != sorted(keys)
+        or len(set(keys)) != len(keys)
+        or set(keys) & {(it.benchmark, item_sort_key(it.item_id)) for it in contaminated}
+    ):
+        raise ValueError("uncounted_items must be sorted by benchmark and item id, each once, none contaminated")
+
+
 __all__ = [
     "BenchmarkResult",
     "ContaminatedItem",
@@ -107,5 +147,6 @@ __all__ = [
     "UncheckableItem",
     "UncountedItem",
     "UncountedReason",
+    "check_evidence",
     "item_sort_key",
 ]
