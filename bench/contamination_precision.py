@@ -5,7 +5,7 @@ throughput before and after the evidence rule, in one run.
   solution only and first half alone (parts shorter than one 13-gram left out: no n-gram
   method sees them), for ngram-exact-v1, -v2 and -v3 (`tests/support/contamination_sweep.py`).
 - Precision: items flagged on the clean corpus (standard library, package docs), on every
-  installed package's `.py` files (evaluation packages left out; ~290 MB here), on
+  installed package's `.py` files (evaluation packages left out; 359 MB here), on
   near-misses, and on each hard-negative class (`tests/support/contamination_negatives.py`).
 - Throughput: `scan_records` over the code corpus under v2 and v3, round-robin, median of
   `--repeats`, in MB of text per second of this process's CPU time (the machine is shared),

@@ -51,7 +51,7 @@ def test_v3_flags_nothing_on_code_or_hard_negatives_that_v2_flags(
     assert result["sizes"]["code"][1] > 4e6 and all(n >= 20 for n in result["negative_sizes"].values())
     assert v3["fp_code"] == [] and all(v == [] for v in v3["fp_negatives"].values()), v3
     # The zeros can fail: v2 flags the coincidences in the same corpora.
-    assert {item for item, _ in v2["fp_code"]} == {"HumanEval/40", "HumanEval/78", "HumanEval/105", "HumanEval/115"}
+    assert {"HumanEval/40", "HumanEval/78", "HumanEval/105", "HumanEval/115"} <= {item for item, _ in v2["fp_code"]}
     assert v2["fp_negatives"]["code idioms"] and v2["fp_negatives"]["enumerations and tables"]
 
 
