@@ -43,7 +43,7 @@ from trainvault.contamination import (
     reduce_report,
 )
 from trainvault.contamination.exclusions import truncated_items
-from trainvault.publication import Publication, publish_document, read_document
+from trainvault.publication import Publication, read_document, write_document
 from trainvault.verification import VerifiedShard, stored_verification, verify_shard
 
 SCAN_DESCRIPTION = (
@@ -193,7 +193,7 @@ def build_contamination_scan(spec: DatasetSpec) -> dg.AssetsDefinition:
         with ThreadPoolExecutor(max_workers=max(1, spec.shard_threads)) as pool:
             for partition, verified in pool.map(verify, selected_shards(context, spec)):
                 result = verified.scan
-                bound = publish_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
+                bound = write_document(vault.storage, pub.shard_scan_uri(release, contract, partition), result)
                 meta = {
                     **object_metadata(bound.uri, bound.sha256, pub.version),
                     "dagster/row_count": result.records,
@@ -388,7 +388,7 @@ def build_contamination_exclusions(spec: DatasetSpec) -> dg.AssetsDefinition:
         uri = pub.exclusions_uri(
             report.eval_release.sha256, report.verifier_contract.sha256, spec.scanner_signing_key().keyid
         )
-        bound = publish_document(vault.storage, uri, doc)
+        bound = write_document(vault.storage, uri, doc)
         per = doc.per_benchmark()
         rows = [
             {"benchmark": b.name, "excluded records": per.get(b.name, 0), "contaminated items": b.n_contaminated}

@@ -16,7 +16,7 @@ from resources.storage import ObjectStore
 from trainvault import ObjectRef
 from trainvault.canonical import canonical_json, sha256_hex
 from trainvault.contamination import MethodSpec, VerifierContract, publish_release
-from trainvault.publication import publish_document
+from trainvault.publication import write_document
 
 DESCRIPTION = (
     "The evaluation release (every benchmark's items, by digest) and the verifier contract "
@@ -35,7 +35,7 @@ def build_evaluation_release(spec: DatasetSpec) -> dg.AssetsDefinition:
         digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
         release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
         contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
-        bound_contract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
+        bound_contract = write_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
         rows = [
             {
                 "benchmark": e.name,

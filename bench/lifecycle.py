@@ -108,7 +108,7 @@ def library_only(spec, keys: Path) -> float:
     )
     from trainvault.contamination.scan import scan_shard
     from trainvault.profile import approval_sidecars, profile_publication, write_metrics_sidecars
-    from trainvault.publication import Publication, publish_document
+    from trainvault.publication import Publication, write_document
 
     start = time.perf_counter()
     vault = TrainVault()
@@ -153,14 +153,14 @@ def library_only(spec, keys: Path) -> float:
     digest = sha256_hex(canonical_json([[b.name, sha256_hex(b.jsonl_bytes())] for b in benchmarks]))
     release = publish_release(vault.storage, spec.evaluation_root(digest), spec.evaluation_release_id, benchmarks)
     contract = VerifierContract(method=MethodSpec(n=spec.ngram_n), fields=list(spec.scan_fields))
-    bcontract = publish_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
+    bcontract = write_document(vault.storage, spec.contract_uri(contract.document_sha256()), contract)
     index = load_index(vault, release, bcontract)
     manifest = Publication.load(vault.storage, pub.manifest_uri, sha256=msha).manifest
     results = []
     for split, stage, shard_id in spec.shards():  # one contamination_scan partition each, published
         entry = next(e for e in manifest.split(split).shards if (e.curriculum_stage, e.shard_id) == (stage, shard_id))
         result = scan_shard(vault.storage, manifest.data_format, entry, index)
-        publish_document(
+        write_document(
             vault.storage,
             pub.shard_scan_uri(release.sha256, bcontract.sha256, f"{split}/{stage or '_'}/{shard_id}"),
             result,

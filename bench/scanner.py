@@ -50,7 +50,7 @@ from trainvault.contamination.contract import V1_CONTRACT, V2_CONTRACT
 from trainvault.contamination.escapes import decode
 from trainvault.contamination.normalize import unicode_table
 from trainvault.contamination.scan import scan_shard
-from trainvault.publication import publish_document
+from trainvault.publication import write_document
 
 DATA = Path(__file__).resolve().parent / ".data" / "scanner"
 PLANTED = 12
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes: dict[str, int] = {}
     checks: dict[str, Callable[[], set[str]]] = {}
     for method, contract_doc in METHODS.items():
-        contract = publish_document(vault.storage, str(DATA / f"verifier-contract-{method}.json"), contract_doc)
+        contract = write_document(vault.storage, str(DATA / f"verifier-contract-{method}.json"), contract_doc)
         _, w0, index = timed(partial(load_index, vault, release_uri=release.uri, contract_uri=contract.uri))
         index.normalizer.tokenize_batch(["é".encode()])  # builds the per-process tables outside the timings
         print(

@@ -24,7 +24,7 @@ from trainvault.contamination import (
     jsonl_benchmark,
     scan_dataset,
 )
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 ITEMS = [
     {
@@ -104,7 +104,7 @@ class Chain:
         return ApprovalRequest(**{**self.refs, **overrides})
 
     def publish(self, name: str, document: Any) -> ObjectRef:
-        bound = publish_document(self.vault.storage, f"{self.root}/extra/{name}", document)
+        bound = write_document(self.vault.storage, f"{self.root}/extra/{name}", document)
         return ObjectRef(uri=bound.uri, sha256=bound.sha256)
 
     def put_raw(self, name: str, data: bytes) -> ObjectRef:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 from trainvault.approval.policy import ApprovalPolicy
-from trainvault.contamination.contract import Policy
+from trainvault.contamination.contract import BenchmarkLimits
 from trainvault.contamination.text_fields import exempt
 from trainvault.documents import StrictModel
 from trainvault.errors import ApprovalError, UnscannedFieldError
@@ -30,7 +30,7 @@ class AppliedPolicy(StrictModel):
     evaluation_release_sha256: str | None = None
     verifier_contract_sha256: str | None = None
     allowed_producers: dict[str, list[str]] | None = None
-    min_policy: Policy
+    min_policy: BenchmarkLimits
     #: Key ids of the trusted scanner keys (None: no report trusted, every shard re-scanned).
     scanner_keys: list[str] | None = None
     scanner_threshold: int

@@ -75,8 +75,7 @@ def approve(
         pins=pins,
         scanner_key=scanner_key,
     )
-    refs = {name: ref.ref if isinstance(ref, Referenced) else ref for name, ref in (sidecars or {}).items()}
-    approved = approve_dataset(store, chain.request(sidecars=refs), policy=policy, progress=progress)
+    approved = approve_dataset(store, chain.request(sidecars=sidecars), policy=policy, progress=progress)
     written = write_approval(
         store, record_uri or join_uri(folder, RECORD_NAME), approved, signing_keys=signing_keys, provenance=provenance
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStore, issue_custody
+from trainvault.approval.guard import CustodyStorage, issue_custody
 from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageConfig
 
@@ -133,7 +133,7 @@ class ApprovedDataset:
 
     # -- reading --------------------------------------------------------------------
 
-    def custody_store(self) -> CustodyStore:
+    def custody_storage(self) -> CustodyStorage:
         """A read-only storage serving the approved manifest and descriptors and the approved shards only."""
         r = self._result
         return issue_custody(self._config, r.shard_sizes, {r.publication.uri: r.publication.raw}, r.descriptors_raw)
@@ -160,7 +160,7 @@ class ApprovedDataset:
         from trainvault.approval.approved_loader import issue_loader_factory
 
         return issue_loader_factory(
-            self.custody_store(),
+            self.custody_storage(),
             self._result.publication,
             materializer=materializer,
             exclusions=self._result.exclusions,
@@ -183,7 +183,7 @@ class ApprovedDataset:
 
         return open_materializer(
             checked=self._result.ledgers.get(split),
-            custody=self.custody_store(),
+            custody=self.custody_storage(),
             manifest=self._result.publication.manifest,
             manifest_sha256=self.manifest_sha256,
             split=split,

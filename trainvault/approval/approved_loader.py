@@ -1,6 +1,6 @@
 """The approved loader factory: the trainvault loader, with every option it has, reading through custody.
 
-It composes a `SplitLoaderFactory` over a `CustodyStore` (a `ReadableStorage`, not a
+It composes a `SplitLoaderFactory` over a `CustodyStorage` (a `ReadableStorage`, not a
 `Storage`) and the gate's parsed, pinned `Publication` (no second parse of the manifest or
 descriptors), so it keeps the loader's guarantees (an order that does not depend on
 `num_workers`: workers form batches and the loader merges them back in sequence) and adds
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainvault.approval.guard import CustodyStore
+from trainvault.approval.guard import CustodyStorage
 from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import LoaderPlan, SplitLoaderFactory
 from trainvault.publication.manifest import DataManifest
@@ -64,14 +64,14 @@ class ApprovedLoaderFactory:
     @classmethod
     def _build(
         cls,
-        storage: CustodyStore,
+        storage: CustodyStorage,
         publication: Publication,
         *,
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
         **plan_options: Any,
     ) -> ApprovedLoaderFactory:
-        if not isinstance(storage, CustodyStore):
+        if not isinstance(storage, CustodyStorage):
             raise TypeError(f"an approved loader reads through custody, not {type(storage).__name__}")
         if not isinstance(publication, Publication):
             raise TypeError(f"an approved loader reads the gate's Publication, not {type(publication).__name__}")
@@ -110,11 +110,11 @@ class ApprovedLoaderFactory:
             f"rank={p.rank}/{p.world_size})"
         )
 
-    # What the gate approved, read-only: the custody store, the pinned publication, the plan.
+    # What the gate approved, read-only: the custody storage, the pinned publication, the plan.
     @property
-    def storage(self) -> CustodyStore:
+    def storage(self) -> CustodyStorage:
         storage = self._factory.storage
-        if not isinstance(storage, CustodyStore):  # only _build sets it, always to custody
+        if not isinstance(storage, CustodyStorage):  # only _build sets it, always to custody
             raise CustodyError("this approved loader lost its custody storage; get a new one from the ApprovedDataset")
         return storage
 
@@ -178,7 +178,7 @@ class ApprovedLoaderFactory:
         return SplitLoaderFactory(self.storage, self.publication, self.plan, exclude=dict(exclude))
 
 
-def issue_loader_factory(storage: CustodyStore, publication: Publication, **options: Any) -> ApprovedLoaderFactory:
+def issue_loader_factory(storage: CustodyStorage, publication: Publication, **options: Any) -> ApprovedLoaderFactory:
     """The approved loader factory over `storage` and the gate's `publication` (internal:
     `ApprovedDataset.loader_factory` calls it)."""
     return ApprovedLoaderFactory._issue(_ISSUE, storage, publication, **options)

@@ -39,8 +39,8 @@ from trainvault.contamination import (
     write_report,
 )
 from trainvault.contamination.report import REPORT_NAME
-from trainvault.publication.bound import publish_document
-from trainvault.refs import ObjectRef
+from trainvault.publication.bound import write_document
+from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage.store import StorageSource, storage_of
 from trainvault.uris import normalize_uri, parent_uri
 
@@ -67,23 +67,18 @@ class ApprovalChain:
         """The bindings by their `ApprovalRequest` field names, in the order the gate reads them."""
         return {name: getattr(self, name) for name in BINDINGS}
 
-    def request(self, sidecars: Mapping[str, ObjectRef] | None = None, **overrides: ObjectRef) -> ApprovalRequest:
-        """The approval request binding this chain (any binding replaced by `overrides`) and `sidecars`."""
+    def request(
+        self, sidecars: Mapping[str, ObjectRef | Referenced] | None = None, **overrides: ObjectRef | Referenced
+    ) -> ApprovalRequest:
+        """The approval request binding this chain (any binding replaced by `overrides`) and `sidecars`
+        (references of any writer: the request keeps their uri and sha256)."""
         unknown = sorted(set(overrides) - set(BINDINGS))
         if unknown:
             raise TypeError(
                 f"not bindings of an approval request: {', '.join(unknown)} (bindings: {', '.join(BINDINGS)})"
             )
-        refs = {**self.refs(), **overrides}
-        return ApprovalRequest(
-            data_manifest=refs["data_manifest"],
-            training_scan_manifest=refs["training_scan_manifest"],
-            evaluation_release=refs["evaluation_release"],
-            contamination_report=refs["contamination_report"],
-            verifier_contract=refs["verifier_contract"],
-            producer_pins=refs["producer_pins"],
-            sidecars=dict(sidecars or {}),
-        )
+        bindings = {**self.refs(), **overrides, "sidecars": dict(sidecars or {})}
+        return ApprovalRequest.model_validate(bindings)
 
 
 def build_approval_chain(
@@ -114,7 +109,7 @@ def build_approval_chain(
         scan_b = write_attestation(store, f"{folder}/{SCAN_ATTESTATION_NAME}", scan, signing_keys=scanner_key)
     pins_b = write_producer_pins(store, f"{folder}/{PINS_NAME}", pins or collect_producer_pins())
     release = publish_release(store, release_root, release_id, benchmarks)
-    contract_b = publish_document(store, contract_uri, contract or VerifierContract())
+    contract_b = write_document(store, contract_uri, contract or VerifierContract())
     index = load_index(store, release, contract_b)
     report = scan_dataset(
         store,

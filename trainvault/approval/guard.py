@@ -7,12 +7,12 @@ those the manifest declares, only after their size matches the approved size, an
 and reads of anything else raise `CustodyError`.
 
 The guard holds a `Storage` and exposes only the reads a loader makes; it is not one.
-Custody is issued, not built: `CustodyStore()` raises `TypeError`, and a copy or a
+Custody is issued, not built: `CustodyStorage()` raises `TypeError`, and a copy or a
 pickle of one raises `TypeError` too, except while a worker process is being started
 (a forked worker inherits it unpickled). There it travels as an `ApprovedObjects` reader: the approved data objects and their
 sizes, no pinned manifest or descriptors (the worker is handed the verified descriptors
-with its dataset), and not a `CustodyStore`, so nothing takes it for custody. Unpickling
-cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStore`.
+with its dataset), and not a `CustodyStorage`, so nothing takes it for custody. Unpickling
+cannot be made to yield custody over other documents: no pickle rebuilds a `CustodyStorage`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class ApprovedObjects:
     size matches; writes and listings are refused. It is not a `Storage`: it offers the reads a
     loader makes (`get`, `get_document`, `get_range`, `get_ranges`, `stream`, `head`) and nothing else.
 
-    What a DataLoader worker gets in place of a `CustodyStore`; it pickles as its list.
+    What a DataLoader worker gets in place of a `CustodyStorage`; it pickles as its list.
     """
 
     def __init__(self, config: StorageConfig, objects: Mapping[str, int]):
@@ -111,24 +111,24 @@ class ApprovedObjects:
         self._refuse_write(uri)
 
 
-class CustodyStore(ApprovedObjects):
+class CustodyStorage(ApprovedObjects):
     """The guard over the approved objects that also serves the approved manifest and descriptors
-    from the bytes the gate hashed. Get one from `ApprovedDataset.custody_store()`."""
+    from the bytes the gate hashed. Get one from `ApprovedDataset.custody_storage()`."""
 
     _pinned: tuple[Mapping[str, bytes], ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
-            "CustodyStore cannot be constructed directly; get one from ApprovedDataset.custody_store() of a "
+            "CustodyStorage cannot be constructed directly; get one from ApprovedDataset.custody_storage() of a "
             "dataset that passed the approval gate"
         )
 
     @classmethod
     def _issue(
         cls, token: object, config: StorageConfig, objects: Mapping[str, int], pinned: tuple[Mapping[str, bytes], ...]
-    ) -> CustodyStore:
+    ) -> CustodyStorage:
         if token is not _ISSUE:
-            raise TypeError("a CustodyStore is issued by an ApprovedDataset only")
+            raise TypeError("a CustodyStorage is issued by an ApprovedDataset only")
         self = object.__new__(cls)
         ApprovedObjects.__init__(self, config, objects)
         self._pinned = tuple(MappingProxyType(p) if isinstance(p, dict) else p for p in pinned)
@@ -156,10 +156,10 @@ class CustodyStore(ApprovedObjects):
 
 
 def _refuse_copy() -> NoReturn:
-    raise TypeError("a CustodyStore does not pickle or copy: get it from the ApprovedDataset where it is needed")
+    raise TypeError("a CustodyStorage does not pickle or copy: get it from the ApprovedDataset where it is needed")
 
 
-def issue_custody(config: StorageConfig, objects: Mapping[str, int], *pinned: Mapping[str, bytes]) -> CustodyStore:
-    """The `CustodyStore` of an approved dataset (internal to trainvault.approval); `pinned`: the
+def issue_custody(config: StorageConfig, objects: Mapping[str, int], *pinned: Mapping[str, bytes]) -> CustodyStorage:
+    """The `CustodyStorage` of an approved dataset (internal to trainvault.approval); `pinned`: the
     documents it serves from the bytes the gate hashed, by URI."""
-    return CustodyStore._issue(_ISSUE, config, objects, pinned)
+    return CustodyStorage._issue(_ISSUE, config, objects, pinned)

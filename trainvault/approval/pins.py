@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ManifestError
-from trainvault.publication.bound import Bound, publish_document
+from trainvault.publication.bound import Bound, write_document
 from trainvault.storage.store import StorageSource, storage_of
 
 PINS_NAME = "producer-pins-v1.json"
@@ -94,4 +94,4 @@ def collect_producer_pins(
 
 def write_producer_pins(storage: StorageSource, uri: str, pins: ProducerPins) -> Bound[ProducerPins]:
     """Publish the pins create-only; its digest is of the bytes written."""
-    return publish_document(storage_of(storage), uri, pins)
+    return write_document(storage_of(storage), uri, pins)

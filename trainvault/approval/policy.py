@@ -8,7 +8,7 @@ from typing import Any
 
 from trainvault.approval.dsse import trusted_key_set
 from trainvault.canonical import is_sha256_hex
-from trainvault.contamination.contract import DEFAULT_CONTRACT, Policy
+from trainvault.contamination.contract import DEFAULT_CONTRACT, BenchmarkLimits
 from trainvault.errors import ApprovalError
 
 
@@ -65,7 +65,7 @@ class ApprovalPolicy:
     evaluation_release_sha256: str | None = None
     verifier_contract_sha256: str | None = None
     allowed_producers: Mapping[str, Collection[str]] | None = None
-    min_policy: Policy = field(default_factory=lambda: DEFAULT_CONTRACT.policy)
+    min_policy: BenchmarkLimits = field(default_factory=lambda: DEFAULT_CONTRACT.policy)
     scanner_keys: Collection[Any] | None = None
     scanner_threshold: int = 1
     rescan_min_shards: int = 2

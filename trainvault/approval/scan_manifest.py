@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from trainvault.approval.hashing import DEFAULT_THREADS, HashProgressCallback, hash_objects
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import IntegrityError, ManifestError
-from trainvault.publication.bound import Bound, publish_document
+from trainvault.publication.bound import Bound, write_document
 from trainvault.publication.pinned import Publication
 from trainvault.refs import Sha256
 from trainvault.storage import Storage
@@ -199,4 +199,4 @@ def write_training_scan_manifest(
 ) -> Bound[TrainingScanManifest]:
     """Publish the scan manifest create-only (usually next to the data manifest as
     ``training-scan-manifest-v1.json``); its digest is of the bytes written."""
-    return publish_document(storage_of(storage), uri, scan)
+    return write_document(storage_of(storage), uri, scan)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovedDataset
-from trainvault.approval.guard import CustodyStore
+from trainvault.approval.guard import CustodyStorage
 from trainvault.cards.fields import FieldSurvey, merge_surveys, survey_fields
 from trainvault.errors import ConflictError
 from trainvault.formats import get_format
@@ -50,7 +50,7 @@ class ViewShard:
 
 
 def approved_rows(
-    custody: CustodyStore, data_format: str, entry: ShardEntry, excluded: frozenset[int]
+    custody: CustodyStorage, data_format: str, entry: ShardEntry, excluded: frozenset[int]
 ) -> Iterator[dict[str, Any]]:
     """The records of `entry` the approval keeps, in shard order, read through its `custody`."""
     if not entry.record_count:
@@ -90,7 +90,7 @@ def view_shards(
     manifest = approved.manifest
     fmt = get_format(manifest.data_format)
     excluded = excluded_by_shard(approved, split)
-    custody = approved.custody_store()
+    custody = approved.custody_storage()
     out = []
     for entry in manifest.splits[split].shards:
         dropped = excluded.get(entry.key, frozenset())

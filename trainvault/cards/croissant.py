@@ -198,7 +198,7 @@ def _split_survey(
     """The split's field survey over its approved view, in manifest order: each clean copy's from its
     writing, each other shard's from `shard_surveys` (by shard key); without them, read from every record."""
     if shard_surveys is None:
-        custody = approved.custody_store()
+        custody = approved.custody_storage()
         excluded = excluded_by_shard(approved, split)
         return survey_fields(
             row

@@ -83,8 +83,10 @@ def policy_from_args(args: argparse.Namespace) -> Any:
             raise TrainVaultError("--max-excluded applies to exclusions: pass --allow-exclusions as well")
         options["max_excluded_fraction"] = _fraction(args.max_excluded, "--max-excluded (N/D)")
     if args.rescan is not None:
-        least, percent = (_int(v, "--rescan (MIN_SHARDS PERCENT)") for v in args.rescan)
-        options.update(rescan_min_shards=least, rescan_fraction=(percent, 100))
+        least, share = args.rescan
+        flag = "--rescan (MIN_SHARDS PERCENT or N/D)"
+        options["rescan_min_shards"] = _int(least, flag)
+        options["rescan_fraction"] = _fraction(share, flag) if "/" in share else (_int(share, flag), 100)
     return ApprovalPolicy(**options)
 
 
@@ -102,7 +104,8 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
         "--rescan",
         nargs=2,
         metavar=("MIN_SHARDS", "PERCENT"),
-        help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); 0 0 disables (default 2 2)",
+        help="with scanner keys, re-scan max(MIN_SHARDS, PERCENT%% of the shards); PERCENT may be a fraction N/D; "
+        "0 0 disables (default 2 2)",
     )
     p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
@@ -123,7 +126,7 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
     from trainvault.canonical import sha256_hex
     from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, exclusions_from_report
     from trainvault.contamination.report import ContaminationReport
-    from trainvault.publication.bound import publish_document
+    from trainvault.publication.bound import write_document
     from trainvault.refs import ObjectRef
 
     if bool(args.request) != bool(args.request_out):
@@ -140,14 +143,14 @@ def cmd_exclusions(args: argparse.Namespace) -> int:
             )
     # Only which records to leave out is taken from it: the gate checks the report itself.
     report = read_attested(raw, ContaminationReport, trusted_keys=None, source=args.report).document
-    written = publish_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
+    written = write_document(vault.storage, args.out, exclusions_from_report(report, report_sha256=sha256_hex(raw)))
     per = written.document.per_benchmark()
     print(f"excluded {len(written.document.records)} records" + "".join(f"; {b}: {n}" for b, n in per.items()))
     print(f"exclusions {written.uri}")
     print(f"sha256     {written.sha256}")
     if request is not None:
         sidecars = {**request.sidecars, EXCLUSIONS_SIDECAR: ObjectRef(uri=written.uri, sha256=written.sha256)}
-        bound = publish_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
+        bound = write_document(vault.storage, args.request_out, request.model_copy(update={"sidecars": sidecars}))
         print(f"request    {bound.uri} (binds the exclusions)")
     return 0
 

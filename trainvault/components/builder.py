@@ -87,9 +87,9 @@ class Binding(Referenced):
     name: str
     written: bool
 
-    def sidecars(self) -> dict[str, Any]:
+    def sidecars(self) -> dict[str, ObjectRef]:
         """``{name: ObjectRef}`` for `ApprovalRequest.sidecars`."""
-        return {self.name: ObjectRef(uri=self.uri, sha256=self.sha256)}
+        return {self.name: self.ref}
 
 
 Declare = Callable[[Mapping[str, Any]], Iterable[Frame]]

@@ -46,7 +46,7 @@ def ratio_at_most(count: int, total: int, limit: list[int]) -> bool:
     return count * d <= n * total
 
 
-class Policy(StrictModel):
+class BenchmarkLimits(StrictModel):
     """When a benchmark passes: contaminated and uncheckable fractions at most these limits."""
 
     #: Per benchmark name, with ``"*"`` for every benchmark not named. Default: none contaminated.
@@ -169,7 +169,7 @@ class VerifierContract(Document):
     record_id_field: str | None = "id"
     #: Training coordinates kept per contaminated item; `hits_total` stays exact.
     max_hits_per_item: int = Field(default=100, ge=1, le=100_000)
-    policy: Policy = Field(default_factory=Policy)
+    policy: BenchmarkLimits = Field(default_factory=BenchmarkLimits)
 
     @field_validator("fields")
     @classmethod
@@ -197,8 +197,8 @@ __all__ = [
     "METHOD_V3",
     "V1_CONTRACT",
     "V2_CONTRACT",
+    "BenchmarkLimits",
     "MethodSpec",
-    "Policy",
     "Ratio",
     "VerifierContract",
     "check_ratio",

@@ -15,7 +15,7 @@ from trainvault.contamination.release import load_release
 from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_shard
 from trainvault.progress import Progress, terminal_bar
-from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.bound import Bound, read_document, write_document
 from trainvault.publication.manifest import ShardEntry
 from trainvault.publication.pinned import Publication
 from trainvault.refs import ObjectRef, Referenced
@@ -98,7 +98,7 @@ def scan_dataset(
 
 def write_report(storage: StorageSource, uri: str, report: ContaminationReport) -> Bound[ContaminationReport]:
     """Publish the report create-only; its digest is of the bytes written."""
-    return publish_document(storage_of(storage), uri, report)
+    return write_document(storage_of(storage), uri, report)
 
 
 def read_report(storage: StorageSource, uri: str, *, sha256: str | None = None) -> Bound[ContaminationReport]:

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from trainvault.canonical import canonical_json, loads_strict, sha256_hex
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError, IntegrityError, ManifestError, ObjectTooLargeError
-from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.bound import Bound, read_document, write_document
 from trainvault.publication.manifest import validate_name
 from trainvault.refs import Sha256
 from trainvault.storage.store import StorageSource, storage_of, storage_or_default
@@ -241,7 +241,7 @@ def publish_release(
             )
         )
     release = EvaluationRelease(id=release_id, benchmarks=entries)
-    return publish_document(storage, join_uri(root_uri, RELEASE_NAME), release)
+    return write_document(storage, join_uri(root_uri, RELEASE_NAME), release)
 
 
 def load_release(storage: StorageSource, uri: str, *, sha256: str | None = None) -> LoadedRelease:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_serializer, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
-from trainvault.contamination.contract import MethodSpec, Policy
+from trainvault.contamination.contract import BenchmarkLimits, MethodSpec
 from trainvault.contamination.index import EvalIndex, IndexedBenchmark, IndexedItem
 from trainvault.contamination.report_items import (
     BenchmarkResult,
@@ -85,7 +85,7 @@ class ContaminationReport(Document):
     verifier_contract: DigestRef
     producer_pins: DigestRef
     coverage: Coverage
-    policy: Policy
+    policy: BenchmarkLimits
     benchmarks: list[BenchmarkResult] = Field(min_length=1)
     contaminated_items: list[ContaminatedItem]
     uncheckable_items: list[UncheckableItem]
@@ -145,7 +145,7 @@ class ContaminationReport(Document):
             "producer_pins": self.producer_pins.sha256,
         }
 
-    def recompute_pass(self, policy: Policy | None = None) -> bool:
+    def recompute_pass(self, policy: BenchmarkLimits | None = None) -> bool:
         """The verdict from the counts alone, under `policy` (default: the report's own).
 
         A gate passes the policy of the contract it trusts and ignores the stored flags.

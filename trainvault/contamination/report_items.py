@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_serializer
 
-from trainvault.contamination.contract import METHOD_V3, MethodSpec, Policy
+from trainvault.contamination.contract import METHOD_V3, BenchmarkLimits, MethodSpec
 from trainvault.contamination.index import UncheckableReason
 from trainvault.contamination.scan import ShardHit
 from trainvault.documents import StrictModel
@@ -103,7 +103,7 @@ class UncheckableItem(StrictModel):
 
 def check_evidence(
     method: MethodSpec,
-    policy: Policy,
+    policy: BenchmarkLimits,
     benchmarks: list[BenchmarkResult],
     contaminated: list[ContaminatedItem],
     uncounted: list[UncountedItem] | None,

@@ -1,7 +1,7 @@
 """The publication layer: manifest and descriptor documents, their layout, the saver that
 writes them, the verified shard reader, and `Publication`, a manifest read once and pinned."""
 
-from trainvault.publication.bound import Bound, publish_document, read_document
+from trainvault.publication.bound import Bound, read_document, write_document
 from trainvault.publication.manifest import Curriculum, DataManifest, ShardDescriptor, ShardEntry, SplitManifest
 from trainvault.publication.pinned import Publication
 from trainvault.publication.reader import iter_shard
@@ -17,6 +17,6 @@ __all__ = [
     "ShardEntry",
     "SplitManifest",
     "iter_shard",
-    "publish_document",
     "read_document",
+    "write_document",
 ]

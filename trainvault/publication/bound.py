@@ -23,7 +23,7 @@ class Bound(Referenced, Generic[D]):
     document: D
 
 
-def publish_document(storage: StorageSource, uri: str, document: D) -> Bound[D]:
+def write_document(storage: StorageSource, uri: str, document: D) -> Bound[D]:
     """Write `document` as canonical JSON at `uri`, create-only; same bytes again is a no-op."""
     storage = storage_of(storage)
     uri = normalize_uri(uri)

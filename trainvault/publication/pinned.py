@@ -177,7 +177,7 @@ class Publication:
         """This publication with every descriptor attached from its descriptor pack, read in one
         request and checked against the manifest (see `trainvault.publication.pack`). Unchanged
         when descriptors are attached already or the manifest (written before packs) has none.
-        `storage` is a `Storage` or the custody store of an approved dataset (which reads like one)."""
+        `storage` is a `Storage` or the custody storage of an approved dataset (which reads like one)."""
         ref = self.manifest.descriptor_pack
         if ref is None or self.descriptors:
             return self

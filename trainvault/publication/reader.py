@@ -99,7 +99,7 @@ def check_descriptors(storage: Storage, manifest: DataManifest, threads: int = 1
 
 class ShardReader:
     """Reads one shard's blocks, verifying each block's SHA-256 before it is decoded. `storage`
-    is a `Storage` or the custody store of an approved dataset (which reads like one)."""
+    is a `Storage` or the custody storage of an approved dataset (which reads like one)."""
 
     def __init__(
         self,

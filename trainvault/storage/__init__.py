@@ -11,7 +11,7 @@ The modules: `config` (settings), `local` and `objectstore` (the backends, behin
 `backend` contract), `clients` (one backend per store), `recovery` (retries, resumes, the
 first-contact rule, `STATS`), `translate` (native errors to trainvault's), `store` (`Storage`),
 `reads` (`READS`: bytes and requests every read returned, per process), `readable`
-(`ReadableStorage`: the read-only protocol `Storage` and the approval's custody store satisfy).
+(`ReadableStorage`: the read-only protocol `Storage` and the approval's custody storage satisfy).
 """
 
 from trainvault.storage.config import S3_ENV_VARS, StorageConfig

@@ -1,9 +1,9 @@
 """ReadableStorage: the reads a reader or loader makes, as a protocol.
 
-`Storage` satisfies it, and so does the approval's custody store, which is not a `Storage`
+`Storage` satisfies it, and so does the approval's custody storage, which is not a `Storage`
 (it refuses writes and listings and serves only approved objects). Code that only reads
 (the loader, the shard reader, descriptor and pack reads) takes a `ReadableStorage`, so the
-custody store is passed where a store is read without pretending to be one. Like torchdata's
+custody storage is passed where a store is read without pretending to be one. Like torchdata's
 ``Stateful``, it names behaviour, not a base class; ``isinstance`` checks the method names.
 """
 

@@ -14,7 +14,7 @@ from trainvault.approval import ApprovalPolicy, ApprovedDataset, ProducerPins, b
 from trainvault.approval.hashing import HashProgress
 from trainvault.approval.pins import PackagePin
 from trainvault.contamination import VerifierContract, jsonl_benchmark, load_index, publish_release
-from trainvault.contamination.contract import Policy
+from trainvault.contamination.contract import BenchmarkLimits
 from trainvault.version import __version__
 
 
@@ -236,7 +236,7 @@ def test_forged_pass_flag(build_chain: Callable[..., Any], tmp_path: Path) -> No
 def test_loosened_policy(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path), contaminate=True)
     report = chain.extra["report"]
-    loose = Policy(max_contaminated_fraction={"*": [1, 1]})
+    loose = BenchmarkLimits(max_contaminated_fraction={"*": [1, 1]})
     # The report's policy loosened after the scan, verdict rewritten to match.
     edited = report.model_copy(
         update={

@@ -13,7 +13,7 @@ import pytest
 import torch.utils.data
 
 from trainvault import IntegrityError, TrainVault
-from trainvault.approval.guard import CustodyStore
+from trainvault.approval.guard import CustodyStorage
 from trainvault.canonical import sha256_hex
 from trainvault.errors import CustodyError
 
@@ -116,19 +116,19 @@ def test_approved_loader_and_custody_cannot_be_built_over_a_forged_manifest(
     with pytest.raises(TypeError, match="cannot be constructed directly"):
         got += ids(type(loader)(chain.vault.storage, uri, sha, collate_fn=list).load("train"))
     with pytest.raises(TypeError, match="cannot be constructed directly"):
-        custody = CustodyStore(chain.vault.storage_config, shards, {uri: chain.vault.storage.get(uri)})
+        custody = CustodyStorage(chain.vault.storage_config, shards, {uri: chain.vault.storage.get(uri)})
         got += ids(type(loader)(custody, uri, sha, collate_fn=list).load("train"))
     with pytest.raises(TypeError, match="issued"):
-        type(loader)._issue(object(), approved.custody_store(), uri, sha)
+        type(loader)._issue(object(), approved.custody_storage(), uri, sha)
     with pytest.raises(TypeError, match="issued"):
-        CustodyStore._issue(object(), chain.vault.storage_config, shards, {})
+        CustodyStorage._issue(object(), chain.vault.storage_config, shards, {})
     assert got == []
     # The issued ones keep what the gate approved: no swapping in another storage or manifest.
     for name, value in (("storage", chain.vault.storage), ("manifest", forged), ("manifest_uri", uri)):
         with pytest.raises(AttributeError, match="read-only"):
             setattr(loader, name, value)
     with pytest.raises(CustodyError, match="not an object of the approved dataset"):
-        approved.custody_store().get(next(iter(shards)))
+        approved.custody_storage().get(next(iter(shards)))
     assert ids(loader.load("train")) == expected_ids(chain, ["s0", "s1", "s2", "s3"])
 
 
@@ -137,7 +137,7 @@ def test_approved_loader_and_custody_do_not_copy_or_pickle(approved_chain: Any, 
     _, approved = approved_chain
     clone = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}[how]
     loader = approved.loader_factory(collate_fn=list)
-    objects = [loader, approved.custody_store(), loader.storage]
+    objects = [loader, approved.custody_storage(), loader.storage]
     if how != "copy":  # a shallow copy of the dataset shares its custody; a deep copy or a pickle would hold its own
         objects.append(loader.load("train").dataset)
     for obj in objects:
@@ -154,7 +154,7 @@ def worker_view(manifest_uri: str, records: list[dict[str, Any]]) -> dict[str, A
         manifest = "read"
     except CustodyError:
         manifest = "refused"
-    return {"ids": [r["id"] for r in records], "custody": isinstance(storage, CustodyStore), "manifest": manifest}
+    return {"ids": [r["id"] for r in records], "custody": isinstance(storage, CustodyStorage), "manifest": manifest}
 
 
 def check_workers_get_approved_objects_only(chain: Any, context: str | None) -> None:

@@ -220,7 +220,7 @@ def test_manifest_is_a_detached_copy(chain: Any) -> None:
 
 def test_custody_store_reads_only_approved_objects(chain: Any) -> None:
     approved = chain.vault.approve_dataset(chain.request())
-    storage = approved.custody_store()
+    storage = approved.custody_storage()
     with pytest.raises(CustodyError, match="not an object of the approved dataset"):
         storage.get(chain.refs["contamination_report"].uri)
     with pytest.raises(CustodyError, match="read-only"):

@@ -28,12 +28,12 @@ from trainvault.contamination import (
     scan_dataset,
     write_report,
 )
-from trainvault.contamination.contract import Policy
+from trainvault.contamination.contract import BenchmarkLimits
 from trainvault.contamination.dataset import ScanProgress, read_report
 from trainvault.contamination.index import EvalIndex, gram_fingerprint, token_fingerprint
 from trainvault.contamination.normalize import Normalizer
 from trainvault.contamination.scan import scan_shard
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 SCAN_SHA = sha256_hex(b"training-scan-manifest")
 PINS_SHA = sha256_hex(b"producer-pins")
@@ -171,7 +171,7 @@ def setup(
         "evals-test",
         [humaneval_benchmark(), jsonl_benchmark("tiny", TINY_JSONL)],
     )
-    bound = publish_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
+    bound = write_document(vault.storage, f"{root}/verifier-contract-v1.json", contract or VerifierContract())
     index = load_index(vault, release, bound)
     return {"manifest_uri": f"{root}/ds/data-manifest-v1.json", "index": index, "release": release}
 
@@ -261,12 +261,12 @@ def test_clean_data_passes_and_policy_is_recomputed(tmp_path: Any, corpus: dict[
     clean = {k: [r for r in v if len(r["text"]) > 0] for k, v in corpus["shards"].items()}
     rng = random.Random(3)
     clean = {"shards": {k: [{"id": r["id"], "text": filler(rng, 50)} for r in v] for k, v in clean.items()}}
-    policy = Policy(max_uncheckable_fraction=[1, 3])
+    policy = BenchmarkLimits(max_uncheckable_fraction=[1, 3])
     env = setup(vault, str(tmp_path), clean, contract=VerifierContract(policy=policy))
     report = scan(vault, env)
     assert report.contaminated_items == [] and report.passed and report.recompute_pass()
     # A stricter policy (the one a gate trusts) fails the same counts; the stored flag is not trusted.
-    assert not report.recompute_pass(Policy())
+    assert not report.recompute_pass(BenchmarkLimits())
     forged = json.loads(report.to_json_bytes())
     forged["benchmarks"][1]["n_uncheckable"] = 0
     with pytest.raises(ManifestError, match="counts disagree"):

@@ -20,7 +20,7 @@ from trainvault.contamination.scan import _Accumulator, _add_block, scan_shard
 from trainvault.formats import get_format
 from trainvault.formats.blocks import encode_shard
 from trainvault.formats.msgpack_zst import unpack_records
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 from trainvault.publication.reader import ShardReader
 
 FMT = get_format("msgpack.zst")
@@ -55,7 +55,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Any:
     vault = TrainVault()
     release = publish_release(vault.storage, f"{root}/release", "he", [humaneval_benchmark()])
     contract = VerifierContract(fields=["text", "title"])
-    bound = publish_document(vault.storage, f"{root}/contract.json", contract)
+    bound = write_document(vault.storage, f"{root}/contract.json", contract)
     return load_index(vault, release, bound)
 
 

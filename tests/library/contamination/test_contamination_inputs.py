@@ -22,7 +22,7 @@ from trainvault.contamination import (
 )
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
 from trainvault.contamination.release import load_release
-from trainvault.publication.bound import publish_document, read_document
+from trainvault.publication.bound import read_document, write_document
 
 NORM = Normalizer(NormalizationSpec(id="tvnorm-v1"))
 
@@ -158,7 +158,7 @@ def test_malformed_contract_raises_clear_error(store: tuple[TrainVault, str], da
 
 def test_contract_digest_is_of_stored_bytes(store: tuple[TrainVault, str]) -> None:
     vault, root = store
-    bound = publish_document(vault.storage, f"{root}/c.json", VerifierContract())
+    bound = write_document(vault.storage, f"{root}/c.json", VerifierContract())
     assert bound.sha256 == sha256_hex(vault.storage.get(bound.uri))
     assert read_document(vault.storage, VerifierContract, bound.uri, sha256=bound.sha256).document == VerifierContract()
     with pytest.raises(IntegrityError, match="replaced or altered"):

@@ -27,7 +27,7 @@ from trainvault.contamination import (
 from trainvault.contamination.contract import V1_CONTRACT, V2_CONTRACT
 from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map, format_characters
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
-from trainvault.publication.bound import publish_document, read_document
+from trainvault.publication.bound import read_document, write_document
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 V2 = Normalizer()
@@ -182,7 +182,7 @@ def test_v2_scan_finds_scraped_copies_at_their_original_spans() -> None:
     records = [{"id": str(k), "text": f"lead in {text} trail"} for k, text in enumerate(forms)]
     found = {}
     for contract in (V1_CONTRACT, V2_CONTRACT):
-        c = publish_document(vault.storage, f"{root}/{contract.method.id}.json", contract)
+        c = write_document(vault.storage, f"{root}/{contract.method.id}.json", contract)
         index = load_index(vault, release, c)
         result = scan_records(index, records, shard_sha256="0" * 64)
         hits = [h for it in result.items for h in it.hits]

@@ -21,10 +21,10 @@ from trainvault.contamination import (
     publish_release,
     scan_dataset,
 )
-from trainvault.contamination.contract import DEFAULT_CONTRACT, METHOD_V3, V2_CONTRACT, Policy
+from trainvault.contamination.contract import DEFAULT_CONTRACT, METHOD_V3, V2_CONTRACT, BenchmarkLimits
 from trainvault.contamination.evidence import EvidenceRule
 from trainvault.contamination.normalize import Normalizer
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCAN_SHA = sha256_hex(b"training-scan-manifest")
@@ -63,8 +63,8 @@ def test_earlier_contracts_and_reports_keep_their_bytes() -> None:
     golden = (GOLDEN / "contamination-report-v1.json").read_bytes().rstrip(b"\n")
     report = ContaminationReport.from_json_bytes(golden)
     assert report.uncounted_items is None and report.to_json_bytes() == golden
-    assert b"count_uncounted" not in Policy().model_dump_json().encode()
-    assert b"count_uncounted" in Policy(count_uncounted=True).model_dump_json().encode()
+    assert b"count_uncounted" not in BenchmarkLimits().model_dump_json().encode()
+    assert b"count_uncounted" in BenchmarkLimits(count_uncounted=True).model_dump_json().encode()
 
 
 def test_v3_contract_binds_its_rule_and_refuses_mixed_ids() -> None:
@@ -113,7 +113,7 @@ def _scan(tmp_path: Path, name: str, shards: list[list[dict[str, Any]]], contrac
         saver.save("train", None, records, shard_id=f"s{k}")
     saver.commit_manifest()
     release = publish_release(vault.storage, f"{root}/release", "evals", [humaneval_benchmark()])
-    index = load_index(vault, release, publish_document(vault.storage, f"{root}/contract.json", contract))
+    index = load_index(vault, release, write_document(vault.storage, f"{root}/contract.json", contract))
     return scan_dataset(
         vault,
         f"{root}/ds/data-manifest-v1.json",
@@ -166,7 +166,7 @@ def test_v3_counts_the_copy_and_lists_the_coincidences_with_their_reason(
     # Without the copy the data passes v3, and fails when the approver counts what v3 leaves out.
     clean = [r for r in planted if r["id"] != "r15"]
     assert _scan(tmp_path, "v3-clean", [clean], DEFAULT_CONTRACT).passed
-    counting = VerifierContract(method=MethodSpec(id=METHOD_V3), policy=Policy(count_uncounted=True))
+    counting = VerifierContract(method=MethodSpec(id=METHOD_V3), policy=BenchmarkLimits(count_uncounted=True))
     strict = _scan(tmp_path, "v3-strict", [clean], counting)
     assert [it.item_id for it in strict.contaminated_items] == ["HumanEval/40", "HumanEval/78", "HumanEval/105"]
     assert strict.uncounted_items == [] and not strict.passed

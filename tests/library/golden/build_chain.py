@@ -21,7 +21,7 @@ from trainvault.approval.pins import PackagePin
 from trainvault.canonical import sha256_hex
 from trainvault.contamination import jsonl_benchmark, load_index, publish_release, scan_dataset, write_report
 from trainvault.contamination.contract import V1_CONTRACT
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 ROOT = "memory://golden"
 STAGES = [
@@ -72,7 +72,7 @@ def write_chain(vault: TrainVault, manifest_uri: str, root: str) -> None:
     )
     pins_b = write_producer_pins(vault, f"{root}/producer-pins-v1.json", pins)
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-evals", [jsonl_benchmark("tiny", BENCHMARK)])
-    contract = publish_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", V1_CONTRACT)
+    contract = write_document(vault.storage, f"{ROOT}/verifier-contract-v1.json", V1_CONTRACT)
     index = load_index(vault, release, contract)
     report = scan_dataset(
         vault, manifest_uri, index, scan_manifest_sha256=scan.sha256, producer_pins_sha256=pins_b.sha256, progress=False

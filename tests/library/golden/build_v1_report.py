@@ -23,7 +23,7 @@ from trainvault.contamination import (
     scan_dataset,
     write_report,
 )
-from trainvault.publication.bound import publish_document
+from trainvault.publication.bound import write_document
 
 ROOT = "memory://golden-v1"
 ITEMS = [
@@ -63,7 +63,7 @@ def main() -> None:
     unpacked = saver.build_manifest().model_copy(update={"descriptor_pack": None})
     vault.storage.put_create(saver.manifest_uri, unpacked.to_json_bytes())
     release = publish_release(vault.storage, f"{ROOT}/release", "golden-v1-evals", [jsonl_benchmark("tiny", BENCHMARK)])
-    contract = publish_document(
+    contract = write_document(
         vault.storage, f"{ROOT}/verifier-contract-v1.json", VerifierContract.model_validate(CONTRACT)
     )
     index = load_index(vault, release, contract)

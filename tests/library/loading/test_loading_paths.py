@@ -16,7 +16,7 @@ import torch.utils.data  # the loader's extra: these tests run its DataLoaders
 
 from trainvault import ConfigurationError, TrainVault, UngatedDataWarning
 from trainvault.approval.approved_loader import ApprovedLoaderFactory
-from trainvault.approval.guard import CustodyStore
+from trainvault.approval.guard import CustodyStorage
 from trainvault.loading import LoaderPlan, Observability, SplitLoaderFactory
 from trainvault.storage import Storage
 from trainvault.storage.readable import ReadableStorage
@@ -49,15 +49,15 @@ def test_the_approved_factory_does_not_warn_and_is_not_an_ungated_one(chain_and_
         got = ids(factory.load("valid"))
     assert got == [r["id"] for r in chain.records["valid"]]
     assert isinstance(factory, ApprovedLoaderFactory) and not isinstance(factory, SplitLoaderFactory)
-    # It composes a factory over custody: the custody store, never the vault's Storage.
-    assert isinstance(factory.storage, CustodyStore) and not isinstance(factory.storage, Storage)
+    # It composes a factory over custody: the custody storage, never the vault's Storage.
+    assert isinstance(factory.storage, CustodyStorage) and not isinstance(factory.storage, Storage)
     assert factory.plan.shuffle is False and factory.manifest_sha256 == chain.refs["data_manifest"].sha256
 
 
 def test_storage_and_custody_satisfy_the_read_only_protocol(chain_and_approved: Any) -> None:
     chain, approved = chain_and_approved
     assert isinstance(chain.vault.storage, ReadableStorage)
-    assert isinstance(approved.custody_store(), ReadableStorage)
+    assert isinstance(approved.custody_storage(), ReadableStorage)
     assert not isinstance(object(), ReadableStorage)
 
 
