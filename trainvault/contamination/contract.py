@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
+from trainvault.contamination.evidence import EvidenceRule
 from trainvault.contamination.normalize import NORMALIZATION_ID, NORMALIZATION_V1, NormalizationSpec
 from trainvault.documents import Document, StrictModel
 
-METHOD_ID: Final = "ngram-exact-v2"
 METHOD_V1: Final = "ngram-exact-v1"
+METHOD_V2: Final = "ngram-exact-v2"
+#: ngram-exact-v2's matching with an evidence rule (`trainvault.contamination.evidence`): the default.
+METHOD_V3: Final = "ngram-exact-v3"
+METHOD_ID: Final = METHOD_V3
 #: The normalisation each method id is bound to: a contract cannot pair them otherwise.
-METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_ID: NORMALIZATION_ID}
+METHOD_NORMALIZATION = {METHOD_V1: NORMALIZATION_V1, METHOD_V2: NORMALIZATION_ID, METHOD_V3: NORMALIZATION_ID}
 HASH_ID: Final = "blake2b64+poly64"
 
 #: A non-negative fraction as ``[numerator, denominator]`` integers: no floats anywhere.
@@ -49,6 +53,16 @@ class BenchmarkLimits(StrictModel):
     max_contaminated_fraction: dict[str, Ratio] = Field(default_factory=lambda: {"*": [0, 1]})
     #: Uncheckable items (too short, or only template n-grams) over all items.
     max_uncheckable_fraction: Ratio = Field(default_factory=lambda: [1, 20])
+    #: Count the matches an evidence rule leaves out (ngram-exact-v3's uncounted items) as
+    #: contamination after all. Written only when true, so earlier policies keep their bytes.
+    count_uncounted: bool = False
+
+    @model_serializer(mode="wrap")
+    def _omit_default_count(self, handler: Any) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("count_uncounted") is False:
+            out.pop("count_uncounted")
+        return out
 
     @field_validator("max_contaminated_fraction")
     @classmethod
@@ -81,11 +95,12 @@ class BenchmarkLimits(StrictModel):
 class MethodSpec(StrictModel):
     """The matching method and its parameters, copied verbatim into the report.
 
-    ``ngram-exact-v2`` (the default) normalises with tvnorm-v2, ``ngram-exact-v1`` with
-    tvnorm-v1; a spec without `normalization` gets its method's.
+    ``ngram-exact-v3`` (the default) and ``ngram-exact-v2`` normalise with tvnorm-v2,
+    ``ngram-exact-v1`` with tvnorm-v1; a spec without `normalization` gets its method's.
+    v3 alone has an `evidence` rule (a v3 spec without one gets the default rule).
     """
 
-    id: Literal["ngram-exact-v1", "ngram-exact-v2"] = METHOD_ID
+    id: Literal["ngram-exact-v1", "ngram-exact-v2", "ngram-exact-v3"] = METHOD_ID
     #: n-gram size in tokens.
     n: int = Field(default=13, ge=2, le=64)
     #: Items with fewer tokens are uncheckable; items with at least this many but fewer than
@@ -98,13 +113,28 @@ class MethodSpec(StrictModel):
     tokenizer_sha256: None = None
     hash: Literal["blake2b64+poly64"] = HASH_ID
     exhaustive: Literal[True] = True
+    #: Which matches count toward a verdict (ngram-exact-v3 only; omitted otherwise).
+    evidence: EvidenceRule | None = None
 
     @model_validator(mode="before")
     @classmethod
-    def _method_normalization(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "normalization" not in data and data.get("id", METHOD_ID) in METHOD_NORMALIZATION:
-            data = {**data, "normalization": {"id": METHOD_NORMALIZATION[data.get("id", METHOD_ID)]}}
+    def _method_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        method = data.get("id", METHOD_ID)
+        if "normalization" not in data and method in METHOD_NORMALIZATION:
+            data = {**data, "normalization": {"id": METHOD_NORMALIZATION[method]}}
+        if "evidence" not in data and method == METHOD_V3:
+            data = {**data, "evidence": EvidenceRule()}
         return data
+
+    @model_serializer(mode="wrap")
+    def _omit_missing_evidence(self, handler: Any) -> dict[str, Any]:
+        # v1 and v2 specs keep the bytes (and contract digests) they were written with.
+        out: dict[str, Any] = handler(self)
+        if out.get("evidence") is None:
+            out.pop("evidence", None)
+        return out
 
     @model_validator(mode="after")
     def _sizes(self) -> MethodSpec:
@@ -113,6 +143,11 @@ class MethodSpec(StrictModel):
             raise ValueError(
                 f"method {self.id} normalises with {expected}, not {self.normalization.id}: "
                 f"set normalization.id to {expected!r} or use the method that goes with it"
+            )
+        if (self.evidence is None) != (self.id != METHOD_V3):
+            raise ValueError(
+                f"method {self.id} {'needs' if self.id == METHOD_V3 else 'has no'} evidence rule: "
+                f"{'give one or leave it out for the default' if self.id == METHOD_V3 else 'use ngram-exact-v3 for one'}"
             )
         if self.min_item_tokens > self.n:
             raise ValueError(f"min_item_tokens ({self.min_item_tokens}) must not exceed n ({self.n})")
@@ -149,6 +184,8 @@ class VerifierContract(Document):
 DEFAULT_CONTRACT = VerifierContract()
 #: The ngram-exact-v1 / tvnorm-v1 contract with every other setting at its default.
 V1_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V1))
+#: The ngram-exact-v2 / tvnorm-v2 contract (the default before issue 41) with every other setting at its default.
+V2_CONTRACT = VerifierContract(method=MethodSpec(id=METHOD_V2))
 
 __all__ = [
     "DEFAULT_CONTRACT",
@@ -156,7 +193,10 @@ __all__ = [
     "METHOD_ID",
     "METHOD_NORMALIZATION",
     "METHOD_V1",
+    "METHOD_V2",
+    "METHOD_V3",
     "V1_CONTRACT",
+    "V2_CONTRACT",
     "BenchmarkLimits",
     "MethodSpec",
     "Ratio",

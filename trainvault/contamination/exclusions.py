@@ -15,7 +15,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trainvault.canonical import is_sha256_hex
-from trainvault.contamination.report import ContaminationReport, item_sort_key
+from trainvault.contamination.report import ContaminationReport
+from trainvault.contamination.report_items import item_sort_key
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError
 from trainvault.publication.manifest import natural_key

@@ -13,7 +13,7 @@ never looked up; record and field boundaries are 0 as well, so no match crosses 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -35,9 +35,11 @@ _FILTER_BITS = 20
 _FILTER_SIZE = 1 << _FILTER_BITS
 _FILTER_MULT = 0x9E3779B1
 
-UncheckableReason = Literal["too-short", "template-only"]
+UncheckableReason = Literal["too-short", "template-only", "low-information-only"]
 UNCHECKABLE_TOO_SHORT: Final = "too-short"
 UNCHECKABLE_TEMPLATE_ONLY: Final = "template-only"
+#: ngram-exact-v3: every searched gram of the item is low-information, so no match could count.
+UNCHECKABLE_LOW_INFORMATION: Final = "low-information-only"
 
 
 def _numpy() -> Any:
@@ -107,8 +109,15 @@ class IndexedItem:
     n_tokens: int
     #: Distinct n-grams searched for (whole-item items: 1); template n-grams excluded.
     total_ngrams: int
-    #: Why the item cannot be checked (`too-short`, `template-only`), or None.
+    #: Why the item cannot be checked (`too-short`, `template-only`, `low-information-only`), or None.
     uncheckable: UncheckableReason | None
+    #: Positions of the grams a match of which counts (ngram-exact-v3: the informative ones;
+    #: earlier methods: every searched gram).
+    counted_positions: frozenset[int] = frozenset()
+
+    def counted_ngrams(self, matched_positions: Iterable[int]) -> int:
+        """How many of `matched_positions` (the item's matched grams) are grams that count."""
+        return len(self.counted_positions.intersection(matched_positions))
 
 
 @dataclass(frozen=True)
@@ -233,13 +242,17 @@ class EvalIndex:
         hot = {g for g, c in df.items() if c > method.max_item_df}
         infos = []
         kept_all = []
+        evidence = method.evidence
         for item, grams, length in zip(bench.items, per_item, lengths, strict=False):
             kept = {g: p for g, p in grams.items() if g not in hot}
+            counted = frozenset(p for g, p in kept.items() if evidence is None or not evidence.is_low_information(g))
             reason: UncheckableReason | None = None
             if length < min_tokens:
                 reason = UNCHECKABLE_TOO_SHORT
             elif not kept:
                 reason = UNCHECKABLE_TEMPLATE_ONLY
+            elif not counted:
+                reason = UNCHECKABLE_LOW_INFORMATION
             infos.append(
                 IndexedItem(
                     benchmark=bench.name,
@@ -248,6 +261,7 @@ class EvalIndex:
                     n_tokens=length,
                     total_ngrams=len(kept),
                     uncheckable=reason,
+                    counted_positions=counted,
                 )
             )
             kept_all.append(kept)

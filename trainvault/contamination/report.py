@@ -15,12 +15,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_serializer, model_validator
 
 from trainvault.canonical import canonical_json, is_sha256_hex
 from trainvault.contamination.contract import BenchmarkLimits, MethodSpec
-from trainvault.contamination.index import EvalIndex, IndexedBenchmark, UncheckableReason
-from trainvault.contamination.scan import ShardHit, ShardScanResult
+from trainvault.contamination.index import EvalIndex, IndexedBenchmark, IndexedItem
+from trainvault.contamination.report_items import (
+    BenchmarkResult,
+    ContaminatedItem,
+    ReportHit,
+    UncheckableItem,
+    UncountedItem,
+    check_evidence,
+    item_sort_key,
+)
+from trainvault.contamination.scan import ShardScanResult
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import ContaminationError
 from trainvault.publication.manifest import DataManifest, natural_key
@@ -54,62 +63,11 @@ class Coverage(StrictModel):
     bytes: int = Field(ge=0)
 
 
-class BenchmarkResult(StrictModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    name: str
-    split: str
-    n_items: int = Field(ge=0)
-    n_checkable: int = Field(ge=0)
-    n_uncheckable: int = Field(ge=0)
-    n_hot_ngrams_excluded: int = Field(ge=0)
-    n_contaminated: int = Field(ge=0)
-    #: ``[n_contaminated, n_checkable]``.
-    contaminated_fraction: list[int] = Field(min_length=2, max_length=2)
-    #: ``[n_uncheckable, n_items]``.
-    uncheckable_fraction: list[int] = Field(min_length=2, max_length=2)
-    passed: bool = Field(alias="pass")
-
-
-class ReportHit(ShardHit):
-    """Training coordinates of one match: a `ShardHit` placed in its split and shard."""
-
-    split: str
-    shard: str
-    shard_sha256: Sha256
-
-
-class ContaminatedItem(StrictModel):
-    benchmark: str
-    item_id: str
-    item_sha256: Sha256
-    #: Distinct item n-grams found anywhere in the training data, of `total_ngrams`.
-    matched_ngrams: int = Field(ge=1)
-    total_ngrams: int = Field(ge=1)
-    #: Longest run of training tokens covered by overlapping matched n-grams.
-    longest_match_tokens: int = Field(ge=1)
-    hits_total: int = Field(ge=1)
-    hits: list[ReportHit] = Field(min_length=1)
-
-
-class UncheckableItem(StrictModel):
-    benchmark: str
-    item_id: str
-    item_sha256: Sha256
-    tokens: int = Field(ge=0)
-    reason: UncheckableReason
-
-
 class ToolInfo(StrictModel):
     name: str
     version: str
     python: str
     unicode: str
-
-
-def item_sort_key(item_id: str) -> tuple[Any, ...]:
-    """Order item ids naturally (``HumanEval/2`` before ``HumanEval/10``), ties by the raw id."""
-    return (natural_key(item_id), item_id)
 
 
 class ContaminationReport(Document):
@@ -133,9 +91,18 @@ class ContaminationReport(Document):
     uncheckable_items: list[UncheckableItem]
     passed: bool = Field(alias="pass")
     tool: ToolInfo
+    #: ngram-exact-v3: items whose matches the evidence rule does not count (omitted before v3).
+    uncounted_items: list[UncountedItem] | None = None
 
     def to_json_bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json", by_alias=True))
+
+    @model_serializer(mode="wrap")
+    def _omit_v3(self, handler: Any) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("uncounted_items", 0) is None:
+            out.pop("uncounted_items")
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> ContaminationReport:
@@ -165,6 +132,7 @@ class ContaminationReport(Document):
         keys = [(it.benchmark, item_sort_key(it.item_id)) for it in self.contaminated_items]
         if keys != sorted(keys) or len(set(keys)) != len(keys):
             raise ValueError("contaminated_items must be sorted by benchmark and item id, each once")
+        check_evidence(self.method, self.policy, self.benchmarks, self.contaminated_items, self.uncounted_items)
         return self
 
     def bound_digests(self) -> dict[str, str]:
@@ -225,7 +193,7 @@ def reduce_report(
     _check_sha(producer_pins_sha256, "producer_pins_sha256")
     contract = index.contract
     coverage, merged = _merge_shards(index, manifest, _results_by_shard(index, results))
-    benchmarks, contaminated_items, uncheckable_items = _judge(index, merged)
+    benchmarks, contaminated_items, uncheckable_items, uncounted_items = _judge(index, merged)
     return ContaminationReport(
         method=contract.method,
         fields=list(contract.fields),
@@ -239,6 +207,7 @@ def reduce_report(
         contaminated_items=contaminated_items,
         uncheckable_items=uncheckable_items,
         passed=all(b.passed for b in benchmarks),
+        uncounted_items=uncounted_items if contract.method.evidence is not None else None,
         tool=ToolInfo(
             name="trainvault",
             version=__version__,
@@ -313,31 +282,31 @@ def _merge_shards(
 
 def _judge(
     index: EvalIndex, merged: dict[tuple[str, str], _MergedItem]
-) -> tuple[list[BenchmarkResult], list[ContaminatedItem], list[UncheckableItem]]:
-    """Per benchmark (by name) its counts and verdict, and the contaminated and uncheckable items."""
-    benchmarks: list[BenchmarkResult] = []
-    contaminated: list[ContaminatedItem] = []
-    uncheckable: list[UncheckableItem] = []
-    for bench in sorted(index.benchmarks, key=lambda b: b.name):
-        benchmarks.append(_judge_benchmark(index, bench, merged, contaminated, uncheckable))
+) -> tuple[list[BenchmarkResult], list[ContaminatedItem], list[UncheckableItem], list[UncountedItem]]:
+    """Per benchmark (by name) its counts and verdict, and the contaminated, uncheckable and uncounted items."""
+    lists: _ItemLists = ([], [], [])
+    benchmarks = [
+        _judge_benchmark(index, bench, merged, lists) for bench in sorted(index.benchmarks, key=lambda b: b.name)
+    ]
     known = {(bench.name, item.item_id) for bench in index.benchmarks for item in bench.items}
     unknown = sorted(set(merged) - known)
     if unknown:
         raise ContaminationError(f"shard results name items the release does not hold: {unknown[:3]}")
-    return benchmarks, contaminated, uncheckable
+    return benchmarks, *lists
+
+
+#: The contaminated, uncheckable and uncounted items, appended to benchmark by benchmark.
+_ItemLists = tuple[list[ContaminatedItem], list[UncheckableItem], list[UncountedItem]]
 
 
 def _judge_benchmark(
-    index: EvalIndex,
-    bench: IndexedBenchmark,
-    merged: dict[tuple[str, str], _MergedItem],
-    contaminated: list[ContaminatedItem],
-    uncheckable: list[UncheckableItem],
+    index: EvalIndex, bench: IndexedBenchmark, merged: dict[tuple[str, str], _MergedItem], lists: _ItemLists
 ) -> BenchmarkResult:
-    """One benchmark's result; its contaminated and uncheckable items are appended in item order."""
+    """One benchmark's result; its listed items are appended to `lists` in item order."""
     contract = index.contract
+    contaminated, uncheckable, uncounted = lists
     n_items = len(bench.items)
-    n_unc = n_cont = 0
+    n_unc = n_cont = n_uncounted = 0
     for item in sorted(bench.items, key=lambda i: item_sort_key(i.item_id)):
         if item.uncheckable is not None:
             n_unc += 1
@@ -354,20 +323,13 @@ def _judge_benchmark(
         state = merged.get((bench.name, item.item_id))
         if state is None:
             continue
-        n_cont += 1
-        hits = [h for _, h in sorted(state.hits, key=lambda kh: kh[0])][: contract.max_hits_per_item]
-        contaminated.append(
-            ContaminatedItem(
-                benchmark=bench.name,
-                item_id=item.item_id,
-                item_sha256=item.item_sha256,
-                matched_ngrams=len(state.grams),
-                total_ngrams=item.total_ngrams,
-                longest_match_tokens=state.longest,
-                hits_total=state.hits_total,
-                hits=hits,
-            )
-        )
+        listed = _listed_item(index, bench.name, item, state)
+        if isinstance(listed, UncountedItem):
+            n_uncounted += 1
+            uncounted.append(listed)
+        else:
+            n_cont += 1
+            contaminated.append(listed)
     n_check = n_items - n_unc
     return BenchmarkResult(
         name=bench.name,
@@ -380,4 +342,32 @@ def _judge_benchmark(
         contaminated_fraction=[n_cont, n_check],
         uncheckable_fraction=[n_unc, n_items],
         passed=contract.policy.benchmark_passes(bench.name, n_items, n_check, n_unc, n_cont),
+        n_uncounted=n_uncounted if contract.method.evidence is not None else None,
     )
+
+
+def _listed_item(index: EvalIndex, benchmark: str, item: IndexedItem, state: _MergedItem) -> ContaminatedItem:
+    """A matched item as the report lists it: contaminated, or (v3) uncounted with its reason.
+
+    The verdict reads the union of matched gram positions over every shard, so it does not
+    depend on scan order or on how the data is cut into shards.
+    """
+    contract = index.contract
+    rule = contract.method.evidence
+    fields: dict[str, Any] = dict(
+        benchmark=benchmark,
+        item_id=item.item_id,
+        item_sha256=item.item_sha256,
+        matched_ngrams=len(state.grams),
+        total_ngrams=item.total_ngrams,
+        longest_match_tokens=state.longest,
+        hits_total=state.hits_total,
+        hits=[h for _, h in sorted(state.hits, key=lambda kh: kh[0])][: contract.max_hits_per_item],
+    )
+    if rule is None:
+        return ContaminatedItem(**fields)
+    counted = item.counted_ngrams(state.grams)
+    fields.update(counted_ngrams=counted, informative_ngrams=len(item.counted_positions))
+    if contract.policy.count_uncounted or rule.counts(counted, len(item.counted_positions)):
+        return ContaminatedItem(**fields)
+    return UncountedItem(**fields, reason="too-little-evidence" if counted else "low-information")

@@ -24,7 +24,7 @@ from trainvault.contamination import (
     publish_release,
     scan_records,
 )
-from trainvault.contamination.contract import DEFAULT_CONTRACT, V1_CONTRACT
+from trainvault.contamination.contract import V1_CONTRACT, V2_CONTRACT
 from trainvault.contamination.escapes import decode, decode_utf8, decode_with_map, format_characters
 from trainvault.contamination.normalize import NormalizationSpec, Normalizer
 from trainvault.publication.bound import read_document, write_document
@@ -136,7 +136,7 @@ def test_v2_spans_index_the_original_text() -> None:
 
 
 def test_contract_ids_are_bound() -> None:
-    assert DEFAULT_CONTRACT.method.id == "ngram-exact-v2" and DEFAULT_CONTRACT.method.normalization.id == "tvnorm-v2"
+    assert V2_CONTRACT.method.id == "ngram-exact-v2" and V2_CONTRACT.method.normalization.id == "tvnorm-v2"
     assert V1_CONTRACT.method.id == "ngram-exact-v1" and V1_CONTRACT.method.normalization.id == "tvnorm-v1"
     assert MethodSpec(id="ngram-exact-v1", n=8).normalization.id == "tvnorm-v1"
     assert MethodSpec(n=8).normalization.id == "tvnorm-v2"
@@ -145,7 +145,7 @@ def test_contract_ids_are_bound() -> None:
 @pytest.mark.parametrize(("method", "norm"), [("ngram-exact-v1", "tvnorm-v2"), ("ngram-exact-v2", "tvnorm-v1")])
 def test_mismatched_method_and_normalisation_fail_closed(method: str, norm: str) -> None:
     vault, uri = TrainVault(), f"memory://{uuid.uuid4().hex}/contract.json"
-    doc = json.loads(DEFAULT_CONTRACT.to_json_bytes())
+    doc = json.loads(V2_CONTRACT.to_json_bytes())
     doc["method"]["id"], doc["method"]["normalization"]["id"] = method, norm
     vault.storage.put(uri, json.dumps(doc).encode())
     with pytest.raises(ManifestError, match=f"method {method} normalises with .*not {norm}"):
@@ -181,7 +181,7 @@ def test_v2_scan_finds_scraped_copies_at_their_original_spans() -> None:
     ]
     records = [{"id": str(k), "text": f"lead in {text} trail"} for k, text in enumerate(forms)]
     found = {}
-    for contract in (V1_CONTRACT, DEFAULT_CONTRACT):
+    for contract in (V1_CONTRACT, V2_CONTRACT):
         c = write_document(vault.storage, f"{root}/{contract.method.id}.json", contract)
         index = load_index(vault, release, c)
         result = scan_records(index, records, shard_sha256="0" * 64)
