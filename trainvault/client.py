@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
     from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, ProducerPins, SigningKey
     from trainvault.approval.hashing import HashProgress
+    from trainvault.approval.revoke import WrittenRevocation
     from trainvault.components import Frame
     from trainvault.components.builder import Binding
     from trainvault.contamination import BenchmarkItems, VerifierContract
@@ -205,11 +206,14 @@ class TrainVault:
         policy: ApprovalPolicy | None = None,
         audit: bool = False,
         progress: Callable[[HashProgress], None] | None = None,
+        revocations: str | Sequence[str] | None = None,
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
         least `threshold` of `trusted_keys`) and what it binds under `policy`, reading no shard
         byte (`audit=True`: the full gate again, every byte hashed): the gated path to training
-        data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
+        data (``.loader_factory().load(split)`` on the `ApprovedDataset`). `revocations` (a
+        prefix, or revocation files): a revocation there signed like the approval refuses it
+        (`RevokedError`), at this open and at every resume of its loaders."""
         from trainvault.approval.record import open_approved
 
         return open_approved(
@@ -221,7 +225,23 @@ class TrainVault:
             policy=policy,
             audit=audit,
             progress=progress,
+            revocations=revocations,
         )
+
+    def revoke(
+        self,
+        approval_uri: str,
+        *,
+        reason: str,
+        signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | None = None,
+        prefix: str | None = None,
+    ) -> WrittenRevocation:
+        """Sign and write (create-only) the revocation of the approval record at `approval_uri`
+        with `reason`, under `prefix` (default: ``revocations/`` beside the record); a trainer
+        that opens it with ``revocations=`` that prefix is refused it from then on."""
+        from trainvault.approval.revoke import revoke
+
+        return revoke(self, approval_uri, reason=reason, signing_keys=signing_keys, prefix=prefix)
 
     # -- component ranges ---------------------------------------------------------
 

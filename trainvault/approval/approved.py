@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from trainvault.approval.approved_loader import ApprovedLoaderFactory
     from trainvault.approval.request import ApprovalRequest
     from trainvault.approval.result import GateResult, VerificationSummary
+    from trainvault.approval.revocation import RevocationWatch
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.loading.metrics import Observability
@@ -40,11 +41,12 @@ class ApprovalRecordRef(Referenced):
 class ApprovedDataset:
     """A dataset that passed the approval gate; build its loaders with `loader_factory`."""
 
-    __slots__ = ("_bindings", "_config", "_record", "_result")
+    __slots__ = ("_bindings", "_config", "_record", "_result", "_revocations")
     _bindings: Mapping[str, ObjectRef]
     _config: StorageConfig
     _record: ApprovalRecordRef | None
     _result: GateResult
+    _revocations: RevocationWatch | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -54,7 +56,12 @@ class ApprovedDataset:
 
     @classmethod
     def _issue(
-        cls, token: object, result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None
+        cls,
+        token: object,
+        result: GateResult,
+        config: StorageConfig,
+        record: ApprovalRecordRef | None = None,
+        revocations: RevocationWatch | None = None,
     ) -> ApprovedDataset:
         if token is not _ISSUE:
             raise TypeError("ApprovedDataset is issued by the approval gate only")
@@ -62,6 +69,7 @@ class ApprovedDataset:
         object.__setattr__(self, "_result", result)
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_record", record)
+        object.__setattr__(self, "_revocations", revocations)
         object.__setattr__(self, "_bindings", result.request.bindings())
         return self
 
@@ -155,7 +163,8 @@ class ApprovedDataset:
         `TrainVault.ungated_loader_factory` (`LoaderPlan.create`: order, ranks from
         `torch.distributed` when initialised, batching, observation): ``.load(split)`` returns a
         DataLoader that reads the approved shards only, verifies every block before yielding its
-        records and never deals a record of the bound exclusions. With a `materializer` (from
+        records and never deals a record of the bound exclusions; opened with ``revocations=``, its
+        loaders check them again at every resume. With a `materializer` (from
         `component_range_materializer`) it batches its logical records."""
         from trainvault.approval.approved_loader import issue_loader_factory
 
@@ -164,6 +173,7 @@ class ApprovedDataset:
             self._result.publication,
             materializer=materializer,
             exclusions=self._result.exclusions,
+            revocations=self._revocations,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=shuffle,
@@ -192,9 +202,16 @@ class ApprovedDataset:
         )
 
 
-def issue(result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None) -> ApprovedDataset:
-    """Make the `ApprovedDataset` for a gate result (internal to trainvault.approval)."""
-    return ApprovedDataset._issue(_ISSUE, result, config, record)
+def issue(
+    result: GateResult,
+    config: StorageConfig,
+    record: ApprovalRecordRef | None = None,
+    *,
+    revocations: RevocationWatch | None = None,
+) -> ApprovedDataset:
+    """Make the `ApprovedDataset` for a gate result (internal to trainvault.approval); its loaders
+    run `revocations`' check at every resume."""
+    return ApprovedDataset._issue(_ISSUE, result, config, record, revocations)
 
 
 __all__ = ["ApprovalRecordRef", "ApprovedDataset"]

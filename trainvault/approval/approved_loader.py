@@ -29,6 +29,7 @@ from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 
 if TYPE_CHECKING:
+    from trainvault.approval.revocation import RevocationWatch
     from trainvault.components.materializer import ComponentRangeMaterializer
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.loading.loader import TrainVaultDataLoader
@@ -47,6 +48,7 @@ class ApprovedLoaderFactory:
     # Set once by _build (through object.__setattr__), never again.
     _factory: SplitLoaderFactory
     _exclusions: Exclusions | None
+    _revocations: RevocationWatch | None
     materializer: ComponentRangeMaterializer | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -69,6 +71,7 @@ class ApprovedLoaderFactory:
         *,
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
+        revocations: RevocationWatch | None = None,
         **plan_options: Any,
     ) -> ApprovedLoaderFactory:
         if not isinstance(storage, CustodyStore):
@@ -90,6 +93,7 @@ class ApprovedLoaderFactory:
         object.__setattr__(self, "_factory", SplitLoaderFactory(storage, publication, plan))
         object.__setattr__(self, "materializer", materializer)
         object.__setattr__(self, "_exclusions", exclusions)
+        object.__setattr__(self, "_revocations", revocations)
         return self
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -153,14 +157,15 @@ class ApprovedLoaderFactory:
             )
         ex = self._exclusions
         exclude = None if ex is None else ex.by_shard(split)
-        if not exclude:
-            return self._factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
-        if self.materializer is not None:
+        if exclude and self.materializer is not None:
             raise CustodyError(
                 f"split {split!r} has excluded records and a component materializer: excluded records are not "
                 "skipped under a materializer; approve the split without exclusions to materialise its ranges"
             )
-        return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages, infinite_iter)
+        factory = self._excluding(exclude) if exclude else self._factory
+        loader = factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
+        self._watch(loader)
+        return loader
 
     def load_mixture(self, mixture: Mixture) -> MixtureDataLoader:
         """A mixture DataLoader whose components are stages of an approved split (a stage the
@@ -170,7 +175,14 @@ class ApprovedLoaderFactory:
         split = getattr(mixture, "split", None)
         ex = self._exclusions
         exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
-        return load_mixture(self._excluding(exclude) if exclude else self._factory, mixture)
+        loader = load_mixture(self._excluding(exclude) if exclude else self._factory, mixture)
+        self._watch(loader)
+        return loader
+
+    def _watch(self, loader: TrainVaultDataLoader | MixtureDataLoader) -> None:
+        """Make `loader` refuse to resume once a trusted revocation of the approval appears."""
+        if self._revocations is not None:
+            loader.check_before_resume(self._revocations.check)
 
     def _excluding(self, exclude: Mapping[str, frozenset[int]]) -> SplitLoaderFactory:
         """A factory over the same custody and plan that never deals `exclude`. One per split: a

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
-from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, trusted_key_set, verify_envelope
 from trainvault.approval.gate import coerce_request, run_gate
 from trainvault.approval.hashing import HashProgressCallback
 from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.opening import open_bound
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
+from trainvault.approval.revocation import RevocationSource, RevocationWatch
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
     ApprovalError,
@@ -103,6 +104,7 @@ def open_approved(
     policy: ApprovalPolicy | None = None,
     audit: bool = False,
     progress: HashProgressCallback | None = None,
+    revocations: RevocationSource | None = None,
 ) -> ApprovedDataset:
     """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
     at least `threshold` of `trusted_keys` must have signed it), then check what it approved
@@ -110,17 +112,25 @@ def open_approved(
     every bound document by sha256, the shards' sizes by listing; no shard byte is read, and
     the loader verifies every block before decoding it). `audit=True` runs the full gate on
     the record's request instead (every byte hashed, a re-scan; `progress` reports it).
+    `revocations` (a storage prefix, or a list of revocation files) is where the trainer looks
+    for revocations (`trainvault.approval.revocation`): one signed by `threshold` of
+    `trusted_keys` is a `RevokedError`, here and when a loader of the dataset resumes.
     Raises `ApprovalError` saying what failed (`ManifestError` for an envelope or signed
-    statement with a duplicated key)."""
+    statement with a duplicated key, or a file in `revocations` that is not a revocation)."""
     if not isinstance(audit, bool):
         raise ApprovalError(f"audit must be True or False, got {audit!r}")
+    if revocations is not None:
+        trusted_keys = trusted_key_set(trusted_keys, threshold)  # read twice: the record's and the revocations'
     request, record, signed = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
     store = storage_of(storage)
+    watch = None if revocations is None else RevocationWatch(store, revocations, sha256, trusted_keys, threshold)
+    if watch is not None:
+        watch.check()  # before the bound documents: a withdrawn approval costs nothing more
     if audit:
         result = run_gate(store, request, policy=policy, progress=progress)
     else:
         result = open_bound(store, request, signed, _policy(policy), record_uri=record.uri)
-    return issue(result, store.config, record)
+    return issue(result, store.config, record, revocations=watch)
 
 
 def _policy(policy: ApprovalPolicy | None) -> ApprovalPolicy:
