@@ -112,6 +112,11 @@ class RevokedError(ApprovalError):
         self.reason = reason
 
 
+class AmendmentError(ApprovalError):
+    """An approval's amendments do not hold: one of another approval, not signed by enough
+    trusted keys, a broken chain, one adding records back, or more removed than the policy allows."""
+
+
 class UnscannedFieldError(ApprovalError):
     """Record fields carry text the verifier contract does not scan and the policy does not exempt;
     `fields` names them (dotted paths)."""

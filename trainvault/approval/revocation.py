@@ -100,7 +100,7 @@ def find_revocations(
     A file that is not a readable revocation is a `ManifestError`."""
     keys = trusted_key_set(trusted_keys, threshold)
     store = storage_of(storage)
-    return [_read(store, uri, approval_sha256, keys, threshold) for uri in _source_uris(store, source, approval_sha256)]
+    return [_read(store, uri, approval_sha256, keys, threshold) for uri in source_uris(store, source, approval_sha256)]
 
 
 def check_not_revoked(
@@ -151,7 +151,9 @@ class RevocationWatch:
         )
 
 
-def _source_uris(store: Storage, source: RevocationSource, approval_sha256: str) -> list[str]:
+def source_uris(store: Storage, source: RevocationSource, approval_sha256: str) -> list[str]:
+    """The files of `source` about `approval_sha256`: a prefix's ``<approval_sha256>/`` folder, or
+    the files given (revocations and amendments are found alike)."""
     if isinstance(source, str):
         prefix = normalize_uri(source).rstrip("/")
         if store.exists(prefix):

@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
+from trainvault.cli.options import add_amendment_options, amendment_source, max_removed
 from trainvault.cli.recognize import Takes, reads
 from trainvault.errors import TrainVaultError
 
@@ -174,6 +175,8 @@ def open_verified(vault: Any, args: argparse.Namespace) -> Any:
             audit=full,
             progress=bar,
             revocations=revocation_source(args),
+            amendments=amendment_source(args),
+            max_removed_fraction=max_removed(args),
         )
 
 
@@ -194,6 +197,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if s.policy is not None:
         print("approved under:\n" + "\n".join(f"  {line}" for line in s.policy.describe()))
     _print_revocations(vault, args, approved.approval.sha256 if approved.approval else args.sha256)
+    chain = approved.amendments
+    if chain is not None:
+        print(
+            f"amended: {len(chain.amendments)} amendment(s) remove {len(chain.removed)} records; latest {chain.latest.uri}"
+        )
     return 0
 
 
@@ -268,7 +276,7 @@ def cmd_croissant_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
+def add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
@@ -297,7 +305,7 @@ def add_approval_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "verify", help="verify an approval record and what it binds (--full: re-run the gate, hashing every byte)"
     )
-    _add_approval_arguments(p)
+    add_approval_arguments(p)
     p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
     p.add_argument(
         "--revocations", metavar="PREFIX", help="refuse the approval if a revocation under PREFIX counts against it"
@@ -305,6 +313,7 @@ def add_approval_parsers(sub: Any) -> None:
     p.add_argument(
         "--revocation", action="append", metavar="FILE", help="a revocation file to check against it (repeatable)"
     )
+    add_amendment_options(p)
     p.set_defaults(run=cmd_verify, takes=reads(Takes("verify", "approval", ("approval-record",))))
 
     p = sub.add_parser("revoke", help="sign and write a revocation of an approval record, with a reason")
@@ -324,7 +333,7 @@ def add_approval_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_croissant_check, takes=reads(Takes("croissant-check", "card", ("croissant-card",))))
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
-    _add_approval_arguments(p)
+    add_approval_arguments(p)
     p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
     for flag, text in [
         ("--name", "dataset name (default: the name of the folder that holds the data manifest)"),
