@@ -17,9 +17,8 @@ from trainvault.approval.amendment import (
     Removal,
     amendment_statement,
     amendment_uri,
-    chained,
     check_removals,
-    unverified_chain,
+    signed_chain,
 )
 from trainvault.approval.approved import ApprovedDataset
 from trainvault.approval.dsse import sign_envelope
@@ -51,14 +50,15 @@ def amend(
     removing `removals`: mappings with ``split``, ``reason`` (one of `REASONS`), an optional
     ``note``, and either ``shard`` (manifest shard key) and ``record_index``, or ``record_id``
     (the record's ``id`` field: found by reading the split's shards). It chains to the latest
-    amendment under `prefix` (default: ``amendments/`` beside the record)."""
+    amendment under `prefix` (default: ``amendments/`` beside the record), once each one there is
+    signed by one of `signing_keys` and the chain holds (`AmendmentError` otherwise)."""
     record = approved.approval
     if record is None:
         raise AmendmentError("amend an approval opened from its signed record (open_approved), not one just approved")
     store = storage_of(storage)
     folder = prefix if prefix is not None else f"{record.uri.rsplit('/', 1)[0]}/{AMENDMENTS_FOLDER}"
-    found = unverified_chain(store, folder, record.sha256)
-    before = chained(found) if found else ()
+    keys = load_signing_keys(signing_keys)
+    before = signed_chain(store, folder, record.sha256, approved.manifest_sha256, [k.public_key for k in keys])
     sequence = len(before) + 1
     earlier = list(before[-1].amendment.removed) if before else []
     new = _resolve(store, approved, list(removals), sequence)
@@ -74,7 +74,6 @@ def amend(
         removed=sorted([*earlier, *new], key=lambda r: r.key),
     )
     check_removals(document.removed, approved.manifest, (1, 1))
-    keys = load_signing_keys(signing_keys)
     data = sign_envelope(canonical_json(amendment_statement(document, record.uri)), keys).to_json_bytes()
     digest = sha256_hex(data)
     out = amendment_uri(folder, record.sha256, sequence, digest)

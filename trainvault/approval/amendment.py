@@ -153,6 +153,11 @@ def read_amendments(
     what is wrong; `ManifestError` a file that is not an amendment."""
     keys = trusted_key_set(trusted_keys, threshold)
     found = [_read(storage, uri, keys, threshold) for uri in source_uris(storage, source, approval_sha256)]
+    _check_amends(found, approval_sha256, manifest_sha256)
+    return AmendmentChain(chained(found)) if found else None
+
+
+def _check_amends(found: list[SignedAmendment], approval_sha256: str, manifest_sha256: str) -> None:
     for f in found:
         a = f.amendment
         if (a.approval_sha256, a.data_manifest_sha256) != (approval_sha256, manifest_sha256):
@@ -160,15 +165,17 @@ def read_amendments(
                 f"{f.uri} amends approval {a.approval_sha256} of manifest {a.data_manifest_sha256}, not approval "
                 f"{approval_sha256} of manifest {manifest_sha256}; remove it from this approval's amendments"
             )
-    if not found:
-        return None
-    return AmendmentChain(chained(found))
 
 
-def unverified_chain(storage: Storage, source: RevocationSource, approval_sha256: str) -> list[SignedAmendment]:
-    """The amendments in `source`, parsed but neither signature- nor chain-checked (for the
-    approver appending the next one; a trainer's open checks both)."""
-    return [SignedAmendment(u, *_parse(storage, u)[1:], ()) for u in source_uris(storage, source, approval_sha256)]
+def signed_chain(
+    storage: Storage, source: RevocationSource, approval_sha256: str, manifest_sha256: str, keys: Sequence[VerifyingKey]
+) -> tuple[SignedAmendment, ...]:
+    """The amendments of `approval_sha256` in `source`, in chain order, each signed by at least one
+    of `keys` (the approver appending the next one checks what it chains onto with its own keys;
+    a trainer's open applies its trusted keys and threshold)."""
+    found = [_read(storage, u, list(keys), 1) for u in source_uris(storage, source, approval_sha256)]
+    _check_amends(found, approval_sha256, manifest_sha256)
+    return chained(found) if found else ()
 
 
 def chained(found: list[SignedAmendment]) -> tuple[SignedAmendment, ...]:

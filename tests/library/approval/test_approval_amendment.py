@@ -131,6 +131,14 @@ def test_an_amendment_signed_by_an_untrusted_key_or_below_threshold_is_refused(a
     _put(chain, written, _signed(doc, written, keys=[STRANGER]), 1)
     with pytest.raises(AmendmentError, match="not signed by 1 of the trusted keys"):
         open_it(chain, written, prefix_of(written))
+    # The approver does not chain onto it either.
+    with pytest.raises(AmendmentError, match="not signed by 1 of the trusted keys"):
+        amend(
+            chain.vault,
+            open_it(chain, written),
+            [{"split": "train", "record_id": "s0-0", "reason": "licence"}],
+            signing_keys=APPROVER,
+        )
     other = f"{chain.root}/one-key.dsse.json"
     chain.vault.storage.put_create(other, _signed(doc, written, keys=[APPROVER]))
     both = (APPROVER, SECOND)
@@ -160,6 +168,13 @@ def test_an_amendment_of_another_approval_is_refused(approved: Any, build_chain:
     chain.vault.storage.put_create(copied, chain.vault.storage.get(theirs.uri))
     with pytest.raises(AmendmentError, match="amends approval"):
         open_it(chain, written, prefix_of(written))
+    with pytest.raises(AmendmentError, match="amends approval"):
+        amend(
+            chain.vault,
+            open_it(chain, written),
+            [{"split": "train", "record_id": "s0-0", "reason": "licence"}],
+            signing_keys=APPROVER,
+        )
 
 
 @pytest.mark.parametrize("break_it", ["gap", "fork", "predecessor", "adds back", "changes a reason"])
@@ -343,3 +358,40 @@ def test_the_cli_amends_verifies_and_lists_removed_reads(
     assert "needs the amendments" in capsys.readouterr().err
     assert main(["verify", *approval, "--amendments", prefix_of(written)]) == 1  # 1 of 85 > the default 1/100
     assert "more than the 1/100" in capsys.readouterr().err
+
+
+def test_no_croissant_card_describes_an_amended_view_yet(approved: Any) -> None:
+    from trainvault import ApprovalError
+    from trainvault.cards.croissant import croissant_card
+
+    chain, written = approved
+    amend(
+        chain.vault,
+        open_it(chain, written),
+        [{"split": "train", "record_id": "s1-1", "reason": "licence"}],
+        signing_keys=APPROVER,
+    )
+    with pytest.raises(ApprovalError, match="amended view is not supported"):
+        croissant_card(chain.vault, open_it(chain, written, prefix_of(written)))
+
+
+def test_amendments_are_found_on_every_store(
+    vault_root: tuple[TrainVault, str], build_chain: Callable[..., Any]
+) -> None:
+    vault, root = vault_root
+    chain = build_chain(vault, root, shards=2, records_per_shard=10)
+    written = write_approval(
+        vault, f"{root}/approval.json", vault.approve_dataset(chain.request()), signing_keys=APPROVER
+    )
+    prefix = f"{root}/amendments"
+    one = amend(
+        vault,
+        open_it(chain, written),
+        [{"split": "train", "record_id": "s1-4", "reason": "licence"}],
+        signing_keys=APPROVER,
+        prefix=prefix,
+    )
+    amended = open_it(chain, written, prefix)
+    assert amended.amendments.latest.uri == one.uri
+    ids = [r["id"] for b in amended.loader_factory(collate_fn=list).load("train") for r in b]
+    assert ids == [r["id"] for k in ("s0", "s1") for r in chain.records[k] if r["id"] != "s1-4"]
