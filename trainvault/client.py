@@ -18,7 +18,9 @@ from trainvault.uris import normalize_uri
 if TYPE_CHECKING:
     # Imported on use below, so torch and the extras stay optional.
     from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, ProducerPins, SigningKey
+    from trainvault.approval.amend import WrittenAmendment
     from trainvault.approval.hashing import HashProgress
+    from trainvault.approval.revoke import WrittenRevocation
     from trainvault.components import Frame
     from trainvault.components.builder import Binding
     from trainvault.contamination import BenchmarkItems, VerifierContract
@@ -205,11 +207,18 @@ class TrainVault:
         policy: ApprovalPolicy | None = None,
         audit: bool = False,
         progress: Callable[[HashProgress], None] | None = None,
+        revocations: str | Sequence[str] | None = None,
+        amendments: str | Sequence[str] | None = None,
+        max_removed_fraction: tuple[int, int] = (1, 100),
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
         least `threshold` of `trusted_keys`) and what it binds under `policy`, reading no shard
         byte (`audit=True`: the full gate again, every byte hashed): the gated path to training
-        data (``.loader_factory().load(split)`` on the `ApprovedDataset`)."""
+        data (``.loader_factory().load(split)`` on the `ApprovedDataset`). `revocations` (a
+        prefix, or revocation files): a revocation there signed like the approval refuses it
+        (`RevokedError`), at this open and at every resume of its loaders. `amendments` (a prefix,
+        or amendment files): the amended view, whose loaders never deal a removed record
+        (`AmendmentError` for a chain that does not hold or removes more than `max_removed_fraction`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(
@@ -221,7 +230,41 @@ class TrainVault:
             policy=policy,
             audit=audit,
             progress=progress,
+            revocations=revocations,
+            amendments=amendments,
+            max_removed_fraction=max_removed_fraction,
         )
+
+    def revoke(
+        self,
+        approval_uri: str,
+        *,
+        reason: str,
+        signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | None = None,
+        prefix: str | None = None,
+    ) -> WrittenRevocation:
+        """Sign and write (create-only) the revocation of the approval record at `approval_uri`
+        with `reason`, under `prefix` (default: ``revocations/`` beside the record); a trainer
+        that opens it with ``revocations=`` that prefix is refused it from then on."""
+        from trainvault.approval.revoke import revoke
+
+        return revoke(self, approval_uri, reason=reason, signing_keys=signing_keys, prefix=prefix)
+
+    def amend(
+        self,
+        approved: ApprovedDataset,
+        removals: Iterable[Mapping[str, Any]],
+        *,
+        signing_keys: Sequence[SigningKey | str | bytes] | SigningKey | None = None,
+        prefix: str | None = None,
+    ) -> WrittenAmendment:
+        """Sign and write (create-only) the next amendment of `approved` (opened from its record),
+        removing `removals` (``split``, ``reason``, optional ``note``, and ``shard`` + ``record_index``
+        or ``record_id``), chained to the latest under `prefix` (default: ``amendments/`` beside
+        the record); a trainer opening with ``amendments=`` that prefix never deals them."""
+        from trainvault.approval.amend import amend
+
+        return amend(self, approved, removals, signing_keys=signing_keys, prefix=prefix)
 
     # -- component ranges ---------------------------------------------------------
 

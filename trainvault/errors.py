@@ -102,6 +102,21 @@ class CustodyError(ApprovalError):
     """Something outside the approved custody was asked for (an unapproved object, a write)."""
 
 
+class RevokedError(ApprovalError):
+    """The approval was withdrawn by a revocation its trusted keys signed; `revocation` is that
+    revocation's URI and `reason` the reason it gives."""
+
+    def __init__(self, message: str, *, revocation: str = "", reason: str = ""):
+        super().__init__(message)
+        self.revocation = revocation
+        self.reason = reason
+
+
+class AmendmentError(ApprovalError):
+    """An approval's amendments do not hold: one of another approval, not signed by enough
+    trusted keys, a broken chain, one adding records back, or more removed than the policy allows."""
+
+
 class UnscannedFieldError(ApprovalError):
     """Record fields carry text the verifier contract does not scan and the policy does not exempt;
     `fields` names them (dotted paths)."""

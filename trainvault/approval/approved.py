@@ -17,9 +17,12 @@ from trainvault.refs import ObjectRef, Referenced
 from trainvault.storage import StorageConfig
 
 if TYPE_CHECKING:
+    from trainvault.approval.amendment import AmendmentChain
     from trainvault.approval.approved_loader import ApprovedLoaderFactory
+    from trainvault.approval.removed_reads import RemovedRead
     from trainvault.approval.request import ApprovalRequest
     from trainvault.approval.result import GateResult, VerificationSummary
+    from trainvault.approval.revocation import RevocationWatch
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.contamination.report import ContaminationReport
     from trainvault.loading.metrics import Observability
@@ -40,11 +43,13 @@ class ApprovalRecordRef(Referenced):
 class ApprovedDataset:
     """A dataset that passed the approval gate; build its loaders with `loader_factory`."""
 
-    __slots__ = ("_bindings", "_config", "_record", "_result")
+    __slots__ = ("_amendments", "_bindings", "_config", "_record", "_result", "_revocations")
     _bindings: Mapping[str, ObjectRef]
     _config: StorageConfig
     _record: ApprovalRecordRef | None
     _result: GateResult
+    _revocations: RevocationWatch | None
+    _amendments: AmendmentChain | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -54,7 +59,13 @@ class ApprovedDataset:
 
     @classmethod
     def _issue(
-        cls, token: object, result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None
+        cls,
+        token: object,
+        result: GateResult,
+        config: StorageConfig,
+        record: ApprovalRecordRef | None = None,
+        revocations: RevocationWatch | None = None,
+        amendments: AmendmentChain | None = None,
     ) -> ApprovedDataset:
         if token is not _ISSUE:
             raise TypeError("ApprovedDataset is issued by the approval gate only")
@@ -62,6 +73,8 @@ class ApprovedDataset:
         object.__setattr__(self, "_result", result)
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_record", record)
+        object.__setattr__(self, "_revocations", revocations)
+        object.__setattr__(self, "_amendments", amendments)
         object.__setattr__(self, "_bindings", result.request.bindings())
         return self
 
@@ -123,6 +136,12 @@ class ApprovedDataset:
         return None if ex is None else ex.model_copy(deep=True)
 
     @property
+    def amendments(self) -> AmendmentChain | None:
+        """The checked amendments this dataset was opened with (its loaders never deal what they
+        remove), or None."""
+        return self._amendments
+
+    @property
     def summary(self) -> VerificationSummary:
         return self._result.summary
 
@@ -155,7 +174,8 @@ class ApprovedDataset:
         `TrainVault.ungated_loader_factory` (`LoaderPlan.create`: order, ranks from
         `torch.distributed` when initialised, batching, observation): ``.load(split)`` returns a
         DataLoader that reads the approved shards only, verifies every block before yielding its
-        records and never deals a record of the bound exclusions. With a `materializer` (from
+        records and never deals a record of the bound exclusions; opened with ``revocations=``, its
+        loaders check them again at every resume. With a `materializer` (from
         `component_range_materializer`) it batches its logical records."""
         from trainvault.approval.approved_loader import issue_loader_factory
 
@@ -164,6 +184,8 @@ class ApprovedDataset:
             self._result.publication,
             materializer=materializer,
             exclusions=self._result.exclusions,
+            revocations=self._revocations,
+            amendments=self._amendments,
             collate_fn=collate_fn,
             dataloader_args=dataloader_args,
             shuffle=shuffle,
@@ -173,6 +195,14 @@ class ApprovedDataset:
             world_size=world_size,
             observe=observe,
         )
+
+    def removed_reads(self, state: Mapping[str, Any]) -> list[RemovedRead]:
+        """The records that the run which saved loader `state` read, at which step and rank, that
+        this dataset's amendments (``open_approved(..., amendments=...)``) removed after the view
+        the run read, each with its reason: computed from the state alone, no record read."""
+        from trainvault.approval.removed_reads import removed_reads
+
+        return removed_reads(self.loader_factory, self._amendments, state)
 
     def component_range_materializer(self, split: str, *, mode: str = "unpack", max_rows: int | None = None) -> Any:
         """The `ComponentRangeMaterializer` of `split`'s component ledger, which this approval must
@@ -192,9 +222,17 @@ class ApprovedDataset:
         )
 
 
-def issue(result: GateResult, config: StorageConfig, record: ApprovalRecordRef | None = None) -> ApprovedDataset:
-    """Make the `ApprovedDataset` for a gate result (internal to trainvault.approval)."""
-    return ApprovedDataset._issue(_ISSUE, result, config, record)
+def issue(
+    result: GateResult,
+    config: StorageConfig,
+    record: ApprovalRecordRef | None = None,
+    *,
+    revocations: RevocationWatch | None = None,
+    amendments: AmendmentChain | None = None,
+) -> ApprovedDataset:
+    """Make the `ApprovedDataset` for a gate result (internal to trainvault.approval); its loaders
+    run `revocations`' check at every resume and never deal what `amendments` remove."""
+    return ApprovedDataset._issue(_ISSUE, result, config, record, revocations, amendments)
 
 
 __all__ = ["ApprovalRecordRef", "ApprovedDataset"]

@@ -23,12 +23,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStorage
-from trainvault.errors import CustodyError, SelectionError
+from trainvault.errors import CustodyError, ResumeStateError, SelectionError
 from trainvault.loading import LoaderPlan, SplitLoaderFactory
 from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 
 if TYPE_CHECKING:
+    from trainvault.approval.amendment import AmendmentChain
+    from trainvault.approval.revocation import RevocationWatch
     from trainvault.components.materializer import ComponentRangeMaterializer
     from trainvault.contamination.exclusions import Exclusions
     from trainvault.loading.loader import TrainVaultDataLoader
@@ -47,6 +49,8 @@ class ApprovedLoaderFactory:
     # Set once by _build (through object.__setattr__), never again.
     _factory: SplitLoaderFactory
     _exclusions: Exclusions | None
+    _revocations: RevocationWatch | None
+    _amendments: AmendmentChain | None
     materializer: ComponentRangeMaterializer | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -69,6 +73,8 @@ class ApprovedLoaderFactory:
         *,
         materializer: ComponentRangeMaterializer | None = None,
         exclusions: Exclusions | None = None,
+        revocations: RevocationWatch | None = None,
+        amendments: AmendmentChain | None = None,
         **plan_options: Any,
     ) -> ApprovedLoaderFactory:
         if not isinstance(storage, CustodyStorage):
@@ -90,6 +96,8 @@ class ApprovedLoaderFactory:
         object.__setattr__(self, "_factory", SplitLoaderFactory(storage, publication, plan))
         object.__setattr__(self, "materializer", materializer)
         object.__setattr__(self, "_exclusions", exclusions)
+        object.__setattr__(self, "_revocations", revocations)
+        object.__setattr__(self, "_amendments", amendments)
         return self
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -151,16 +159,17 @@ class ApprovedLoaderFactory:
             raise SelectionError(
                 f"the materializer covers split {self.materializer.split!r}, not {split!r}; make one for {split!r}"
             )
-        ex = self._exclusions
-        exclude = None if ex is None else ex.by_shard(split)
-        if not exclude:
-            return self._factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
-        if self.materializer is not None:
+        exclude = self._exclude(split)
+        if exclude and self.materializer is not None:
             raise CustodyError(
                 f"split {split!r} has excluded records and a component materializer: excluded records are not "
                 "skipped under a materializer; approve the split without exclusions to materialise its ranges"
             )
-        return self._excluding(exclude).load(split, curriculum_stage, curriculum_stages, infinite_iter)
+        factory = self._excluding(exclude) if exclude else self._factory
+        loader = factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
+        self._watch(loader)
+        self._refuse_earlier_views(loader, split, curriculum_stage, curriculum_stages)
+        return loader
 
     def load_mixture(self, mixture: Mixture) -> MixtureDataLoader:
         """A mixture DataLoader whose components are stages of an approved split (a stage the
@@ -168,9 +177,63 @@ class ApprovedLoaderFactory:
         from trainvault.mixtures.loader import load_mixture  # imports torch: only a mixture loader needs it
 
         split = getattr(mixture, "split", None)
+        exclude = self._exclude(split) if isinstance(split, str) else None
+        loader = load_mixture(self._excluding(exclude) if exclude else self._factory, mixture)
+        self._watch(loader)
+        return loader
+
+    def _watch(self, loader: TrainVaultDataLoader | MixtureDataLoader) -> None:
+        """Make `loader` refuse to resume once a trusted revocation of the approval appears."""
+        if self._revocations is not None:
+            loader.check_before_resume(self._revocations.check)
+
+    def _exclude(self, split: str, sequence: int | None = None) -> dict[str, frozenset[int]]:
+        """Shard key -> record indices of `split` never dealt: the bound exclusions and what the
+        amendments (up to amendment `sequence`; default all) remove."""
         ex = self._exclusions
-        exclude = ex.by_shard(split) if ex is not None and isinstance(split, str) else None
-        return load_mixture(self._excluding(exclude) if exclude else self._factory, mixture)
+        out = dict(ex.by_shard(split)) if ex is not None else {}
+        if self._amendments is not None:
+            for key, indices in self._amendments.by_shard(split, sequence).items():
+                out[key] = out.get(key, frozenset()) | indices
+        return out
+
+    def _factory_at(self, split: str, sequence: int) -> SplitLoaderFactory:
+        """The factory of `split` as it was after amendment `sequence` (0: the approval alone). Private:
+        it deals records later amendments removed, so only `trainvault.approval.removed_reads` uses
+        it, to locate what a run read, with ``read=False``."""
+        exclude = self._exclude(split, sequence)
+        return self._excluding(exclude) if exclude else self._factory
+
+    def _refuse_earlier_views(
+        self, loader: TrainVaultDataLoader, split: str, stage: str | None, stages: Sequence[str] | None
+    ) -> None:
+        """Make `loader` refuse a state saved before the latest amendment with a message naming it."""
+        chain = self._amendments
+        if chain is None:
+            return
+        latest = chain.latest.amendment.sequence
+
+        def digest(k: int) -> str | None:
+            return self._factory_at(split, k).select_blocks(split, stage, stages).exclude_sha256
+
+        def check(state: Mapping[str, Any]) -> None:
+            # Computed at a resume only: a new run's first batch pays nothing for it.
+            got = state.get("exclude_sha256") if isinstance(state, Mapping) else None
+            now = digest(latest)
+            if got == now:
+                return
+            k = next((k for k in range(latest - 1, -1, -1) if digest(k) == got), None)
+            if k is None:
+                return  # not a state of an earlier view: the loader's own identity check says what it is
+            after = chain.amendments[k]
+            raise ResumeStateError(
+                f"this state was saved {'before any amendment' if k == 0 else f'under amendment {k}'}, before "
+                f"amendment {k + 1} ({after.uri}) removed records; this trainvault does not re-deal a run across "
+                "an amendment: list what the run read with removed_reads, then start a new epoch under the "
+                "amended view"
+            )
+
+        loader.check_before_resume(check)
 
     def _excluding(self, exclude: Mapping[str, frozenset[int]]) -> SplitLoaderFactory:
         """A factory over the same custody and plan that never deals `exclude`. One per split: a

@@ -12,14 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainvault.approval.amendment import check_removals, read_amendments
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset, issue
-from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, sign_envelope, trusted_key_set, verify_envelope
 from trainvault.approval.gate import coerce_request, run_gate
 from trainvault.approval.hashing import HashProgressCallback
 from trainvault.approval.keys import SigningKey, load_signing_keys
 from trainvault.approval.opening import open_bound
 from trainvault.approval.policy import ApprovalPolicy
 from trainvault.approval.request import ApprovalRequest
+from trainvault.approval.revocation import RevocationSource, RevocationWatch
 from trainvault.canonical import canonical_json, is_sha256_hex, loads_strict, sha256_hex
 from trainvault.errors import (
     ApprovalError,
@@ -103,6 +105,9 @@ def open_approved(
     policy: ApprovalPolicy | None = None,
     audit: bool = False,
     progress: HashProgressCallback | None = None,
+    revocations: RevocationSource | None = None,
+    amendments: RevocationSource | None = None,
+    max_removed_fraction: tuple[int, int] = (1, 100),
 ) -> ApprovedDataset:
     """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
     at least `threshold` of `trusted_keys` must have signed it), then check what it approved
@@ -110,17 +115,44 @@ def open_approved(
     every bound document by sha256, the shards' sizes by listing; no shard byte is read, and
     the loader verifies every block before decoding it). `audit=True` runs the full gate on
     the record's request instead (every byte hashed, a re-scan; `progress` reports it).
+    `revocations` (a storage prefix, or a list of revocation files) is where the trainer looks
+    for revocations (`trainvault.approval.revocation`): one signed by `threshold` of
+    `trusted_keys` is a `RevokedError`, here and when a loader of the dataset resumes.
+    `amendments` (a prefix, or amendment files) gives the amended view
+    (`trainvault.approval.amendment`): its loaders never deal a removed record; a chain that
+    does not hold, or removes more than `max_removed_fraction` of the records, is an
+    `AmendmentError`.
     Raises `ApprovalError` saying what failed (`ManifestError` for an envelope or signed
-    statement with a duplicated key)."""
+    statement with a duplicated key, or a file in `revocations` that is not a revocation)."""
     if not isinstance(audit, bool):
         raise ApprovalError(f"audit must be True or False, got {audit!r}")
+    fraction = _ratio(max_removed_fraction)
+    if revocations is not None or amendments is not None:
+        trusted_keys = trusted_key_set(trusted_keys, threshold)  # read again: revocations, amendments
     request, record, signed = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
     store = storage_of(storage)
+    watch = None if revocations is None else RevocationWatch(store, revocations, sha256, trusted_keys, threshold)
+    if watch is not None:
+        watch.check()  # before the bound documents: a withdrawn approval costs nothing more
     if audit:
         result = run_gate(store, request, policy=policy, progress=progress)
     else:
         result = open_bound(store, request, signed, _policy(policy), record_uri=record.uri)
-    return issue(result, store.config, record)
+    chain = None
+    if amendments is not None:
+        chain = read_amendments(
+            store, amendments, sha256, request.data_manifest.sha256, trusted_keys=trusted_keys, threshold=threshold
+        )
+        if chain is not None:
+            check_removals(chain.removed, result.publication.manifest, fraction)
+    return issue(result, store.config, record, revocations=watch, amendments=chain)
+
+
+def _ratio(value: Any) -> tuple[int, int]:
+    ok = isinstance(value, tuple) and len(value) == 2 and all(type(v) is int for v in value)
+    if not ok or not 0 <= value[0] <= value[1] or value[1] < 1:
+        raise ApprovalError(f"max_removed_fraction must be (numerator, denominator) ints, 0 <= n <= d, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 def _policy(policy: ApprovalPolicy | None) -> ApprovalPolicy:

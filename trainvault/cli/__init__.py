@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from trainvault.cli.amendments import add_amendment_parsers
 from trainvault.cli.approval import add_approval_parsers
 from trainvault.cli.console import announcing_storage_waits, vault_from_env
 from trainvault.cli.inspect import add_inspect_parser
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_inspect_parser(sub)
     add_approval_parsers(sub)
+    add_amendment_parsers(sub)
     add_trace_parser(sub)
     add_read_parser(sub)
     add_archive_commands(sub)

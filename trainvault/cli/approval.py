@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
+from trainvault.cli.options import add_amendment_options, amendment_source, max_removed
 from trainvault.cli.recognize import Takes, reads
 from trainvault.errors import TrainVaultError
 
@@ -176,11 +177,15 @@ def open_verified(vault: Any, args: argparse.Namespace) -> Any:
             policy=policy_from_args(args),
             audit=full,
             progress=bar,
+            revocations=revocation_source(args),
+            amendments=amendment_source(args),
+            max_removed_fraction=max_removed(args),
         )
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    approved = open_verified(vault_from_env(), args)
+    vault = vault_from_env()
+    approved = open_verified(vault, args)
     s = approved.summary
     signers = ", ".join(k[:16] for k in approved.approval.signers) if approved.approval else "-"
     checked = (
@@ -194,6 +199,47 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     if s.policy is not None:
         print("approved under:\n" + "\n".join(f"  {line}" for line in s.policy.describe()))
+    _print_revocations(vault, args, approved.approval.sha256 if approved.approval else args.sha256)
+    chain = approved.amendments
+    if chain is not None:
+        print(
+            f"amended: {len(chain.amendments)} amendment(s) remove {len(chain.removed)} records; latest {chain.latest.uri}"
+        )
+    return 0
+
+
+def revocation_source(args: argparse.Namespace) -> Any:
+    """The revocation source ``--revocations PREFIX`` or ``--revocation FILE`` names (None: neither)."""
+    prefix, files = getattr(args, "revocations", None), getattr(args, "revocation", None)
+    if prefix and files:
+        raise TrainVaultError("pass --revocations PREFIX or --revocation FILE, not both")
+    return prefix or files or None
+
+
+def _print_revocations(vault: Any, args: argparse.Namespace, sha256: str) -> None:
+    """Say what the revocation check found (the open already refused a revoked approval)."""
+    from trainvault.approval.revocation import find_revocations
+
+    source = revocation_source(args)
+    if source is None:
+        print("revocations: not checked (pass --revocations PREFIX or --revocation FILE)")
+        return
+    found = find_revocations(vault, source, sha256, trusted_keys=args.trusted_key, threshold=args.threshold)
+    print(f"revocations: not revoked ({len(found)} found in {source}, none counts)")
+    for f in found:
+        print(f"  ignored {f.uri}: {f.ignored}")
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    from trainvault.approval.keys import load_signing_key
+    from trainvault.approval.revoke import revoke
+
+    keys = [load_signing_key(k) for k in args.signing_key] if args.signing_key else [load_signing_key()]
+    written = revoke(vault_from_env(), args.approval, reason=args.reason, signing_keys=keys, prefix=args.out)
+    print(f"revoked  {written.revocation.approval_uri} (sha256 {written.revocation.approval_sha256})")
+    print(f"reason   {written.revocation.reason}")
+    print(f"revocation {written.uri}")
+    print(f"sha256   {written.sha256}")
     return 0
 
 
@@ -233,7 +279,7 @@ def cmd_croissant_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
+def add_approval_arguments(p: argparse.ArgumentParser) -> None:
     """An approval record as a trainer opens it: URI, pinned sha256, trusted keys, threshold."""
     p.add_argument("approval", help="approval record URI or path")
     p.add_argument("--sha256", required=True, help="the approval's pinned sha256")
@@ -262,9 +308,25 @@ def add_approval_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "verify", help="verify an approval record and what it binds (--full: re-run the gate, hashing every byte)"
     )
-    _add_approval_arguments(p)
+    add_approval_arguments(p)
     p.add_argument("--full", action="store_true", help="audit: re-run the gate (every byte hashed, a re-scan)")
+    p.add_argument(
+        "--revocations", metavar="PREFIX", help="refuse the approval if a revocation under PREFIX counts against it"
+    )
+    p.add_argument(
+        "--revocation", action="append", metavar="FILE", help="a revocation file to check against it (repeatable)"
+    )
+    add_amendment_options(p)
     p.set_defaults(run=cmd_verify, takes=reads(Takes("verify", "approval", ("approval-record",))))
+
+    p = sub.add_parser("revoke", help="sign and write a revocation of an approval record, with a reason")
+    p.add_argument("approval", help="approval record URI or path")
+    p.add_argument("--reason", required=True, help="why the approval is withdrawn (recorded and shown to trainers)")
+    p.add_argument(
+        "--signing-key", action="append", help="private signing key file (repeatable); default $TRAINVAULT_SIGNING_KEY"
+    )
+    p.add_argument("--out", metavar="PREFIX", help="revocation prefix (default: revocations/ beside the record)")
+    p.set_defaults(run=cmd_revoke, takes=reads(Takes("revoke", "approval", ("approval-record",))))
 
     p = sub.add_parser(
         "croissant-check",
@@ -274,7 +336,7 @@ def add_approval_parsers(sub: Any) -> None:
     p.set_defaults(run=cmd_croissant_check, takes=reads(Takes("croissant-check", "card", ("croissant-card",))))
 
     p = sub.add_parser("croissant", help="write the Croissant card (JSON-LD) of a verified approval")
-    _add_approval_arguments(p)
+    add_approval_arguments(p)
     p.add_argument("--out", help="URI or path of the card (default: croissant.json beside the approval record)")
     for flag, text in [
         ("--name", "dataset name (default: the name of the folder that holds the data manifest)"),

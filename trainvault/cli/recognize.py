@@ -21,6 +21,7 @@ KINDS = {
     "loader-state": "a loader state",
     "archive-index": "a rollout archive index",
     "croissant-card": "a Croissant card",
+    "revocation": "a revocation",
 }
 
 
@@ -58,6 +59,7 @@ def _signed_kinds() -> dict[str, Found]:
     """In-toto predicate type -> what a signed file of it is, and the command that reads it."""
     from trainvault.approval.attestation import PREDICATE_TYPES
     from trainvault.approval.record import PREDICATE_TYPE
+    from trainvault.approval.revocation import REVOCATION_PREDICATE
     from trainvault.approval.scan_manifest import TrainingScanManifest
     from trainvault.contamination.report import ContaminationReport
 
@@ -66,6 +68,12 @@ def _signed_kinds() -> dict[str, Found]:
             "approval-record",
             "a signed approval record (a DSSE envelope)",
             "`trainvault verify {uri} --sha256 PINNED_SHA256 --trusted-key APPROVER.pub` checks it and prints what it approves",
+        ),
+        REVOCATION_PREDICATE: Found(
+            "revocation",
+            "a signed revocation of an approval (a DSSE envelope)",
+            "`trainvault verify APPROVAL --sha256 PINNED_SHA256 --trusted-key APPROVER.pub --revocation {uri}` "
+            "checks an approval against it",
         ),
         PREDICATE_TYPES[ContaminationReport]: Found(
             "contamination-report",

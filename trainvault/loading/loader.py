@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch.utils.data
@@ -67,6 +67,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         self._observe = dataset.plan.observe
         self._window = WindowFigures(self._observe.window_steps)
         self._slowest = SlowestRank(self._observe.gather_every)
+        self._resume_checks: list[Callable[[Mapping[str, Any]], object]] = []
 
     @property
     def split_dataset(self) -> SplitIterableDataset:
@@ -249,7 +250,10 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at `state` on the next ``iter()``: the batches an uninterrupted run would
         have produced next (with another world size or batch size: the rest of the epoch,
-        re-dealt, none lost or repeated). Refuses a state of another manifest or selection."""
+        re-dealt, none lost or repeated). Refuses a state of another manifest or selection, and
+        raises what a check added by `check_before_resume` raises."""
+        for check in self._resume_checks:
+            check(state)
         parsed = LoaderState.from_dict(state)
         parsed.check_identity(self._identity)
         if parsed.epoch_records != self.split_dataset.total:
@@ -262,6 +266,11 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         self._live = None  # the next batches are the resumed run's, not the old iteration's
         step, history = parsed.run_history()
         self._step, self._history = step, list(history)
+
+    def check_before_resume(self, check: Callable[[Mapping[str, Any]], object]) -> None:
+        """Run `check(state)` at every `load_state_dict`, before the state is parsed: whoever issued this
+        loader (the approved factory: is the approval still unrevoked?) may refuse the resume."""
+        self._resume_checks.append(check)
 
     # -- provenance ---------------------------------------------------------------
 

@@ -11,7 +11,7 @@ resume under any workers, world size or batch size continues exactly. Imports to
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -78,6 +78,7 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
         self._position = 0
         self._history = [self._point(0, 0)]
         self._live = False
+        self._resume_checks: list[Callable[[Mapping[str, Any]], object]] = []
         self._restart = False
 
     # -- components and revisions ----------------------------------------------------------
@@ -253,12 +254,19 @@ class MixtureDataLoader(torch.utils.data.DataLoader[MixtureItem]):
         """The run's position, its mixture history and re-dealing points (take it between steps)."""
         return self._state().model_dump(mode="json")
 
+    def check_before_resume(self, check: Callable[[Mapping[str, Any]], object]) -> None:
+        """Run `check(state)` at every `load_state_dict`, before the state is parsed (the approved factory's
+        revocation check)."""
+        self._resume_checks.append(check)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue the run `state` saved: its revisions are adopted, the next batches are
         those the uninterrupted run would have dealt (with another world size or batch size,
         the same records re-dealt). Refuses (`ResumeStateError`) a state of another manifest,
         split, order setting, mixture history or component data, and a loader that has
         already iterated."""
+        for check in self._resume_checks:
+            check(state)
         if self._step or self._live:
             raise ResumeStateError(
                 f"this mixture loader has already yielded {self._step} step(s); load the state into a fresh loader "
