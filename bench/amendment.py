@@ -12,8 +12,7 @@ signed approval. Then, in one process:
 - open: a fresh `open_approved` with ``amendments=`` against one without (bytes read, requests,
   seconds; median of `--repeats`), and the ratio;
 - first batch: seconds from the start of the open to ``next(iter(loader))`` (batch 32, no
-  workers), amended against plain, and the ratio. The amended loader's first batch is that of
-  a new epoch: this trainvault does not resume a state saved before an amendment.
+  workers), amended against plain, and the ratio (the first batch of a new epoch).
 
     .venv/bin/python bench/amendment.py --shards 1000,10000,100000
 """

@@ -54,12 +54,15 @@ class RedealPoint(StrictModel):
     batch_size: int
     world_size: int
     remainder: str
+    amendment: int | None = None
+    bridged_from: int | None = None
 
     @model_validator(mode="after")
     def _in_range(self) -> RedealPoint:
         if self.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
             raise ValueError(f"loader state history remainder must be pad or drop, got {self.remainder!r}")
-        if min(self.step, self.epoch, self.position) < 0 or min(self.batch_size, self.world_size) < 1:
+        levels = [v for v in (self.amendment, self.bridged_from) if v is not None]
+        if min(self.step, self.epoch, self.position, *levels) < 0 or min(self.batch_size, self.world_size) < 1:
             raise ValueError(f"loader state history entry {self.model_dump()!r} is out of range")
         return self
 
@@ -73,11 +76,35 @@ class RedealPoint(StrictModel):
             batch_size=h.batch_size,
             world_size=h.world_size,
             remainder=remainder,
+            amendment=h.amendment,
+            bridged_from=h.bridged_from,
         )
 
     def redeal(self) -> Redeal:
         drop = self.remainder == REMAINDER_DROP
-        return Redeal(self.step, self.epoch, self.position, self.batch_size, self.world_size, drop)
+        return Redeal(
+            self.step,
+            self.epoch,
+            self.position,
+            self.batch_size,
+            self.world_size,
+            drop,
+            self.amendment,
+            self.bridged_from,
+        )
+
+
+class AmendmentMark(StrictModel):
+    """The amendment of an approval whose view a loader deals: its sequence and envelope sha256."""
+
+    sequence: int
+    sha256: str
+
+    @model_validator(mode="after")
+    def _named(self) -> AmendmentMark:
+        if self.sequence < 1 or len(self.sha256) != 64:
+            raise ValueError(f"loader state amendment {self.model_dump()!r} must have sequence >= 1 and a sha256")
+        return self
 
 
 class LoaderState(StrictModel):
@@ -106,6 +133,8 @@ class LoaderState(StrictModel):
     step: int | None = None
     #: Where the run (re)started dealing, oldest first; None in a version 1 state.
     history: list[RedealPoint] | None = None
+    #: The amendment whose view of an approval the run deals now (None: no amendment).
+    amendment: AmendmentMark | None = None
 
     @classmethod
     def at(
@@ -121,6 +150,7 @@ class LoaderState(StrictModel):
         step: int,
         history: tuple[Redeal, ...],
         manifest_uri: str | None,
+        amendment: AmendmentMark | None = None,
     ) -> LoaderState:
         """The state of a run under `identity` (the loader's own; not validated again)."""
         return cls.model_construct(
@@ -134,6 +164,7 @@ class LoaderState(StrictModel):
             step=step,
             history=[RedealPoint.of(h) for h in history],
             manifest_uri=manifest_uri,
+            amendment=amendment,
         )
 
     @property
@@ -158,9 +189,13 @@ class LoaderState(StrictModel):
         """The dict ``state_dict()`` returns (plain JSON types; always the current version)."""
         out = self.model_dump(mode="json")
         out["version"] = STATE_VERSION
-        for optional in ("view_sha256", "exclude_sha256"):
+        for optional in ("view_sha256", "exclude_sha256", "amendment"):
             if out[optional] is None:
-                del out[optional]  # a state without a view or exclusions keeps the shape it had
+                del out[optional]  # a state without a view, exclusions or amendment keeps the shape it had
+        for point in out["history"] or ():
+            for optional in ("amendment", "bridged_from"):
+                if point[optional] is None:
+                    del point[optional]
         return out
 
     @classmethod
@@ -303,10 +338,20 @@ def _check_run_fields(state: LoaderState) -> None:
 
 
 def _check_history(state: LoaderState) -> None:
-    """Re-dealing points lie within an epoch, never go back, and none is past where the run stands."""
+    """Re-dealing points lie within an epoch, never go back, and none is past where the run stands.
+    Positions count the records of one view: points dealt under an earlier amendment's view are
+    compared by epoch only."""
     if state.history is None:
         return
-    points = [(h.epoch, h.position) for h in state.history]
+    level = None if state.amendment is None else state.amendment.sequence
+    epochs = [h.epoch for h in state.history]
+    if epochs != sorted(epochs) or epochs[-1] > state.epoch:
+        raise ValueError(
+            f"loader state history epochs {epochs} must be in order and not past epoch {state.epoch}; it is damaged"
+        )
+    points = [(h.epoch, h.position) for h in state.history if h.amendment in (None, level)]
+    if not points:
+        return
     if (
         any(position > state.epoch_records for _, position in points)
         or points != sorted(points)
