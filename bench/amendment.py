@@ -24,6 +24,7 @@ import hashlib
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,8 @@ def open_and_first_batch(cfg: StorageConfig, a: Any, keys: Keys, amendments: str
             a.uri,
             a.sha256,
             trusted_keys=[keys.approver.public_key],
-            policy=policy_for(keys.scanner.public_key),
+            policy=replace(policy_for(keys.scanner.public_key), max_removed_fraction=(1, 10)),
             amendments=amendments,
-            max_removed_fraction=(1, 10),
         )
     batches = iter(approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 32}).load("train"))
     next(batches)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trainvault import ResumeStateError, SelectionError, TrainVault
-from trainvault.approval import SigningKey, write_approval
+from trainvault.approval import ApprovalPolicy, SigningKey, write_approval
 from trainvault.approval.amend import amend
 
 APPROVER = SigningKey.generate()
@@ -36,7 +36,7 @@ def open_it(chain: Any, written: Any, amended: bool) -> Any:
         written.sha256,
         trusted_keys=[APPROVER.public_key],
         amendments=prefix,
-        max_removed_fraction=ROOM,
+        policy=ApprovalPolicy(max_removed_fraction=ROOM),
     )
 
 
