@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError, field_validator, model_validator
 
+from trainvault.canonical import is_sha256_hex
 from trainvault.documents import StrictModel, describe_validation_error
 from trainvault.errors import ResumeStateError
 from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal, steps_until
@@ -102,7 +103,7 @@ class AmendmentMark(StrictModel):
 
     @model_validator(mode="after")
     def _named(self) -> AmendmentMark:
-        if self.sequence < 1 or len(self.sha256) != 64:
+        if self.sequence < 1 or not is_sha256_hex(self.sha256):
             raise ValueError(f"loader state amendment {self.model_dump()!r} must have sequence >= 1 and a sha256")
         return self
 
@@ -366,7 +367,9 @@ def _check_history(state: LoaderState) -> None:
 def _resume_error(exc: ValidationError) -> ResumeStateError:
     """The first problem of a state pydantic refused, worded for a trainer."""
     err = exc.errors()[0]
-    name = str(err["loc"][-1]) if err["loc"] else "(state)"
+    loc = err["loc"]
+    # A field of the amendment mark is named with it; history entries keep their short names.
+    name = ".".join(map(str, loc)) if loc and loc[0] == "amendment" else str(loc[-1]) if loc else "(state)"
     if err["type"] == "missing":
         return ResumeStateError(f"loader state lacks field {name!r}; it is damaged")
     if err["type"] == "extra_forbidden":

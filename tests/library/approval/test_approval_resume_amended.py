@@ -172,3 +172,46 @@ def test_states_name_the_amendment_and_a_foreign_one_is_refused(approved: Any) -
     assert len(lds[0].trace(2, read=False)) == 5
     with pytest.raises(SelectionError, match="removed_reads"):
         lds[0].trace(0)
+
+
+def test_an_infinite_unshuffled_run_with_drop_last_resumes_across_an_amendment(approved: Any) -> None:
+    chain, written = approved
+    where = position(chain)
+
+    def loader(opened: Any, state: Any = None) -> Any:
+        args = {"batch_size": 7, "drop_last": True}
+        ld = opened.loader_factory(collate_fn=list, dataloader_args=args).load("train", infinite_iter=True)
+        if state is not None:
+            ld.load_state_dict(state)
+        return ld
+
+    plain = loader(open_it(chain, written, False))
+    it = iter(plain)
+    before = [[r["id"] for r in next(it)] for _ in range(4)]  # 28 records of the manifest order
+    state = plain.state_dict()
+    order = [rid for k in SHARDS for rid in (r["id"] for r in chain.records[k])]
+    gone = [order[3], order[40], order[41], order[70]]  # one consumed, three still to come
+    take_down(chain, open_it(chain, written, False), gone)
+    amended = open_it(chain, written, True)
+    resumed = loader(amended, state)
+    it = iter(resumed)
+    left = len(order) - 28 - 3
+    rest = [[r["id"] for r in next(it)] for _ in range(left // 7)]  # the epoch's full batches
+    assert [rid for b in before + rest for rid in b] == [r for r in order if r not in gone[1:]][: 28 + 7 * (left // 7)]
+    # The next epoch starts at the amended view's first record, in its own (manifest) order.
+    assert [r["id"] for r in next(it)] == [r for r in order if r not in gone][:7]
+    expected = sorted([(s, 0, *where[rid]) for s, b in enumerate(before) for rid in b if rid in gone])
+    assert [(r.step, r.rank, r.shard, r.record_index) for r in amended.removed_reads(resumed.state_dict())] == expected
+
+
+@pytest.mark.parametrize(
+    "mark", [{"sequence": 0, "sha256": "ab" * 32}, {"sequence": 1, "sha256": "AB" * 32}, {"sequence": 1}]
+)
+def test_a_damaged_amendment_mark_is_refused(approved: Any, mark: dict[str, Any]) -> None:
+    chain, written = approved
+    opened = open_it(chain, written, False)
+    take_down(chain, opened, ["s2-2"])
+    amended = open_it(chain, written, True)
+    _, state = run(loaders(amended, 5, 0), 1)
+    with pytest.raises(ResumeStateError, match="amendment"):
+        loaders(amended, 5, 0, {**state, "amendment": mark})
