@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from trainvault.loading.order import EpochOrder, Redeal
     from trainvault.loading.plan import LoaderPlan
     from trainvault.loading.state import AmendmentMark, LoaderState
+    from trainvault.publication.pinned import Publication
 
 
 class AmendedFactory(Protocol):
@@ -34,6 +35,9 @@ class AmendedFactory(Protocol):
 
     @property
     def plan(self) -> LoaderPlan: ...
+
+    @property
+    def publication(self) -> Publication: ...
 
     def _exclude(self, split: str, sequence: int | None = None) -> Mapping[str, frozenset[int]]: ...
 
@@ -46,6 +50,16 @@ class ViewOrders:
     def __init__(self, factory: AmendedFactory, chain: AmendmentChain, split: str, stages: list[str] | None):
         self.factory, self.chain, self.split, self.stages = factory, chain, split, stages
         self._selected: dict[int, SelectedBlocks] = {}
+
+    def know(self, level: int, loader: TrainVaultDataLoader) -> None:
+        """Take view `level`'s blocks from `loader`, which already holds them (no second plan)."""
+        from trainvault.loading.factory import SelectedBlocks
+        from trainvault.loading.selection import select
+
+        ds = loader.split_dataset
+        selection = select(self.factory.publication.manifest, self.split, curriculum_stages=self.stages)
+        digest = loader.identity.exclude_sha256
+        self._selected[level] = SelectedBlocks(selection, ds.blocks, ds.fetcher, ds.order_key, digest)
 
     @property
     def latest(self) -> int:
@@ -104,6 +118,7 @@ def resume_across_amendments(
 
     views = ViewOrders(factory, chain, split, stages)
     latest = chain.latest
+    views.know(latest.amendment.sequence, loader)
     mark = AmendmentMark(sequence=latest.amendment.sequence, sha256=latest.sha256)
     loader.deal_under(mark, lambda state: translate(views, mark, state))
 

@@ -77,6 +77,11 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
     def split_dataset(self) -> SplitIterableDataset:
         return self._split_dataset
 
+    @property
+    def identity(self) -> OrderIdentity:
+        """What fixes this loader's record order (a state resumes only under the same)."""
+        return self._identity
+
     def __len__(self) -> int:
         """Batches this rank gets in a whole epoch."""
         ds = self.split_dataset
