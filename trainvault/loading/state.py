@@ -3,7 +3,10 @@
 Its size does not grow with the dataset, and it holds no worker, rank or shuffle-buffer
 state, so a run resumes with any `num_workers`, world size or batch size (elastic).
 Version 2 adds the step count, the run's re-dealing points (`Redeal`) and the manifest's
-URI, so a state alone names the records of any step; version 1 states still load.
+URI, so a state alone names the records of any step; version 1 states still load. Under an
+approval's amendments (set by the approved loader) a state also names the amendment it runs
+under, and each re-dealing point the view it dealt from (an older trainvault refuses such a
+state rather than misread it).
 The state is a strict pydantic model like every other document; its dict form is flat
 (the order identity's fields beside the position), as ``state_dict()`` has always given it.
 """
