@@ -161,6 +161,9 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     assert layout.base.endswith(f"/demo_curriculum/{layout.version}")
     report = made(result, "contamination_report")
     assert report["pass"] is True and report["contaminated item ids"] == []
+    # The default contract's evidence rule (ngram-exact-v3): what it leaves out is shown, per benchmark and by item.
+    assert all("uncounted" in row.data for row in report["per benchmark"].records)
+    assert "uncounted items" in report
     approval = made(result, "approved_dataset")
     assert approval["uri"].startswith(layout.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
