@@ -118,9 +118,8 @@ def report_metadata(report: ContaminationReport) -> Metadata:
         "coverage": dg.MetadataValue.json(report.coverage.model_dump()),
     }
     if report.uncounted_items is not None:
-        counted = " (counted: the contract's limits count them)" if report.policy.count_uncounted else ""
         meta["uncounted items"] = dg.MetadataValue.md(
-            "\n".join(f"- `{_item_line(i)}`: {i.reason}{counted}" for i in report.uncounted_items) or "none"
+            "\n".join(f"- `{_item_line(i)}`: {i.reason}" for i in report.uncounted_items) or "none"
         )
     return meta
 
