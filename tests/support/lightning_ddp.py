@@ -1,7 +1,8 @@
 """One Lightning run with strategy="ddp" on 2 CPU ranks (gloo) over a trainvault loader
 (tests/library/integrations/test_lightning_ddp.py). Lightning starts rank 1 by running this
 script again; each rank writes ``rank<R>.json`` under --out: the record ids of every batch it
-trained on. With --resume, fit continues from that checkpoint."""
+trained on, in a first fit to --stop-at and in a second that resumes from --resume, with 2
+DataLoader workers, to --steps."""
 
 from __future__ import annotations
 
@@ -51,31 +52,37 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--manifest", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--max-steps", type=int, required=True)
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--resume")
-    args = p.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = Model(args.manifest, args.workers)
+def fit(manifest: str, out: Path, workers: int, max_steps: int, resume: str | None) -> list[list[str]]:
+    model = Model(manifest, workers)
     trainer = pl.Trainer(
         strategy="ddp",
         accelerator="cpu",
         devices=2,
-        max_steps=args.max_steps,
+        max_steps=max_steps,
         default_root_dir=out,
         callbacks=[ModelCheckpoint(dirpath=out / "ckpt", every_n_train_steps=6, save_top_k=-1)],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, ckpt_path=args.resume)
+    trainer.fit(model, ckpt_path=resume)
+    return model.seen
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stop-at", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--resume", required=True, help="the checkpoint's file name under <out>/first/ckpt")
+    a = p.parse_args()
+    out = Path(a.out)
+    first = fit(a.manifest, out / "first", 0, a.stop_at, None)
+    # The same two processes again: Lightning finds its ranks launched and the process group up.
+    resumed = fit(a.manifest, out / "again", 2, a.steps, str(out / "first" / "ckpt" / a.resume))
     rank = int(os.environ.get("LOCAL_RANK", "0"))
-    (out / f"rank{rank}.json").write_text(json.dumps(model.seen))
+    (out / f"rank{rank}.json").write_text(json.dumps({"first": first, "resumed": resumed}))
 
 
 if __name__ == "__main__":

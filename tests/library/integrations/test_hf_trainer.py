@@ -134,8 +134,11 @@ def batches_at(global_step: int) -> int:
     return epochs * PER_EPOCH + rest * GA
 
 
-@pytest.mark.parametrize("kind", ["ungated", "approved"])
-@pytest.mark.parametrize(("kill_after", "saved"), [(21, 8), (43, 20)], ids=["epoch-1", "epoch-2"])
+@pytest.mark.parametrize(
+    ("kind", "kill_after", "saved"),
+    [("ungated", 21, 8), ("approved", 43, 20)],
+    ids=["ungated-epoch-1", "approved-epoch-2"],
+)
 def test_a_killed_run_resumes_with_the_uninterrupted_batches(
     data: Any, uninterrupted: dict[str, list[list[str]]], tmp_path: Path, kind: str, kill_after: int, saved: int
 ) -> None:

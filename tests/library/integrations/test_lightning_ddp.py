@@ -21,15 +21,16 @@ SCRIPT = ROOT / "tests" / "support" / "lightning_ddp.py"
 DEADLINE_S = 300
 
 
-def run(manifest: str, out: Path, max_steps: int, *extra: str) -> list[list[list[str]]]:
+def run(manifest: str, out: Path, *flags: str) -> list[dict[str, Any]]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",
     }
-    cmd = [sys.executable, str(SCRIPT), f"--manifest={manifest}", f"--out={out}", f"--max-steps={max_steps}", *extra]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DEADLINE_S, cwd=out.parent)
+    out.mkdir()
+    cmd = [sys.executable, str(SCRIPT), f"--manifest={manifest}", f"--out={out}", *flags]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DEADLINE_S, cwd=out)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -54,8 +55,7 @@ def test_ddp_ranks_train_on_what_trainvault_deals_them_and_resume(
     chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=3, records_per_shard=30)
     expected = [dealt(chain.manifest_uri, r) for r in range(2)]  # 90 records: 9 steps an epoch per rank
     assert len(expected[0]) == len(expected[1]) == 18
-    first = run(chain.manifest_uri, tmp_path / "first", 14)  # into the second epoch; checkpoints at 6 and 12
-    assert first == [e[:14] for e in expected]
-    ckpt = tmp_path / "first" / "ckpt" / "epoch=1-step=12.ckpt"
-    resumed = run(chain.manifest_uri, tmp_path / "again", 16, f"--resume={ckpt}", "--workers=2")
-    assert resumed == [e[12:16] for e in expected]
+    # Stopped at step 14, into the second epoch; checkpoints at steps 6 and 12; resumed from 12 to 16.
+    runs = run(chain.manifest_uri, tmp_path / "out", "--stop-at=14", "--steps=16", "--resume=epoch=1-step=12.ckpt")
+    assert [r["first"] for r in runs] == [e[:14] for e in expected]
+    assert [r["resumed"] for r in runs] == [e[12:16] for e in expected]
