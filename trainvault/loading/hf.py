@@ -51,7 +51,7 @@ class TrainVaultTrainerMixin:
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         """The loader itself, already restored at the Trainer's step: nothing is read to skip."""
-        loader = trainvault_loader(dataloader)
+        loader = _trainvault_loader(dataloader)
         if not self._trainvault_restored:
             raise ResumeStateError(
                 f"the Trainer resumes {num_batches} batches into an epoch but no trainvault loader state was "
@@ -60,7 +60,7 @@ class TrainVaultTrainerMixin:
         return loader
 
 
-def trainvault_loader(dataloader: Any) -> TrainVaultDataLoader:
+def _trainvault_loader(dataloader: Any) -> TrainVaultDataLoader:
     """`dataloader` when it is a trainvault loader; else a `ConfigurationError` (a wrapped or
     rebuilt loader would not carry trainvault's state)."""
     from trainvault.loading.loader import TrainVaultDataLoader
@@ -73,7 +73,7 @@ def trainvault_loader(dataloader: Any) -> TrainVaultDataLoader:
     return dataloader
 
 
-def trainer_batches(global_step: int, loader: TrainVaultDataLoader, accumulation: int) -> int:
+def _trainer_batches(global_step: int, loader: TrainVaultDataLoader, accumulation: int) -> int:
     """Batches the Trainer took from `loader` for `global_step` optimizer steps: whole epochs of
     ``len(loader)`` batches (the last step of each takes the remainder), then the current one's."""
     if loader.split_dataset.infinite:
@@ -84,10 +84,10 @@ def trainer_batches(global_step: int, loader: TrainVaultDataLoader, accumulation
     return epochs * per_epoch + min(rest * accumulation, per_epoch)
 
 
-def save_state(args: Any, state: Any, dataloader: Any) -> None:
+def _save_state(args: Any, state: Any, dataloader: Any) -> None:
     """Write the loader's state at the Trainer's count into the checkpoint folder just saved."""
-    loader = trainvault_loader(dataloader)
-    doc = loader.state_dict(step=trainer_batches(state.global_step, loader, args.gradient_accumulation_steps))
+    loader = _trainvault_loader(dataloader)
+    doc = loader.state_dict(step=_trainer_batches(state.global_step, loader, args.gradient_accumulation_steps))
     if not state.is_world_process_zero:
         return  # every rank holds the same state; the first writes it
     prefix = require("transformers.trainer_utils", "hf").PREFIX_CHECKPOINT_DIR
@@ -99,9 +99,9 @@ def save_state(args: Any, state: Any, dataloader: Any) -> None:
     os.replace(tmp, folder / STATE_FILE)  # a half-written state is never seen
 
 
-def restore_state(folder: str, args: Any, state: Any, dataloader: Any) -> None:
+def _restore_state(folder: str, args: Any, state: Any, dataloader: Any) -> None:
     """Load `folder`'s loader state into the loader; refuse one that is not where the Trainer resumes."""
-    loader = trainvault_loader(dataloader)
+    loader = _trainvault_loader(dataloader)
     if args.ignore_data_skip:
         raise ConfigurationError(
             "TrainVaultTrainerMixin restores the loader instead of skipping batches, and the Trainer counts its "
@@ -118,7 +118,7 @@ def restore_state(folder: str, args: Any, state: Any, dataloader: Any) -> None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResumeStateError(f"{path} cannot be read as a loader state ({exc}); it is damaged") from None
     loader.load_state_dict(doc)
-    expected = trainer_batches(state.global_step, loader, args.gradient_accumulation_steps)
+    expected = _trainer_batches(state.global_step, loader, args.gradient_accumulation_steps)
     if doc.get("step") != expected:
         raise ResumeStateError(
             f"{path} is at step {doc.get('step')!r}, the Trainer resumes after {expected} batches "
@@ -134,10 +134,10 @@ def _checkpoint_callback(trainer: TrainVaultTrainerMixin) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             folder = trainer._trainvault_resume
             if folder is not None:
-                restore_state(folder, args, state, kwargs.get("train_dataloader"))
+                _restore_state(folder, args, state, kwargs.get("train_dataloader"))
                 trainer._trainvault_restored = True
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            save_state(args, state, kwargs.get("train_dataloader"))
+            _save_state(args, state, kwargs.get("train_dataloader"))
 
     return LoaderCheckpoint()

@@ -230,3 +230,13 @@ def test_the_mixin_refuses_a_state_of_another_step_a_damaged_one_and_ignore_data
         ResumingTrainer(model=Model(), args=arguments(plain_checkpoint.parent), loader=load(0)).train(
             resume_from_checkpoint=str(plain_checkpoint)
         )
+
+
+def test_the_mixin_refuses_a_loader_that_is_not_trainvaults(tmp_path: Path) -> None:
+    records = [{"id": f"r{i}", "tokens": i} for i in range(24)]
+    plain = torch.utils.data.DataLoader(records, batch_size=BATCH, collate_fn=collate)
+    model = Model()
+    trainer = ResumingTrainer(model=model, args=arguments(tmp_path, max_steps=SAVE_STEPS), loader=plain)
+    with pytest.raises(ConfigurationError, match="get_train_dataloader gave DataLoader: return factory"):
+        trainer.train()  # refused at the first checkpoint: its state would not be trainvault's
+    assert not (tmp_path / f"checkpoint-{SAVE_STEPS}" / STATE_FILE).exists()
