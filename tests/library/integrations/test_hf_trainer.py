@@ -240,3 +240,26 @@ def test_the_mixin_refuses_a_loader_that_is_not_trainvaults(tmp_path: Path) -> N
     with pytest.raises(ConfigurationError, match="get_train_dataloader gave DataLoader: return factory"):
         trainer.train()  # refused at the first checkpoint: its state would not be trainvault's
     assert not (tmp_path / f"checkpoint-{SAVE_STEPS}" / STATE_FILE).exists()
+
+
+def test_an_infinite_loader_resumes_at_the_trainers_count(data: Any, tmp_path: Path) -> None:
+    chain, _ = data
+
+    def load() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UngatedDataWarning)
+            factory = chain.vault.ungated_loader_factory(
+                chain.manifest_uri, collate_fn=collate, shuffle=True, seed=3, dataloader_args={"batch_size": BATCH}
+            )
+        return factory.load("train", infinite_iter=True)
+
+    # 40 optimizer steps of 2 batches: 80 batches, past the end of the first epoch (27 batches).
+    whole = Model()
+    ResumingTrainer(model=whole, args=arguments(tmp_path / "whole", max_steps=40), loader=load()).train()
+    first = Model(kill_after=70)
+    with pytest.raises(Killed):
+        ResumingTrainer(model=first, args=arguments(tmp_path, max_steps=40), loader=load()).train()
+    resumed = Model()
+    trainer = ResumingTrainer(model=resumed, args=arguments(tmp_path, max_steps=40), loader=load())
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-32"))
+    assert len(whole.seen) == 80 and resumed.seen == whole.seen[64:]
