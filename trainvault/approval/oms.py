@@ -16,9 +16,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainvault.approval.approved import ApprovalRecordRef, ApprovedDataset
 from trainvault.approval.dsse import IN_TOTO_PAYLOAD_TYPE, STATEMENT_TYPE, pae
@@ -40,8 +40,7 @@ GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 SIGNATURES_FOLDER = "oms"
 
 
-@dataclass(frozen=True)
-class OmsResource:
+class OmsResource(NamedTuple):
     """One file of the signed folder: its POSIX path there, SHA-256, and size when the approval binds one."""
 
     name: str
@@ -60,30 +59,32 @@ class WrittenOms(Referenced):
     not_covered: tuple[str, ...]
 
 
-def bound_files(storage: Storage, approved: ApprovedDataset) -> dict[str, ObjectRef]:
-    """Every file the approval binds, by URI, with the digest (and size, where known) it binds."""
+#: A bound file's SHA-256, and its size when the approval binds one.
+Digest = tuple[str, int | None]
+
+
+def bound_files(storage: Storage, approved: ApprovedDataset) -> dict[str, Digest]:
+    """Every file the approval binds, by (normalized) URI, with the digest and size it binds."""
     record = _record(approved)
     publication = approved._result.publication
-    files = [ObjectRef(uri=approved.manifest_uri, sha256=approved.manifest_sha256, size=approved.manifest_size)]
+    out: dict[str, Digest] = {approved.manifest_uri: (approved.manifest_sha256, approved.manifest_size)}
+    # Entry URIs are resolved and normalized already (`Publication`): 20,000 of them at 10,000 shards.
     for _, e in publication.entries():
-        files.append(ObjectRef(uri=e.uri, sha256=e.sha256, size=e.size_bytes))
-        files.append(ObjectRef(uri=e.descriptor_uri, sha256=e.descriptor_sha256))
+        out[e.uri] = (e.sha256, e.size_bytes)
+        out[e.descriptor_uri] = (e.descriptor_sha256, None)
+    few = list(approved.bindings.values())
     if publication.manifest.descriptor_pack is not None:
-        files.append(publication.manifest.descriptor_pack)
-    bindings = approved.bindings
-    files += bindings.values()
-    files += _release_items(storage, bindings["evaluation_release"])
-    files.append(record.ref)
-    out: dict[str, ObjectRef] = {}
-    for ref in files:
+        few.append(publication.manifest.descriptor_pack)
+    few += _release_items(storage, approved.bindings["evaluation_release"])
+    few.append(record.ref)
+    for ref in few:
         uri = normalize_uri(ref.uri)
         known = out.get(uri)
-        if known is not None and known.sha256 != ref.sha256:
+        if known is not None and known[0] != ref.sha256:
             raise ApprovalError(
-                f"{uri} is bound twice, as {known.sha256} and {ref.sha256}; the approval is inconsistent"
+                f"{uri} is bound twice, as {known[0]} and {ref.sha256}; the approval is inconsistent: re-approve"
             )
-        if known is None or known.size is None:
-            out[uri] = ObjectRef(uri=uri, sha256=ref.sha256, size=ref.size)
+        out[uri] = (ref.sha256, ref.size if known is None or ref.size is not None else known[1])
     return out
 
 
@@ -110,42 +111,47 @@ def _release_items(storage: Storage, release: ObjectRef) -> list[ObjectRef]:
     ]
 
 
-def _relative(uri: str, root: str) -> str:
-    return parse_uri(uri).path[len(parse_uri(root).path.rstrip("/")) + 1 :]
+def _prefix(root: str) -> str:
+    """What every normalized URI inside the folder `root` starts with: the rest is its path there."""
+    return join_uri(root, "x")[:-1]
 
 
-def _ignored(name: str, ignore_paths: Iterable[str]) -> bool:
-    return any(name == p or name.startswith(p + "/") for p in ignore_paths)
+def _skipper(ignore_paths: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a path is one `model_signing` skips: an ignored path or anything under it."""
+    exact = frozenset(ignore_paths)
+    under = tuple(p + "/" for p in exact)
+    return lambda name: name in exact or name.startswith(under)
 
 
 def oms_resources(
-    files: Mapping[str, ObjectRef], root: str, ignore_paths: Iterable[str]
+    files: Mapping[str, Digest], root: str, ignore_paths: Iterable[str]
 ) -> tuple[list[OmsResource], list[str]]:
     """The files under the folder `root`, by path there in the verifier's order (path segments
     compared by code point), and the URIs of those outside it. A bound file under an ignored
     path is refused: the verifier would skip it."""
-    ignore = list(ignore_paths)
+    skipped, prefix = _skipper(ignore_paths), _prefix(root)
     inside, outside = [], []
-    for uri, ref in files.items():
-        if not is_within(uri, root):
+    for uri, (sha256, size) in files.items():
+        if not uri.startswith(prefix):
             outside.append(uri)
             continue
-        name = _relative(uri, root)
-        if _ignored(name, ignore):
+        name = uri[len(prefix) :]
+        if skipped(name):
             raise ApprovalError(
                 f"{uri}: a bound file under {name.split('/')[0]!r}, a path model_signing skips; it would not be "
                 "covered: write the OMS signature elsewhere (--out) or keep bound files out of that path"
             )
-        inside.append(OmsResource(name, ref.sha256, ref.size))
+        inside.append(OmsResource(name, sha256, size))
     inside.sort(key=lambda r: r.name.split("/"))
     return inside, sorted(outside)
 
 
 def check_folder(storage: Storage, root: str, resources: list[OmsResource], ignore_paths: Iterable[str]) -> None:
     """The folder holds exactly `resources` (beside ignored paths), each at its bound size: one listing."""
-    ignore = list(ignore_paths)
-    listed = {_relative(o.uri, root): o.size for o in storage.list(root)}
-    extra = sorted(n for n in listed if not _ignored(n, ignore) and n not in {r.name for r in resources})
+    skipped, prefix = _skipper(ignore_paths), _prefix(root)
+    listed = {o.uri[len(prefix) :]: o.size for o in storage.list(root)}
+    names = {r.name for r in resources}
+    extra = sorted(n for n in listed if n not in names and not skipped(n))
     if extra:
         raise ApprovalError(
             f"{root} holds {len(extra)} file(s) the approval does not bind ({', '.join(extra[:5])}"
@@ -207,7 +213,7 @@ def _ignore_paths(root: str, out: str) -> list[str]:
     """The git paths, and the signature's own place when it lies in the signed folder."""
     if not is_within(out, root):
         return list(GIT_PATHS)
-    name = _relative(out, root)
+    name = out[len(_prefix(root)) :]
     return [*GIT_PATHS, SIGNATURES_FOLDER if name.startswith(SIGNATURES_FOLDER + "/") else name]
 
 
