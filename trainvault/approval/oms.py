@@ -142,7 +142,8 @@ def oms_resources(
                 "covered: write the OMS signature elsewhere (--out) or keep bound files out of that path"
             )
         inside.append(OmsResource(name, sha256, size))
-    inside.sort(key=lambda r: r.name.split("/"))
+    # NUL sorts below every other character: by code point on the whole name, it orders as the segments.
+    inside.sort(key=lambda r: r.name.replace("/", "\0"))
     return inside, sorted(outside)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 from model_signing import verifying
 from support.approval_chain import TINY_JSONL, make_records
 
@@ -158,3 +159,19 @@ def test_the_verifier_refuses_another_key(exported: Exported, how: str) -> None:
     ok, output = VERIFIERS[how](exported.folder, exported.signature, exported.other_public)
     assert not ok
     assert "Key mismatch" in output, output
+
+
+def test_another_key_is_refused_by_its_signature_when_the_bundle_names_no_key(
+    exported: Exported, tmp_path: Path
+) -> None:
+    """The key hint is unauthenticated: without it the verifier checks the signature itself."""
+    bundle = json.loads(exported.signature.read_bytes())
+    bundle["verificationMaterial"]["publicKey"].pop("hint")
+    hintless = tmp_path / "hintless.sigstore.json"
+    hintless.write_text(json.dumps(bundle))
+    ok, output = cli_verify(exported.folder, hintless, exported.other_public)
+    assert not ok and "Verification failed" in output, output
+    with pytest.raises(InvalidSignature):
+        verifying.Config().use_elliptic_key_verifier(public_key=exported.other_public).verify(exported.folder, hintless)
+    ok, output = cli_verify(exported.folder, hintless, exported.public)  # the signer's key still verifies it
+    assert ok, output

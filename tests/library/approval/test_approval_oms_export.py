@@ -82,6 +82,20 @@ def test_each_signer_writes_its_own_bundle_and_each_verifies(tmp_path: Path) -> 
         verifying.Config().use_elliptic_key_verifier(public_key=public).verify(tmp_path / "ds", bundle)
 
 
+def test_a_bundle_written_inside_the_folder_is_skipped_by_the_statement_it_carries(tmp_path: Path) -> None:
+    vault, opened, _ = approved(tmp_path)
+    private, public, _ = write_ecdsa_keypair(tmp_path / "signer")
+    written = export_oms(vault, opened, private, out=str(tmp_path / "ds" / "dataset.sigstore.json"))
+    assert "dataset.sigstore.json" in statement(local(written.uri))["predicate"]["serialization"]["ignore_paths"]
+    verifying.Config().use_elliptic_key_verifier(public_key=public).verify(tmp_path / "ds", local(written.uri))
+
+
+def test_a_bound_file_under_the_signatures_folder_is_refused(tmp_path: Path) -> None:
+    vault, opened, _ = approved(tmp_path, record_uri=str(tmp_path / "ds" / "oms" / "approval-v1.dsse.json"))
+    with pytest.raises(ApprovalError, match="a path model_signing skips"):
+        export_oms(vault, opened, EcdsaSigningKey.generate())
+
+
 def test_another_signature_where_one_lies_is_a_conflict(tmp_path: Path) -> None:
     vault, opened, _ = approved(tmp_path)
     private, _, _ = write_ecdsa_keypair(tmp_path / "signer")
