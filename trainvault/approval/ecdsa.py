@@ -53,8 +53,9 @@ class EcdsaSigningKey:
         return hashlib.sha256(self.public_pem()).hexdigest()
 
     def sign(self, message: bytes) -> bytes:
-        """A DER-encoded ECDSA signature over `message`, hashed as the curve requires."""
-        return self._key.sign(message, ec.ECDSA(_CURVES[self._key.curve.name]()))
+        """A DER-encoded ECDSA signature over `message`, hashed as the curve requires; deterministic
+        (RFC 6979), so signing the same message again gives the same bytes."""
+        return self._key.sign(message, ec.ECDSA(_CURVES[self._key.curve.name](), deterministic_signing=True))
 
     def to_pem(self) -> bytes:
         """Unencrypted PKCS#8 PEM: store it with owner-only permissions or in a secret manager."""

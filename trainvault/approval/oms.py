@@ -225,7 +225,8 @@ def export_oms(
     out: str | None = None,
 ) -> WrittenOms:
     """Write (create-only) the OMS signature of `approved` (opened from its signed record) to
-    `out` (default: `default_oms_uri`), signed with an ECDSA `signing_key`. The folder of the data
+    `out` (default: `default_oms_uri`), signed with an ECDSA `signing_key`. The signature is
+    deterministic, so the same export again writes nothing; another at `out` is a `ConflictError`. The folder of the data
     manifest must hold exactly the bound files at their sizes (`ApprovalError` naming what differs);
     bound files outside it are listed in ``not_covered``."""
     if not isinstance(approved, ApprovedDataset):

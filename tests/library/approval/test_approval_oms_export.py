@@ -22,6 +22,7 @@ from trainvault import ApprovalError, ConflictError, TrainVault
 from trainvault.approval import SigningKey, collect_producer_pins, write_keypair
 from trainvault.approval.ecdsa import EcdsaSigningKey, load_ecdsa_signing_key, write_ecdsa_keypair
 from trainvault.approval.oms import export_oms
+from trainvault.canonical import sha256_hex
 from trainvault.cli import main
 from trainvault.contamination import jsonl_benchmark
 
@@ -96,13 +97,16 @@ def test_a_bound_file_under_the_signatures_folder_is_refused(tmp_path: Path) -> 
         export_oms(vault, opened, EcdsaSigningKey.generate())
 
 
-def test_another_signature_where_one_lies_is_a_conflict(tmp_path: Path) -> None:
+def test_exporting_again_writes_nothing_and_another_signature_there_is_a_conflict(tmp_path: Path) -> None:
     vault, opened, _ = approved(tmp_path)
     private, _, _ = write_ecdsa_keypair(tmp_path / "signer")
     first = export_oms(vault, opened, private)
-    with pytest.raises(ConflictError):  # ECDSA signatures differ each time: the first stays
-        export_oms(vault, opened, private)
-    assert local(first.uri).read_bytes()
+    before = local(first.uri).stat().st_mtime_ns
+    assert export_oms(vault, opened, private) == first  # RFC 6979: the same statement and key, the same bytes
+    assert local(first.uri).stat().st_mtime_ns == before
+    with pytest.raises(ConflictError):  # another key's bundle where this one lies
+        export_oms(vault, opened, EcdsaSigningKey.generate(), out=first.uri)
+    assert sha256_hex(local(first.uri).read_bytes()) == first.sha256
 
 
 def test_an_ed25519_key_is_refused_naming_the_key_to_make(tmp_path: Path) -> None:
