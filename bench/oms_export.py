@@ -14,6 +14,10 @@ round-robin, median of `--repeats`, each in a fresh `TrainVault`:
   type, which reads and hashes every file.
 
     .venv/bin/python bench/oms_export.py --shards 10000
+
+Measured (this shared 2-core machine, median of 5, 10,000 shards): read 0.35 s, export 0.94 s
+(2.7x: over the 2x goal; the one listing of the folder's 20,009 files is about as long as the
+read itself), open + export 2.44 s (6.9x), model_signing sign 7.56 s (21x).
 """
 
 from __future__ import annotations
