@@ -30,9 +30,9 @@ MODEL_SIGNING = Path(sys.executable).with_name("model_signing")
 PINS = collect_producer_pins(code_revision="test")
 
 
-def approved(base: Path, **approve: Any) -> tuple[TrainVault, Any, SigningKey]:
-    vault = TrainVault()
-    saver = vault.dataset_saver(str(base / "ds" / "data-manifest-v1.json"))
+def approved(base: Path | str, vault: TrainVault | None = None, **approve: Any) -> tuple[TrainVault, Any, SigningKey]:
+    vault = vault or TrainVault()
+    saver = vault.dataset_saver(f"{base}/ds/data-manifest-v1.json")
     for shard in range(2):
         saver.save("train", None, make_records(shard, 10), shard_id=str(shard))
     manifest = saver.commit_manifest()
@@ -173,6 +173,22 @@ def test_an_ecdsa_key_hides_its_material_and_does_not_pickle(tmp_path: Path) -> 
         write_ecdsa_keypair(tmp_path / "k")
     with pytest.raises(ApprovalError, match="not an unencrypted PEM private key"):
         load_ecdsa_signing_key(public)
+
+
+def test_an_export_on_s3_verifies_on_a_local_copy_of_the_prefix(
+    s3_vault: TrainVault, s3_bucket: str, tmp_path: Path
+) -> None:
+    vault, opened, _ = approved(f"s3://{s3_bucket}", s3_vault)
+    private, public, _ = write_ecdsa_keypair(tmp_path / "signer")
+    written = vault.export_oms(opened, str(private))
+    prefix = f"s3://{s3_bucket}/ds/"
+    assert written.root == prefix[:-1] and written.uri.startswith(prefix + "oms/") and written.not_covered == ()
+    copy = tmp_path / "ds"
+    for obj in vault.storage.list(prefix):  # what copying the prefix to a folder gives
+        dest = copy / obj.uri[len(prefix) :]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(vault.storage.get(obj.uri))
+    verifying.Config().use_elliptic_key_verifier(public_key=public).verify(copy, copy / written.uri[len(prefix) :])
 
 
 def test_keygen_and_oms_export_commands_write_a_bundle_the_verifier_accepts(
