@@ -209,3 +209,50 @@ def test_keygen_and_oms_export_commands_write_a_bundle_the_verifier_accepts(
     # An approval key is refused in one line, naming the key type to make.
     assert main([*argv, "--signing-key", str(tmp_path / "approver.pub"), "--out", str(tmp_path / "x.json")]) == 1
     assert "not an unencrypted PEM private key" in capsys.readouterr().err
+
+
+def signed_and_opened(chain: Any, tmp_path: Path, request: Any, policy: Any = None) -> Any:
+    from trainvault.approval import write_approval
+    from trainvault.approval.gate import approve_dataset
+
+    key = SigningKey.generate()
+    gated = approve_dataset(chain.vault, request, policy=policy)
+    written = write_approval(chain.vault, f"{chain.root}/ds/approval-v1.dsse.json", gated, signing_keys=key)
+    return chain.vault.open_approved(written.uri, written.sha256, trusted_keys=[key], policy=policy)
+
+
+def test_an_approval_with_exclusions_signs_whole_shards_and_names_the_exclusions_outside(
+    build_chain: Any, tmp_path: Path
+) -> None:
+    from trainvault import ApprovalPolicy
+    from trainvault.contamination import exclusions_from_report
+
+    chain = build_chain(TrainVault(), str(tmp_path / "dirty"), shards=3, contaminate=True)
+    report = chain.extra["report"]
+    exclusions = exclusions_from_report(report, report_sha256=chain.refs["contamination_report"].sha256)
+    policy = ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 10))
+    opened = signed_and_opened(chain, tmp_path, chain.with_exclusions(exclusions), policy)
+    assert opened.exclusions is not None and len(opened.exclusions.records) == 1
+    private, public, _ = write_ecdsa_keypair(tmp_path / "signer")
+    written = export_oms(chain.vault, opened, private)
+    assert opened.bindings["exclusions"].uri in written.not_covered  # bound, but outside ds/
+    names = [r["name"] for r in statement(local(written.uri))["predicate"]["resources"]]
+    assert "shards/train/hard/s2.msgpack.zst" in names  # the shard that holds the excluded record, whole
+    verifying.Config().use_elliptic_key_verifier(public_key=public).verify(
+        tmp_path / "dirty" / "ds", local(written.uri)
+    )
+
+
+def test_a_manifest_without_a_descriptor_pack_lists_every_descriptor(build_chain: Any, tmp_path: Path) -> None:
+    chain = build_chain(TrainVault(), str(tmp_path / "old"), shards=2, packed=False)
+    opened = signed_and_opened(chain, tmp_path, chain.request())
+    assert opened.manifest.descriptor_pack is None
+    private, public, _ = write_ecdsa_keypair(tmp_path / "signer")
+    written = export_oms(chain.vault, opened, private)
+    names = [r["name"] for r in statement(local(written.uri))["predicate"]["resources"]]
+    assert not any(n.startswith("descriptor-packs/") for n in names)
+    shards = [e for split in opened.manifest.splits.values() for e in split.shards]
+    assert sorted(n for n in names if n.endswith(".complete.json")) == sorted(
+        e.descriptor_uri.rsplit("/ds/", 1)[1] for e in shards
+    )
+    verifying.Config().use_elliptic_key_verifier(public_key=public).verify(tmp_path / "old" / "ds", local(written.uri))
