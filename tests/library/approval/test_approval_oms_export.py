@@ -256,3 +256,14 @@ def test_a_manifest_without_a_descriptor_pack_lists_every_descriptor(build_chain
         e.descriptor_uri.rsplit("/ds/", 1)[1] for e in shards
     )
     verifying.Config().use_elliptic_key_verifier(public_key=public).verify(tmp_path / "old" / "ds", local(written.uri))
+
+
+def test_a_revocation_beside_a_record_in_the_folder_fails_the_old_export_and_refuses_a_new_one(tmp_path: Path) -> None:
+    vault, opened, key = approved(tmp_path)
+    private, public, _ = write_ecdsa_keypair(tmp_path / "signer")
+    written = export_oms(vault, opened, private)
+    vault.revoke(opened.approval.uri, reason="licence withdrawn", signing_keys=key)  # revocations/ beside the record
+    with pytest.raises(ValueError, match="Extra files"):  # model_signing: the folder is no longer what was signed
+        verifying.Config().use_elliptic_key_verifier(public_key=public).verify(tmp_path / "ds", local(written.uri))
+    with pytest.raises(ApprovalError, match=r"does not bind \(revocations/"):
+        export_oms(vault, opened, EcdsaSigningKey.generate())
