@@ -101,6 +101,11 @@ class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
         default_factory=list,
         description="public keys (PEM files) the gate trusts to sign scans and reports (empty: trusted_keys_path)",
     )
+    oms_key_path: str | None = Field(
+        default=None,
+        description="an ECDSA private key (PEM, `trainvault keygen --type ecdsa-p256`): the approval also gets an "
+        "OpenSSF Model Signing signature of the data folder, beside it (unset: none)",
+    )
     policy: ApprovalPolicyConfig = Field(
         default_factory=ApprovalPolicyConfig, description="re-scan sample and exclusions"
     )
