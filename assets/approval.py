@@ -223,6 +223,20 @@ def croissant_card(
     return ObjectRef(uri=card.uri, sha256=card.sha256), True
 
 
+def oms_signature(vault: TrainVault, spec: DatasetSpec, opened: ApprovedDataset) -> Metadata:
+    """With the spec's OMS key: the OpenSSF Model Signing bundle of the data folder beside the approval
+    (deterministic: a rebuild writes the same bytes, so nothing), as metadata with the command that
+    verifies it; without one, nothing."""
+    if not spec.oms_key_path:
+        return {}
+    oms = vault.export_oms(opened, spec.oms_key_path)
+    path = spec.oms_key_path
+    public = path[: -len(".key")] + ".pub" if path.endswith(".key") else "OMS_KEY.pub"
+    folder, bundle = (u.removeprefix("file://") for u in (oms.root, oms.uri))
+    verify = ["model_signing", "verify", "key", folder, "--signature", bundle, "--public_key", public]
+    return {"oms signature": link(oms.uri), "verify it (model_signing)": dg.MetadataValue.md(f"`{shlex.join(verify)}`")}
+
+
 def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
     inputs = (*INPUTS, EXCLUSIONS) if spec.policy.allow_exclusions else INPUTS
 
@@ -289,6 +303,7 @@ def build_approved_dataset(spec: DatasetSpec) -> dg.AssetsDefinition:
                 "croissant sha256": card.sha256,
                 "croissant": link(card.uri),
                 "croissant written": card_written,
+                **oms_signature(vault, spec, opened),
                 "open it (trainer)": dg.MetadataValue.md(
                     "```python\n"
                     + trainer_snippet(record.uri, record.sha256, spec, store, EXCLUSIONS in handoffs)

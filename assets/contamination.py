@@ -19,6 +19,7 @@ to judge, in `approved_dataset`.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import dagster as dg
 
@@ -75,42 +76,52 @@ def shard_entry(manifest: DataManifest, partition: str) -> ShardEntry:
     raise dg.Failure(f"shard {partition} is not in the data manifest: rebuild the manifest")
 
 
+def _item_line(it: Any) -> str:
+    """A listed item of a report (contaminated or uncounted; the library does not export their types)."""
+    hit = it.hits[0]
+    return f"{it.benchmark}: {it.item_id} (shard {hit.split}/{hit.shard}, record {hit.record_index})"
+
+
 def report_metadata(report: ContaminationReport) -> Metadata:
-    """Per-benchmark results as a table and the contaminated item ids, for the UI."""
+    """Per-benchmark results as a table, the contaminated item ids and, under an evidence rule
+    (ngram-exact-v3), the matched items it does not count and why, for the UI."""
+    columns = [
+        ("benchmark", "string"),
+        ("items", "int"),
+        ("checkable", "int"),
+        ("contaminated", "int"),
+        ("uncounted", "int"),
+        ("uncheckable", "int"),
+        ("pass", "bool"),
+    ]
     rows = [
         {
             "benchmark": b.name,
             "items": b.n_items,
             "checkable": b.n_checkable,
             "contaminated": b.n_contaminated,
+            "uncounted": b.n_uncounted or 0,
             "uncheckable": b.n_uncheckable,
             "pass": b.passed,
         }
         for b in report.benchmarks
     ]
-    ids = [
-        f"{it.benchmark}: {it.item_id} (shard {it.hits[0].split}/{it.hits[0].shard}, record {it.hits[0].record_index})"
-        for it in report.contaminated_items
-    ]
-    return {
+    meta: Metadata = {
         "pass": report.passed,
-        "per benchmark": table(
-            rows,
-            [
-                ("benchmark", "string"),
-                ("items", "int"),
-                ("checkable", "int"),
-                ("contaminated", "int"),
-                ("uncheckable", "int"),
-                ("pass", "bool"),
-            ],
+        "per benchmark": table(rows, columns),
+        "contaminated items": dg.MetadataValue.md(
+            "\n".join(f"- `{_item_line(i)}`" for i in report.contaminated_items) or "none"
         ),
-        "contaminated items": dg.MetadataValue.md("\n".join(f"- `{i}`" for i in ids) or "none"),
         "contaminated item ids": dg.MetadataValue.json(
             [f"{it.benchmark}:{it.item_id}" for it in report.contaminated_items]
         ),
         "coverage": dg.MetadataValue.json(report.coverage.model_dump()),
     }
+    if report.uncounted_items is not None:
+        meta["uncounted items"] = dg.MetadataValue.md(
+            "\n".join(f"- `{_item_line(i)}`: {i.reason}" for i in report.uncounted_items) or "none"
+        )
+    return meta
 
 
 def signed_scan(

@@ -6,8 +6,8 @@ relative to the repository root. Each entry under ``datasets:`` is a
 `resources.dataset.DatasetSpec`; a split may give ``shards: N`` (ids ``0..N-1``) instead
 of ``shard_ids``. String values may name environment variables: ``${VAR}`` (must be set)
 or ``${VAR:-default}`` (the default when unset or empty). A relative local path in
-``root_uri``, ``signing_key_path``, ``trusted_keys_path``, ``scanner_key_path`` or
-``trusted_scanner_keys`` is relative to the YAML file's folder. The ``policy:`` block is a
+``root_uri``, ``signing_key_path``, ``trusted_keys_path``, ``scanner_key_path``,
+``oms_key_path`` or ``trusted_scanner_keys`` is relative to the YAML file's folder. The ``policy:`` block is a
 `resources.policy.ApprovalPolicyConfig` (re-scan sample, exclusions). Anything malformed raises
 `ConfigurationError` naming the file, the dataset and the field, so the location fails to
 load instead of serving half a catalog.
@@ -49,7 +49,7 @@ SEGMENT = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 #: Nested blocks whose keys are checked like an entry's (pydantic would ignore unknown ones).
 NESTED: dict[str, type[BaseModel]] = {"policy": ApprovalPolicyConfig, "schedule": ScheduleSpec}
-PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path")
+PATH_FIELDS = ("root_uri", "signing_key_path", "trusted_keys_path", "scanner_key_path", "oms_key_path")
 
 
 def datasets_path(environ: dict[str, str] | None = None) -> Path:

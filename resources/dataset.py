@@ -23,7 +23,7 @@ from resources.policy import ApprovalPolicyConfig
 from trainvault import ConfigurationError
 from trainvault.approval import REPORT_ATTESTATION_NAME, SCAN_ATTESTATION_NAME
 from trainvault.canonical import canonical_json, sha256_hex
-from trainvault.contamination import EXCLUSIONS_NAME
+from trainvault.contamination import Exclusions
 from trainvault.uris import join_uri, normalize_uri
 
 if TYPE_CHECKING:
@@ -100,6 +100,11 @@ class DatasetSpec(dg.ConfigurableResource["DatasetSpec"]):
     trusted_scanner_keys: list[str] = Field(
         default_factory=list,
         description="public keys (PEM files) the gate trusts to sign scans and reports (empty: trusted_keys_path)",
+    )
+    oms_key_path: str | None = Field(
+        default=None,
+        description="an ECDSA private key (PEM, `trainvault keygen --type ecdsa-p256`): the approval also gets an "
+        "OpenSSF Model Signing signature of the data folder, beside it (unset: none)",
     )
     policy: ApprovalPolicyConfig = Field(
         default_factory=ApprovalPolicyConfig, description="re-scan sample and exclusions"
@@ -257,7 +262,9 @@ class VersionLayout:
 
     def exclusions_uri(self, release_sha256: str, contract_sha256: str, scanner: str) -> str:
         """The exclusions taken from the report key id `scanner` signed, beside it."""
-        return join_uri(self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{EXCLUSIONS_NAME}")
+        return join_uri(
+            self.contamination_dir(release_sha256, contract_sha256), f"{scanner[:16]}/{Exclusions.FILE_NAME}"
+        )
 
     def shard_scan_uri(self, release_sha256: str, contract_sha256: str, key: str) -> str:
         """One shard's scan result: ``shards/<split>.<stage or _>.<shard_id>.json`` beside the report."""

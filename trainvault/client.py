@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from trainvault.approval import ApprovalPolicy, ApprovalRequest, ApprovedDataset, ProducerPins, SigningKey
     from trainvault.approval.amend import WrittenAmendment
     from trainvault.approval.hashing import HashProgress
+    from trainvault.approval.oms import WrittenOms
     from trainvault.approval.revoke import WrittenRevocation
     from trainvault.components import Frame
     from trainvault.components.builder import Binding
@@ -264,6 +265,14 @@ class TrainVault:
         from trainvault.approval.amend import amend
 
         return amend(self, approved, removals, signing_keys=signing_keys, prefix=prefix)
+
+    def export_oms(self, approved: ApprovedDataset, signing_key: bytes | str, out: str | None = None) -> WrittenOms:
+        """Write the OpenSSF Model Signing bundle of `approved` (opened from its signed record):
+        its data manifest's folder as `model_signing verify key` checks it, signed with an ECDSA
+        key (PEM bytes or a path); see `trainvault.approval.oms.export_oms`."""
+        from trainvault.approval.oms import export_oms
+
+        return export_oms(self, approved, signing_key, out)
 
     # -- component ranges ---------------------------------------------------------
 

@@ -310,11 +310,12 @@ def test_readme_and_docs_blocks_run_as_written_in_order(
     uri, digest = lines[1].split()  # the tour's signed approval
     assert uri.endswith("/readme-example/dataset/approval-v1.dsse.json") and len(digest) == 64
     assert lines[2] == "3200"  # every easy record through the approved loader
-    assert lines[3].startswith("epoch 0, position 3,200/9,600")  # docs/loading.md: describe_state() after resuming
-    assert lines[4] == "9600"  # before and after the interruption: every record once
-    assert lines[5] == uri.replace("approval-v1.dsse.json", "croissant.json")  # the card the CLI wrote, same options
-    assert lines[6] == "16"  # docs/components.md: one range per document, two documents in each of 8 packed records
-    assert len(lines) == 7
+    assert lines[3] == "3200 3200"  # the Hugging Face Trainer, killed and resumed: every easy record once
+    assert lines[4].startswith("epoch 0, position 3,200/9,600")  # docs/loading.md: describe_state() after resuming
+    assert lines[5] == "9600"  # before and after the interruption: every record once
+    assert lines[6] == uri.replace("approval-v1.dsse.json", "croissant.json")  # the card the CLI wrote, same options
+    assert lines[7] == "16"  # docs/components.md: one range per document, two documents in each of 8 packed records
+    assert len(lines) == 8
     assert (repo / "readme-example" / "dataset" / "data-manifest-v1.json").exists()
 
     shell = {blocks[n].first_command(): (repo / f"readme-shell-{n}.out").read_text() for n in shells}

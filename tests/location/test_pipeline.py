@@ -2,12 +2,14 @@
 (scanner-signed scan and report, sample re-scan, Croissant card), planted contamination
 that blocks or, where the policy allows, is excluded, a report signed by an untrusted
 scanner, a standalone approval after a failed report, rebuilds that write nothing, new
-versions for changed inputs, and definitions that load (locally and at scale)."""
+versions for changed inputs, an OMS signature beside the approval, and definitions that load
+(locally and at scale)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,6 +163,9 @@ def test_full_lifecycle_passes_and_a_trainer_opens_the_approval(clean, keys) -> 
     assert layout.base.endswith(f"/demo_curriculum/{layout.version}")
     report = made(result, "contamination_report")
     assert report["pass"] is True and report["contaminated item ids"] == []
+    # The default contract's evidence rule (ngram-exact-v3): what it leaves out is shown, per benchmark and by item.
+    assert all("uncounted" in row.data for row in report["per benchmark"].records)
+    assert "uncounted items" in report
     approval = made(result, "approved_dataset")
     assert approval["uri"].startswith(layout.base + "/approvals/")
     assert approval["sha256"] in approval["open it (trainer)"]
@@ -215,6 +220,28 @@ def test_the_approval_writes_a_croissant_card_mlcroissant_loads(clean) -> None:
     assert {r["name"] for r in card["recordSet"]} == {"train", "valid", "test"}
     dataset = mlc.Dataset(jsonld=str(path))
     assert not dataset.metadata.ctx.issues.errors
+
+
+def test_an_oms_key_writes_a_bundle_model_signing_accepts_and_the_command_that_verifies_it(
+    tmp_path_factory, keys
+) -> None:
+    from model_signing import verifying
+
+    from trainvault.approval.ecdsa import write_ecdsa_keypair
+
+    _, public, _ = write_ecdsa_keypair(keys.with_name("oms"))
+    spec = small_spec(tmp_path_factory.mktemp("oms"), keys, oms_key_path=str(keys.with_name("oms.key")))
+    result = run_lifecycle(spec, dg.DagsterInstance.ephemeral())
+    approval = made(result, "approved_dataset")
+    bundle = Path(approval["oms signature"])
+    assert bundle.parent.name == "oms" and bundle.parent.parent.name == "approvals"
+    data = Path(spec.layout().data_root.removeprefix("file://"))
+    command = f"model_signing verify key {data} --signature {bundle} --public_key {public}"
+    assert approval["verify it (model_signing)"] == f"`{command}`"
+    verifying.Config().use_elliptic_key_verifier(public_key=public).verify(data, bundle)
+    argv = [str(Path(sys.executable).with_name("model_signing")), *shlex.split(command)[1:]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Verification succeeded" in done.stdout, done.stdout + done.stderr
 
 
 def test_planted_records_are_excluded_where_the_policy_allows_and_the_loader_never_yields_them(excluded, keys) -> None:

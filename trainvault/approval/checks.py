@@ -97,6 +97,14 @@ def check_contract(contract: VerifierContract, ref: ObjectRef, release: LoadedRe
             f"verifier contract allows {mine.max_uncheckable_fraction} uncheckable items, looser than the accepted "
             f"{floor.max_uncheckable_fraction}; pass a looser ApprovalPolicy.min_policy only on purpose"
         )
+    if floor.count_uncounted and contract.method.evidence is not None and not mine.count_uncounted:
+        # Without an evidence rule (v1, v2) every match counts already; with one, leaving out what it
+        # does not count is looser than a floor that counts them.
+        deny(
+            "verifier contract leaves the matches its evidence rule does not count out of the verdict "
+            "(count_uncounted false), looser than the accepted limits that count them; pass a looser "
+            "ApprovalPolicy.min_policy only on purpose"
+        )
     names = {b.name for b in release.release.benchmarks} | set(mine.max_contaminated_fraction) - {"*"}
     for name in sorted(names | {"*"}):
         got = mine.contaminated_limit(name) if name != "*" else mine.max_contaminated_fraction["*"]

@@ -132,20 +132,25 @@ def write_keypair(
     if exist_ok and private.exists() and public.exists():
         return private, public, _existing_pair(private, public, key)
     key = key or SigningKey.generate()
+    write_pem_pair(private, public, key.to_pem(), key.public_key.to_pem())
+    return private, public, key
+
+
+def write_pem_pair(private: Path, public: Path, private_pem: bytes, public_pem: bytes) -> None:
+    """Write a private key (mode 0600) and its public key, create-only (`ApprovalError` if either exists)."""
     for p in (private, public):
         if p.exists():
             raise ApprovalError(f"{p} already exists; keys are never overwritten: choose another name")
     try:
         fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(key.to_pem())
+            f.write(private_pem)
         with open(public, "xb") as f:
-            f.write(key.public_key.to_pem())
+            f.write(public_pem)
     except OSError as exc:
         raise ApprovalError(
             f"cannot write key {exc.filename}: {exc.strerror}; choose a prefix in a folder that exists and is writable"
         ) from None
-    return private, public, key
 
 
 def _existing_pair(private: Path, public: Path, key: SigningKey | None) -> SigningKey:
@@ -170,7 +175,7 @@ def load_signing_key(source: str | Path | bytes | None = None, *, env: str = SIG
     if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
         return SigningKey.from_pem(source, source=where)
     path = Path(source)
-    return SigningKey.from_pem(_key_file(path, "signing key"), source=str(path))
+    return SigningKey.from_pem(key_file(path, "signing key"), source=str(path))
 
 
 def load_signing_keys(
@@ -190,10 +195,10 @@ def load_verifying_key(source: VerifyingKey | SigningKey | str | os.PathLike[str
     if isinstance(source, bytes) or (isinstance(source, str) and _is_pem(source)):
         return VerifyingKey.from_pem(source)
     path = Path(source)
-    return VerifyingKey.from_pem(_key_file(path, "public key"), source=str(path))
+    return VerifyingKey.from_pem(key_file(path, "public key"), source=str(path))
 
 
-def _key_file(path: Path, what: str) -> bytes:
+def key_file(path: Path, what: str) -> bytes:
     """A key file's bytes through the one bounded, regular-file-only local read."""
     try:
         return read_local_file(path, limit=KEY_FILE_LIMIT, what=f"a PEM {what}")

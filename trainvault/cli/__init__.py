@@ -1,6 +1,6 @@
 """The ``trainvault`` command: inspect a manifest, generate keys, exclude contaminated records,
-approve, verify an approval, write its Croissant card, trace the records of a training step,
-read a split through the training loader.
+approve, verify an approval, export it as an OpenSSF Model Signing signature, write its Croissant
+card, trace the records of a training step, read a split through the training loader.
 
 S3 settings come from ``TRAINVAULT_S3_URL``, ``TRAINVAULT_S3_REGION``, ``TRAINVAULT_S3_KEY_ID`` and
 ``TRAINVAULT_S3_SECRET`` (`StorageConfig.from_env`). Failures end with one line,
@@ -23,6 +23,7 @@ from trainvault.cli.amendments import add_amendment_parsers
 from trainvault.cli.approval import add_approval_parsers
 from trainvault.cli.console import announcing_storage_waits, vault_from_env
 from trainvault.cli.inspect import add_inspect_parser
+from trainvault.cli.oms import add_oms_parsers
 from trainvault.cli.read import add_read_parser
 from trainvault.cli.recognize import Takes, reads, wrong_document
 from trainvault.cli.trace import add_trace_parser
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_parser(sub)
     add_approval_parsers(sub)
     add_amendment_parsers(sub)
+    add_oms_parsers(sub)
     add_trace_parser(sub)
     add_read_parser(sub)
     add_archive_commands(sub)

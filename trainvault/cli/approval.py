@@ -13,12 +13,19 @@ from trainvault.errors import TrainVaultError
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from trainvault.approval.keys import write_keypair
+    if args.type == "ecdsa-p256":
+        from trainvault.approval.ecdsa import write_ecdsa_keypair
 
-    private, public, key = write_keypair(args.out)
+        private, public, oms_key = write_ecdsa_keypair(args.out)
+        ident = f"hint        {oms_key.hint} (ECDSA P-256: for oms-export, not for approvals)"
+    else:
+        from trainvault.approval.keys import write_keypair
+
+        private, public, key = write_keypair(args.out)
+        ident = f"keyid       {key.keyid}"
     print(f"private key {private} (keep it secret; mode 0600)")
     print(f"public key  {public}")
-    print(f"keyid       {key.keyid}")
+    print(ident)
     return 0
 
 
@@ -294,8 +301,14 @@ def add_approval_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_approval_parsers(sub: Any) -> None:
-    p = sub.add_parser("keygen", help="generate an Ed25519 key pair: OUT.key (private) and OUT.pub")
+    p = sub.add_parser("keygen", help="generate a key pair: OUT.key (private) and OUT.pub")
     p.add_argument("--out", required=True, help="path prefix of the two files")
+    p.add_argument(
+        "--type",
+        choices=("ed25519", "ecdsa-p256"),
+        default="ed25519",
+        help="ed25519 (default) signs approvals; ecdsa-p256 signs OMS exports (`trainvault oms-export`)",
+    )
     p.set_defaults(run=cmd_keygen)
 
     p = sub.add_parser("approve", help="run the gate on a request file and write a signed approval")

@@ -5,7 +5,7 @@ Importing this package needs no numpy; building an index does (``trainvault[cont
 
 from trainvault.contamination.contract import MethodSpec, VerifierContract
 from trainvault.contamination.dataset import load_index, scan_dataset, write_report
-from trainvault.contamination.exclusions import EXCLUSIONS_NAME, EXCLUSIONS_SIDECAR, Exclusions, exclusions_from_report
+from trainvault.contamination.exclusions import EXCLUSIONS_SIDECAR, Exclusions, exclusions_from_report
 from trainvault.contamination.release import (
     BenchmarkItems,
     EvaluationRelease,
@@ -17,7 +17,6 @@ from trainvault.contamination.report import ContaminationReport, reduce_report
 from trainvault.contamination.scan import ShardScanResult, scan_records
 
 __all__ = [
-    "EXCLUSIONS_NAME",
     "EXCLUSIONS_SIDECAR",
     "BenchmarkItems",
     "ContaminationReport",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -52,6 +52,8 @@ class Exclusions(Document):
     """exclusions-v1: records left out of an approved dataset, sorted, each once."""
 
     KIND = "trainvault.exclusions"
+    #: The file name the writers give it.
+    FILE_NAME: ClassVar[str] = EXCLUSIONS_NAME
 
     format: Literal["trainvault.exclusions"] = "trainvault.exclusions"
     version: Literal[1] = 1

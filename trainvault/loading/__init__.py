@@ -2,7 +2,8 @@
 
 Importing this package does not import torch; `LoaderPlan.create` asks for it.
 `SplitLoaderFactory(storage, manifest, plan).load(split)` returns the DataLoader;
-`PositionBudget` counts a training loop's consumed positions against its boundaries.
+`PositionBudget` counts a training loop's consumed positions against its boundaries;
+`TrainVaultTrainerMixin` keeps a Hugging Face Trainer's loader state in its checkpoints.
 """
 
 from trainvault.lazy import lazy_exports
@@ -11,8 +12,8 @@ from trainvault.loading.factory import SplitLoaderFactory
 from trainvault.loading.metrics import Observability
 from trainvault.loading.plan import LoaderPlan
 
-# The DataLoader subclass needs torch: it loads on first use.
-_LAZY = {"TrainVaultDataLoader": "trainvault.loading.loader"}
+# The DataLoader subclass needs torch, the Trainer mixin transformers: each loads on first use.
+_LAZY = {"TrainVaultDataLoader": "trainvault.loading.loader", "TrainVaultTrainerMixin": "trainvault.loading.hf"}
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "PositionBudget",
     "SplitLoaderFactory",
     "TrainVaultDataLoader",
+    "TrainVaultTrainerMixin",
 ]

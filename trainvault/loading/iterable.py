@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.utils.data
 
-from trainvault.errors import IntegrityError
+from trainvault.errors import ConfigurationError, IntegrityError
 from trainvault.loading.bridge import Bridge, BridgedOrder
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.metrics import IN_PROCESS
@@ -60,12 +60,20 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         self._iteration = 0
         #: An epoch dealt in an earlier view's order less what was removed since (a resume across an amendment).
         self.bridge: Bridge | None = None
+        # Set by set_start for the one DataLoader iterator its loader makes next: a DataLoader
+        # rebuilt over this dataset (accelerate's skip_first_batches) finds it unset.
+        self._armed = False
 
     def set_start(self, epoch: int, position: int) -> None:
         """Where the next iteration starts; later iterations of the same copy (persistent
         workers) start the epochs after it."""
         self._start = (epoch, position)
         self._iteration = 0
+        self._armed = True
+
+    def disarm(self) -> None:
+        """The loader's iterator has started (its workers hold their copies): no other may."""
+        self._armed = False
 
     def order(self, epoch: int) -> EpochOrder | BridgedOrder:
         if self.bridge is not None and self.bridge.epoch == epoch:
@@ -83,6 +91,15 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
 
     def __iter__(self) -> Iterator[Item]:
         info = torch.utils.data.get_worker_info()
+        if not self._armed:
+            raise ConfigurationError(
+                f"rank {self.plan.rank}'s trainvault dataset was iterated by a DataLoader other than its TrainVaultDataLoader (one rebuilt "
+                "over loader.dataset, as accelerate's skip_first_batches does when the Hugging Face Trainer "
+                "resumes): it would yield trainvault's internal items and replay the epoch. Iterate the loader "
+                "itself; with the Hugging Face Trainer use trainvault.loading.hf.TrainVaultTrainerMixin"
+            )
+        if info is None:
+            self._armed = False  # in the trainer's process each start serves one iteration
         num_workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         k = self._iteration
         self._iteration += 1

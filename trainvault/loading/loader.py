@@ -22,7 +22,7 @@ from trainvault.errors import ConfigurationError, ResumeStateError, SelectionErr
 from trainvault.loading.bridge import Bridge
 from trainvault.loading.iterable import Item, SplitIterableDataset
 from trainvault.loading.metrics import SlowestRank, StepFigures, WindowFigures
-from trainvault.loading.order import Redeal
+from trainvault.loading.order import Redeal, step_batch
 from trainvault.loading.state import AmendmentMark, LoaderState, OrderIdentity
 from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
 from trainvault.loading.watchdog import Watchdog
@@ -158,7 +158,28 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
             # so the caller's torch RNG stream is the same either way.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             return self._follow(self._reorder(iter(ds), live), live)
-        return self._follow(self._reorder(super().__iter__(), live), live)
+        items = super().__iter__()  # starts the workers (with the dataset as set_start left it)
+        ds.disarm()  # a DataLoader rebuilt over ds later gets no start: it fails instead of replaying
+        return self._follow(self._reorder(items, live), live)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next ``iter()`` at the first batch of `epoch` (trainers that number epochs
+        call this before each: the Hugging Face Trainer). After `load_state_dict`, the restored
+        state must be in `epoch`: else `ResumeStateError` (the trainer and the state disagree on
+        where the run is). An ``infinite_iter`` loader runs its own epochs and ignores it."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ConfigurationError(f"set_epoch takes an int >= 0, got {epoch!r}")
+        if self.split_dataset.infinite:
+            return
+        if self._resume:
+            restored, _ = self._next_start()
+            if restored != epoch:
+                raise ResumeStateError(
+                    f"the restored loader state is in epoch {restored}, the trainer starts epoch {epoch}: "
+                    "resume the trainer and the loader from the same checkpoint"
+                )
+            return
+        self._epoch, self._position, self._resume = epoch, 0, True
 
     def _follow(self, batches: Iterator[Any], live: object) -> Iterator[Any]:
         self._live = (live, weakref.ref(batches))
@@ -237,30 +258,51 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
 
     # -- state --------------------------------------------------------------------
 
-    def _state(self) -> LoaderState:
+    def _state(self, step: int | None = None) -> LoaderState:
         ds = self.split_dataset
+        # Only points already dealt from: a resume continues at (epoch, position), never
+        # at the next epoch a finite loader cut short would start.
+        history = self._history or [self._point(0, self._epoch, self._position)]
+        epoch, position = self._epoch, self._position
+        if step is not None and step != self._step:
+            epoch, position = self._position_after(history, step)
         return LoaderState.at(
             self._identity,
-            epoch=self._epoch,
-            position=self._position,
+            epoch=epoch,
+            position=position,
             epoch_records=ds.total,
             remainder=ds.schedule(0).remainder,
             batch_size=ds.plan.batch_size,
             world_size=ds.plan.world_size,
-            step=self._step,
-            # Only points already dealt from: a resume continues at (epoch, position), never
-            # at the next epoch a finite loader cut short would start.
-            history=tuple(self._history or [self._point(0, self._epoch, self._position)]),
+            step=self._step if step is None else step,
+            history=tuple(history),
             manifest_uri=self._manifest_uri,
             amendment=self._amendment,
         )
 
-    def state_dict(self) -> dict[str, Any]:
+    def _position_after(self, history: list[Redeal], step: int) -> tuple[int, int]:
+        """(epoch, position) once `step` batches were received, for a step of the current
+        segment (from the last re-dealing point to the last batch yielded)."""
+        last = history[-1]
+        if not isinstance(step, int) or isinstance(step, bool) or not last.step <= step <= self._step:
+            raise ResumeStateError(
+                f"a state is taken at a step from {last.step} (where this run last re-dealt) to {self._step} "
+                f"(the batches yielded so far), not at {step!r}"
+            )
+        if step == last.step:
+            return last.epoch, last.position
+        epoch, batch = step_batch(history, step - 1, self.split_dataset.total, self.split_dataset.plan.rank)
+        return epoch, batch.after
+
+    def state_dict(self, step: int | None = None) -> dict[str, Any]:
         """Epoch, records received of it across all ranks, and the digests of the order.
 
         Take it on any rank between steps; in lockstep training every rank holds the same.
+        `step`: the state as it was when the trainer had received `step` batches (a trainer
+        that fetches ahead counts fewer than the loader yielded), back to the last re-dealing
+        point; default: every batch yielded so far.
         """
-        return self._state().to_dict()
+        return self._state(step).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at `state` on the next ``iter()``: the batches an uninterrupted run would

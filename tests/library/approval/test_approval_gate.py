@@ -14,7 +14,7 @@ from trainvault.approval import ApprovalPolicy, ApprovedDataset, ProducerPins, b
 from trainvault.approval.hashing import HashProgress
 from trainvault.approval.pins import PackagePin
 from trainvault.contamination import VerifierContract, jsonl_benchmark, load_index, publish_release
-from trainvault.contamination.contract import BenchmarkLimits
+from trainvault.contamination.contract import V2_CONTRACT, BenchmarkLimits
 from trainvault.version import __version__
 
 
@@ -254,6 +254,18 @@ def test_loosened_policy(build_chain: Callable[..., Any], tmp_path: Path) -> Non
     request = chain.request(verifier_contract=contract, contamination_report=report_ref)
     denied(chain.vault, request, "looser than the accepted")
     assert chain.vault.approve_dataset(request, policy=ApprovalPolicy(min_policy=loose))
+
+
+def test_a_floor_that_counts_uncounted_matches_refuses_a_contract_that_does_not(
+    build_chain: Callable[..., Any], tmp_path: Path
+) -> None:
+    counting = ApprovalPolicy(min_policy=BenchmarkLimits(count_uncounted=True))
+    chain = build_chain(TrainVault(), str(tmp_path / "v3"))  # the default contract: an evidence rule
+    denied(chain.vault, chain.request(), "count_uncounted false", policy=counting)
+    assert chain.vault.approve_dataset(chain.request(), policy=ApprovalPolicy())
+    # Without an evidence rule every match counts: such a contract meets the floor.
+    v2 = build_chain(TrainVault(), str(tmp_path / "v2"), contract=V2_CONTRACT)
+    assert v2.vault.approve_dataset(v2.request(), policy=counting)
 
 
 def test_contract_pin(chain: Any) -> None:
