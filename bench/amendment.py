@@ -12,8 +12,10 @@ signed approval. Then, in one process:
 - open: a fresh `open_approved` with ``amendments=`` against one without (bytes read, requests,
   seconds; median of `--repeats`), and the ratio;
 - first batch: seconds from the start of the open to ``next(iter(loader))`` (batch 32, no
-  workers), amended against plain, and the ratio. The amended loader's first batch is that of
-  a new epoch: this trainvault does not resume a state saved before an amendment.
+  workers), amended against plain, and the ratio (the first batch of a new epoch);
+- resume: the same from a state saved one batch into the epoch before the amendment: the plain
+  open resumes it as it is, the amended one re-deals the rest of the epoch without the removed
+  records (`trainvault.approval.resume`), and the ratio.
 
     .venv/bin/python bench/amendment.py --shards 1000,10000,100000
 """
@@ -25,6 +27,7 @@ import hashlib
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,9 @@ def shard_state(vault: TrainVault, manifest: Any) -> tuple[str, list[tuple[str, 
     return digest, [(o.uri, o.size) for o in vault.storage.list(folder)]
 
 
-def open_and_first_batch(cfg: StorageConfig, a: Any, keys: Keys, amendments: str | None) -> tuple[Any, float, float]:
+def open_and_first_batch(
+    cfg: StorageConfig, a: Any, keys: Keys, amendments: str | None, state: Any = None
+) -> tuple[Any, float, float]:
     vault = TrainVault(storage=cfg)
     start = time.perf_counter()
     with counted() as c:
@@ -53,11 +58,13 @@ def open_and_first_batch(cfg: StorageConfig, a: Any, keys: Keys, amendments: str
             a.uri,
             a.sha256,
             trusted_keys=[keys.approver.public_key],
-            policy=policy_for(keys.scanner.public_key),
+            policy=replace(policy_for(keys.scanner.public_key), max_removed_fraction=(1, 10)),
             amendments=amendments,
-            max_removed_fraction=(1, 10),
         )
-    batches = iter(approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 32}).load("train"))
+    loader = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
+    if state is not None:
+        loader.load_state_dict(state)
+    batches = iter(loader)
     next(batches)
     first = time.perf_counter() - start
     getattr(batches, "close", lambda: None)()
@@ -74,6 +81,9 @@ def row(shards: int, records: int, removals: int, repeats: int, keys: Keys) -> N
     )
     manifest = approved.manifest
     before = shard_state(vault, manifest)
+    run = approved.loader_factory(collate_fn=list, dataloader_args={"batch_size": 32}).load("train")
+    next(iter(run))
+    saved = run.state_dict()  # a run one batch in, before the amendment
     step = max(1, shards // removals)
     chosen = [(f"_/{(i * step) % shards}", (i * step // shards + i) % records) for i in range(removals)]
     take = [{"split": "train", "shard": k, "record_index": r, "reason": "opt-out"} for k, r in dict.fromkeys(chosen)]
@@ -87,10 +97,15 @@ def row(shards: int, records: int, removals: int, repeats: int, keys: Keys) -> N
     p_s, a_s = (statistics.median(r[1] for r in runs) for runs in (plain, amended))
     p_1, a_1 = (statistics.median(r[2] for r in runs) for runs in (plain, amended))
     p_r, a_r = plain[0][0], amended[0][0]
+    p_2, a_2 = (
+        statistics.median(open_and_first_batch(cfg, a, keys, source, saved)[2] for _ in range(repeats))
+        for source in (None, prefix)
+    )
     print(
         f"{shards:>7} {len(take):>6} | {written.ref.size:>9,} {w[0].requests:>4} {w[1]:>6.2f} | "
         f"{p_r.bytes:>11,} {p_r.requests:>4} {p_s:>6.2f} | {a_r.bytes:>11,} {a_r.requests:>4} {a_s:>6.2f} "
-        f"{a_s / p_s:>5.2f}x | {p_1:>6.2f} {a_1:>6.2f} {a_1 / p_1:>5.2f}x | {built:>6.1f}",
+        f"{a_s / p_s:>5.2f}x | {p_1:>6.2f} {a_1:>6.2f} {a_1 / p_1:>5.2f}x | {p_2:>6.2f} {a_2:>6.2f} "
+        f"{a_2 / p_2:>5.2f}x | {built:>6.1f}",
         flush=True,
     )
 
@@ -98,7 +113,7 @@ def row(shards: int, records: int, removals: int, repeats: int, keys: Keys) -> N
 HEADER = (
     f"{'shards':>7} {'remove':>6} | {'written B':>9} {'req':>4} {'s':>6} | {'plain open B':>11} {'req':>4} "
     f"{'s':>6} | {'amended B':>11} {'req':>4} {'s':>6} {'ratio':>6} | {'1st b':>6} {'amend':>6} {'ratio':>6} | "
-    f"{'built s':>6}"
+    f"{'resume':>6} {'amend':>6} {'ratio':>6} | {'built s':>6}"
 )
 
 

@@ -210,7 +210,6 @@ class TrainVault:
         progress: Callable[[HashProgress], None] | None = None,
         revocations: str | Sequence[str] | None = None,
         amendments: str | Sequence[str] | None = None,
-        max_removed_fraction: tuple[int, int] = (1, 100),
     ) -> ApprovedDataset:
         """Verify the signed approval record at `approval_uri` (pinned by `sha256`, signed by at
         least `threshold` of `trusted_keys`) and what it binds under `policy`, reading no shard
@@ -219,7 +218,8 @@ class TrainVault:
         prefix, or revocation files): a revocation there signed like the approval refuses it
         (`RevokedError`), at this open and at every resume of its loaders. `amendments` (a prefix,
         or amendment files): the amended view, whose loaders never deal a removed record
-        (`AmendmentError` for a chain that does not hold or removes more than `max_removed_fraction`)."""
+        (`AmendmentError` for a chain that does not hold or removes more than the policy's
+        `max_removed_fraction`)."""
         from trainvault.approval.record import open_approved
 
         return open_approved(
@@ -233,7 +233,6 @@ class TrainVault:
             progress=progress,
             revocations=revocations,
             amendments=amendments,
-            max_removed_fraction=max_removed_fraction,
         )
 
     def revoke(

@@ -223,7 +223,7 @@ def check_removals(removed: Sequence[Removal], manifest: Any, max_fraction: tupl
         last = max(r.amendment for r in removed)
         raise AmendmentError(
             f"the amendments up to amendment {last} remove {len(removed)} of {total} records, more than the "
-            f"{n}/{d} your policy allows (max_removed_fraction); ask for a new approval of the reduced dataset, or "
+            f"{n}/{d} your policy allows (ApprovalPolicy.max_removed_fraction); ask for a new approval of the reduced dataset, or "
             "allow more on purpose"
         )
 

@@ -23,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainvault.approval.guard import CustodyStorage
-from trainvault.errors import CustodyError, ResumeStateError, SelectionError
+from trainvault.approval.resume import resume_across_amendments
+from trainvault.errors import CustodyError, SelectionError
 from trainvault.loading import LoaderPlan, SplitLoaderFactory
+from trainvault.loading.selection import select
 from trainvault.publication.manifest import DataManifest
 from trainvault.publication.pinned import Publication
 
@@ -168,7 +170,10 @@ class ApprovedLoaderFactory:
         factory = self._excluding(exclude) if exclude else self._factory
         loader = factory.load(split, curriculum_stage, curriculum_stages, infinite_iter)
         self._watch(loader)
-        self._refuse_earlier_views(loader, split, curriculum_stage, curriculum_stages)
+        if self._amendments is not None:
+            # A state saved before an amendment resumes, the rest of its epoch re-dealt without what it removed.
+            stages = select(self.manifest, split, curriculum_stage, curriculum_stages).stages
+            resume_across_amendments(self, self._amendments, loader, split, list(stages) if stages else None)
         return loader
 
     def load_mixture(self, mixture: Mixture) -> MixtureDataLoader:
@@ -203,37 +208,6 @@ class ApprovedLoaderFactory:
         it, to locate what a run read, with ``read=False``."""
         exclude = self._exclude(split, sequence)
         return self._excluding(exclude) if exclude else self._factory
-
-    def _refuse_earlier_views(
-        self, loader: TrainVaultDataLoader, split: str, stage: str | None, stages: Sequence[str] | None
-    ) -> None:
-        """Make `loader` refuse a state saved before the latest amendment with a message naming it."""
-        chain = self._amendments
-        if chain is None:
-            return
-        latest = chain.latest.amendment.sequence
-
-        def digest(k: int) -> str | None:
-            return self._factory_at(split, k).select_blocks(split, stage, stages).exclude_sha256
-
-        def check(state: Mapping[str, Any]) -> None:
-            # Computed at a resume only: a new run's first batch pays nothing for it.
-            got = state.get("exclude_sha256") if isinstance(state, Mapping) else None
-            now = digest(latest)
-            if got == now:
-                return
-            k = next((k for k in range(latest - 1, -1, -1) if digest(k) == got), None)
-            if k is None:
-                return  # not a state of an earlier view: the loader's own identity check says what it is
-            after = chain.amendments[k]
-            raise ResumeStateError(
-                f"this state was saved {'before any amendment' if k == 0 else f'under amendment {k}'}, before "
-                f"amendment {k + 1} ({after.uri}) removed records; this trainvault does not re-deal a run across "
-                "an amendment: list what the run read with removed_reads, then start a new epoch under the "
-                "amended view"
-            )
-
-        loader.check_before_resume(check)
 
     def _excluding(self, exclude: Mapping[str, frozenset[int]]) -> SplitLoaderFactory:
         """A factory over the same custody and plan that never deals `exclude`. One per split: a

@@ -59,6 +59,9 @@ class ApprovalPolicy:
     - `allow_exclusions`, `max_excluded_fraction`: whether a request may bind an
       exclusions document, and at most which fraction of the manifest's records it may
       exclude (default 1/100).
+    - `max_removed_fraction`: at most which fraction of the approval's records its amendments
+      may take down before the trainer's open refuses the amended view (default 1/100; the
+      gate does not use it).
     - `unscanned_fields`: record fields (dotted paths, e.g. ``meta.title``) that may carry
       text the verifier contract does not scan, because the trainer never trains on them;
       a name exempts itself and every field below it. Default: none, so a contract that
@@ -76,6 +79,7 @@ class ApprovalPolicy:
     rescan_seed: int | None = None
     allow_exclusions: bool = False
     max_excluded_fraction: tuple[int, int] = (1, 100)
+    max_removed_fraction: tuple[int, int] = (1, 100)
     unscanned_fields: Collection[str] = ()
 
     def __post_init__(self) -> None:
@@ -95,7 +99,8 @@ class ApprovalPolicy:
                     )
         self._check_scanner()
         object.__setattr__(self, "rescan_fraction", _ratio(self.rescan_fraction, "rescan_fraction"))
-        object.__setattr__(self, "max_excluded_fraction", _ratio(self.max_excluded_fraction, "max_excluded_fraction"))
+        for name in ("max_excluded_fraction", "max_removed_fraction"):
+            object.__setattr__(self, name, _ratio(getattr(self, name), name))
         if not isinstance(self.allow_exclusions, bool):
             raise ApprovalError(f"ApprovalPolicy.allow_exclusions must be True or False, got {self.allow_exclusions!r}")
         fields = self.unscanned_fields
@@ -155,6 +160,7 @@ _PYTHON_FIELDS = (
     "rescan_seed",
     "allow_exclusions",
     "max_excluded_fraction",
+    "max_removed_fraction",
     "unscanned_fields",
     "evaluation_release_sha256",
     "verifier_contract_sha256",
@@ -197,6 +203,8 @@ def _cli_words(policy: ApprovalPolicy, scanner_key_paths: Sequence[str]) -> list
         words.append("--allow-exclusions")
         if policy.max_excluded_fraction != _DEFAULT.max_excluded_fraction:
             words += ["--max-excluded", _fraction(policy.max_excluded_fraction)]
+    if policy.max_removed_fraction != _DEFAULT.max_removed_fraction:
+        words += ["--max-removed", _fraction(policy.max_removed_fraction)]
     return words + [w for f in policy.unscanned_fields for w in ("--unscanned-field", f)]
 
 

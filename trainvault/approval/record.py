@@ -107,7 +107,6 @@ def open_approved(
     progress: HashProgressCallback | None = None,
     revocations: RevocationSource | None = None,
     amendments: RevocationSource | None = None,
-    max_removed_fraction: tuple[int, int] = (1, 100),
 ) -> ApprovedDataset:
     """Verify the approval record at `approval_uri` (its bytes must hash to `sha256`;
     at least `threshold` of `trusted_keys` must have signed it), then check what it approved
@@ -120,13 +119,13 @@ def open_approved(
     `trusted_keys` is a `RevokedError`, here and when a loader of the dataset resumes.
     `amendments` (a prefix, or amendment files) gives the amended view
     (`trainvault.approval.amendment`): its loaders never deal a removed record; a chain that
-    does not hold, or removes more than `max_removed_fraction` of the records, is an
-    `AmendmentError`.
+    does not hold, or removes more than the policy's `max_removed_fraction` of the records, is
+    an `AmendmentError`.
     Raises `ApprovalError` saying what failed (`ManifestError` for an envelope or signed
     statement with a duplicated key, or a file in `revocations` that is not a revocation)."""
     if not isinstance(audit, bool):
         raise ApprovalError(f"audit must be True or False, got {audit!r}")
-    fraction = _ratio(max_removed_fraction)
+    trainer = _policy(policy)
     if revocations is not None or amendments is not None:
         trusted_keys = trusted_key_set(trusted_keys, threshold)  # read again: revocations, amendments
     request, record, signed = _read_record(storage, approval_uri, sha256, trusted_keys, threshold)
@@ -137,22 +136,15 @@ def open_approved(
     if audit:
         result = run_gate(store, request, policy=policy, progress=progress)
     else:
-        result = open_bound(store, request, signed, _policy(policy), record_uri=record.uri)
+        result = open_bound(store, request, signed, trainer, record_uri=record.uri)
     chain = None
     if amendments is not None:
         chain = read_amendments(
             store, amendments, sha256, request.data_manifest.sha256, trusted_keys=trusted_keys, threshold=threshold
         )
         if chain is not None:
-            check_removals(chain.removed, result.publication.manifest, fraction)
+            check_removals(chain.removed, result.publication.manifest, trainer.max_removed_fraction)
     return issue(result, store.config, record, revocations=watch, amendments=chain)
-
-
-def _ratio(value: Any) -> tuple[int, int]:
-    ok = isinstance(value, tuple) and len(value) == 2 and all(type(v) is int for v in value)
-    if not ok or not 0 <= value[0] <= value[1] or value[1] < 1:
-        raise ApprovalError(f"max_removed_fraction must be (numerator, denominator) ints, 0 <= n <= d, got {value!r}")
-    return int(value[0]), int(value[1])
 
 
 def _policy(policy: ApprovalPolicy | None) -> ApprovalPolicy:

@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from trainvault.cli.console import gate_progress, mb, vault_from_env, waiting
-from trainvault.cli.options import add_amendment_options, amendment_source, max_removed
+from trainvault.cli.options import add_amendment_options, amendment_source
 from trainvault.cli.recognize import Takes, reads
 from trainvault.errors import TrainVaultError
 
@@ -90,6 +90,8 @@ def policy_from_args(args: argparse.Namespace) -> Any:
         if not args.allow_exclusions:
             raise TrainVaultError("--max-excluded applies to exclusions: pass --allow-exclusions as well")
         options["max_excluded_fraction"] = _fraction(args.max_excluded, "--max-excluded (N/D)")
+    if args.max_removed is not None:
+        options["max_removed_fraction"] = _fraction(args.max_removed, "--max-removed (N/D)")
     if args.rescan is not None:
         least, share = args.rescan
         flag = "--rescan (MIN_SHARDS PERCENT or N/D)"
@@ -118,6 +120,9 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rescan-seed", metavar="N", help="seed of the re-scan sample (default: random, recorded)")
     p.add_argument("--allow-exclusions", action="store_true", help="accept a request that binds exclusions")
     p.add_argument("--max-excluded", metavar="N/D", help="largest fraction of records excluded (default 1/100)")
+    p.add_argument(
+        "--max-removed", metavar="N/D", help="largest fraction of records amendments take down (default 1/100)"
+    )
     p.add_argument(
         "--unscanned-field",
         action="append",
@@ -186,7 +191,6 @@ def open_verified(vault: Any, args: argparse.Namespace) -> Any:
             progress=bar,
             revocations=revocation_source(args),
             amendments=amendment_source(args),
-            max_removed_fraction=max_removed(args),
         )
 
 

@@ -21,10 +21,10 @@ def add_stage_option(p: argparse.ArgumentParser, when: str = "") -> None:
 
 
 def add_amendment_options(p: argparse.ArgumentParser) -> None:
-    """``--amendments PREFIX`` or ``--amendment FILE`` (repeatable), and ``--max-removed N/D``."""
+    """``--amendments PREFIX`` or ``--amendment FILE`` (repeatable); how much they may take down is
+    the policy's ``--max-removed N/D``."""
     p.add_argument("--amendments", metavar="PREFIX", help="open the amended view: the amendments under PREFIX")
     p.add_argument("--amendment", action="append", metavar="FILE", help="an amendment file (repeatable)")
-    p.add_argument("--max-removed", metavar="N/D", help="largest fraction of records amendments remove (default 1/100)")
 
 
 def amendment_source(args: argparse.Namespace) -> Any:
@@ -33,15 +33,3 @@ def amendment_source(args: argparse.Namespace) -> Any:
     if prefix and files:
         raise TrainVaultError("pass --amendments PREFIX or --amendment FILE, not both")
     return prefix or files or None
-
-
-def max_removed(args: argparse.Namespace) -> tuple[int, int]:
-    """``--max-removed N/D`` as a fraction (default 1/100); its range is the library's to check."""
-    text = getattr(args, "max_removed", None)
-    if text is None:
-        return (1, 100)
-    n, sep, d = text.partition("/")
-    try:
-        return int(n), int(d) if sep else 1
-    except ValueError:
-        raise TrainVaultError(f"--max-removed takes N/D (whole numbers), got {text!r}") from None

@@ -16,6 +16,7 @@ from typing import Any
 import torch.utils.data
 
 from trainvault.errors import ConfigurationError, IntegrityError
+from trainvault.loading.bridge import Bridge, BridgedOrder
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.metrics import IN_PROCESS
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
@@ -29,7 +30,9 @@ Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
 
 
-def _windows_needed(order: EpochOrder, schedule: RankSchedule, mine: list[int]) -> Iterator[tuple[int, list[int]]]:
+def _windows_needed(
+    order: EpochOrder | BridgedOrder, schedule: RankSchedule, mine: list[int]
+) -> Iterator[tuple[int, list[int]]]:
     """(window, its plan blocks) in the order the batches `mine` first need them."""
     last = -1
     for t in mine:
@@ -55,6 +58,8 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         self.total = blocks.total_records
         self._start = (0, 0)
         self._iteration = 0
+        #: An epoch dealt in an earlier view's order less what was removed since (a resume across an amendment).
+        self.bridge: Bridge | None = None
         # Set by set_start for the one DataLoader iterator its loader makes next: a DataLoader
         # rebuilt over this dataset (accelerate's skip_first_batches) finds it unset.
         self._armed = False
@@ -70,7 +75,13 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         """The loader's iterator has started (its workers hold their copies): no other may."""
         self._armed = False
 
-    def order(self, epoch: int) -> EpochOrder:
+    def order(self, epoch: int) -> EpochOrder | BridgedOrder:
+        if self.bridge is not None and self.bridge.epoch == epoch:
+            return self.bridge.order
+        return self.own_order(epoch)
+
+    def own_order(self, epoch: int) -> EpochOrder:
+        """This view's own order of `epoch` (never a bridge)."""
         p = self.plan
         return EpochOrder(self.blocks, self.order_key, epoch, p.shuffle, p.shuffle_window_blocks)
 
@@ -117,7 +128,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         self, epoch: int, position: int, num_workers: int, worker: int, name: int | str, watch: Watchdog | None
     ) -> Iterator[Item]:
         # Record and window counts, hence the chunk, are the same in every epoch.
-        chunk = chunk_batches(self.order(epoch), self.plan.batch_size, self.plan.world_size, num_workers)
+        chunk = chunk_batches(self.own_order(epoch), self.plan.batch_size, self.plan.world_size, num_workers)
         offset = 0
         while True:
             if position >= self.total:
@@ -146,7 +157,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
 
     def _epoch(
         self,
-        order: EpochOrder,
+        order: EpochOrder | BridgedOrder,
         schedule: RankSchedule,
         mine: list[int],
         offset: int,
@@ -156,7 +167,8 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         # Windows in the order this worker first needs them (positions only grow), found as the
         # batches are formed: the first batch does not wait for a walk over the whole epoch.
         for_reads, for_batches = tee(_windows_needed(order, schedule, mine))
-        wanted = ((int(self.blocks.shard[i]), int(self.blocks.block[i])) for _, blocks in for_reads for i in blocks)
+        plan = order.plan  # a bridged epoch decodes the blocks of the view its order comes from
+        wanted = ((int(plan.shard[i]), int(plan.block[i])) for _, blocks in for_reads for i in blocks)
         lookahead = self.plan.shuffle_window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
         stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
         times = self.fetcher.times
@@ -176,7 +188,7 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
                         window: list[Any] = []
                         w, blocks = next(for_batches)
                         for i in blocks:
-                            block = self.blocks.keep(i, next(stream))  # exclusions skipped
+                            block = plan.keep(i, next(stream))  # exclusions skipped
                             if view is not None:
                                 block = self._expand(view, i, block)
                             window.extend(block)

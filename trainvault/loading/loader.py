@@ -18,11 +18,12 @@ from typing import Any
 import torch.utils.data
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from trainvault.errors import ConfigurationError, ResumeStateError
+from trainvault.errors import ConfigurationError, ResumeStateError, SelectionError
+from trainvault.loading.bridge import Bridge
 from trainvault.loading.iterable import Item, SplitIterableDataset
 from trainvault.loading.metrics import SlowestRank, StepFigures, WindowFigures
 from trainvault.loading.order import Redeal, step_batch
-from trainvault.loading.state import LoaderState, OrderIdentity
+from trainvault.loading.state import AmendmentMark, LoaderState, OrderIdentity
 from trainvault.loading.trace import StepTrace, TracedRecord, trace_batch
 from trainvault.loading.watchdog import Watchdog
 
@@ -68,10 +69,18 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         self._window = WindowFigures(self._observe.window_steps)
         self._slowest = SlowestRank(self._observe.gather_every)
         self._resume_checks: list[Callable[[Mapping[str, Any]], object]] = []
+        # Under an approval's amendments: the amendment dealt under, and how a state of an earlier view resumes.
+        self._amendment: AmendmentMark | None = None
+        self._translate: Callable[[LoaderState], tuple[LoaderState, Bridge | None]] | None = None
 
     @property
     def split_dataset(self) -> SplitIterableDataset:
         return self._split_dataset
+
+    @property
+    def identity(self) -> OrderIdentity:
+        """What fixes this loader's record order (a state resumes only under the same)."""
+        return self._identity
 
     def __len__(self) -> int:
         """Batches this rank gets in a whole epoch."""
@@ -100,18 +109,26 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         natural = (self._epoch, self._position)
         if ds.total and natural[1] >= ds.total:
             natural = (natural[0] + 1, 0)
-        point = Redeal(self._step, epoch, position, ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)
+        point = self._point(self._step, epoch, position)
         last = self._history[-1] if self._history else None
         if (
             last is not None
             and (epoch, position) == natural
-            and (last.batch_size, last.world_size, last.drop_last)
-            == (ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)
+            and (last.batch_size, last.world_size, last.drop_last, last.amendment)
+            == (point.batch_size, point.world_size, point.drop_last, point.amendment)
+            and point.bridged_from in (None, last.bridged_from)
         ):
             return self._history
         if last is not None and last.step == self._step:
             return [*self._history[:-1], point]  # no step was dealt from the last point
         return [*self._history, point]
+
+    def _point(self, step: int, epoch: int, position: int) -> Redeal:
+        """The re-dealing point of a segment this loader deals from `position` of `epoch`."""
+        p, bridge = self.split_dataset.plan, self.split_dataset.bridge
+        level = None if self._amendment is None else self._amendment.sequence
+        source = bridge.source if bridge is not None and bridge.epoch == epoch else None
+        return Redeal(step, epoch, position, p.batch_size, p.world_size, p.drop_last, level, source)
 
     # torch types DataLoader.__iter__ as its private _BaseDataLoaderIter; this one yields the same batches.
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -245,9 +262,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         ds = self.split_dataset
         # Only points already dealt from: a resume continues at (epoch, position), never
         # at the next epoch a finite loader cut short would start.
-        history = self._history or [
-            Redeal(0, self._epoch, self._position, ds.plan.batch_size, ds.plan.world_size, ds.plan.drop_last)
-        ]
+        history = self._history or [self._point(0, self._epoch, self._position)]
         epoch, position = self._epoch, self._position
         if step is not None and step != self._step:
             epoch, position = self._position_after(history, step)
@@ -262,6 +277,7 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
             step=self._step if step is None else step,
             history=tuple(history),
             manifest_uri=self._manifest_uri,
+            amendment=self._amendment,
         )
 
     def _position_after(self, history: list[Redeal], step: int) -> tuple[int, int]:
@@ -296,6 +312,9 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         for check in self._resume_checks:
             check(state)
         parsed = LoaderState.from_dict(state)
+        bridge = None
+        if self._translate is not None:
+            parsed, bridge = self._translate(parsed)
         parsed.check_identity(self._identity)
         if parsed.epoch_records != self.split_dataset.total:
             raise ResumeStateError(
@@ -307,6 +326,18 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         self._live = None  # the next batches are the resumed run's, not the old iteration's
         step, history = parsed.run_history()
         self._step, self._history = step, list(history)
+        if bridge is not self.split_dataset.bridge:
+            self.split_dataset.bridge = bridge
+            self._workers_first = None  # persistent workers hold the dataset as it was: start them again
+
+    def deal_under(
+        self, amendment: AmendmentMark, translate: Callable[[LoaderState], tuple[LoaderState, Bridge | None]]
+    ) -> None:
+        """Name `amendment` in every state from now on, and pass each resumed state through
+        `translate` (the approved loader: a state of an earlier view becomes one of this view,
+        with the bridge that deals the rest of its epoch) before it is checked."""
+        self._amendment = amendment
+        self._translate = translate
 
     def check_before_resume(self, check: Callable[[Mapping[str, Any]], object]) -> None:
         """Run `check(state)` at every `load_state_dict`, before the state is parsed: whoever issued this
@@ -329,7 +360,23 @@ class TrainVaultDataLoader(torch.utils.data.DataLoader[Item]):
         # While an iteration runs, its next batches continue it; else they are the next iter()'s.
         running = self._live is not None and self._live[1]() is not None
         history = self._history if running else self._history_now()
+        self._check_traceable(history, step)
         return trace_batch(ds, self._identity.split, history, step, ds.plan.rank if rank is None else rank, read=read)
+
+    def _check_traceable(self, history: list[Redeal], step: int) -> None:
+        """Refuse a step dealt under another amendment's view or bridge than this loader holds."""
+        if not history or not isinstance(step, int) or step < history[0].step:
+            return  # step_batch says what is wrong
+        seg = max((h for h in history if h.step <= step), key=lambda h: h.step)
+        level = None if self._amendment is None else self._amendment.sequence
+        bridge = self.split_dataset.bridge
+        if seg.amendment not in (None, level) or (
+            seg.bridged_from is not None and (bridge is None or bridge.epoch != seg.epoch)
+        ):
+            raise SelectionError(
+                f"step {step} was dealt under the view after amendment {seg.amendment}, not this loader's "
+                f"(amendment {level}); name what it read with ApprovedDataset.removed_reads(state)"
+            )
 
     def describe_state(self) -> str:
         """Where the run is, for people: epoch, position, selection and digests."""

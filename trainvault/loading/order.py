@@ -323,7 +323,10 @@ def chunk_batches(order: EpochOrder, batch_size: int, world_size: int, num_worke
 class Redeal:
     """A re-dealing point of a run: from `step` on, batches of `batch_size` x `world_size`
     were dealt from `position` of `epoch` (a start, a resume, a finite loader iterated
-    again before the end of its epoch)."""
+    again before the end of its epoch). Under an approval's amendments, `amendment` is the
+    sequence of the amendment whose view the batches come from (0: the approval alone; None:
+    the view of the state that holds it), and `bridged_from` the one whose view's order the
+    first epoch follows, less what was removed since (None: the segment's own order)."""
 
     step: int
     epoch: int
@@ -331,6 +334,8 @@ class Redeal:
     batch_size: int
     world_size: int
     drop_last: bool
+    amendment: int | None = None
+    bridged_from: int | None = None
 
     def schedule(self, start: int, total: int, rank: int) -> RankSchedule:
         return RankSchedule(start, total, self.batch_size, self.world_size, rank, self.drop_last)

@@ -3,7 +3,10 @@
 Its size does not grow with the dataset, and it holds no worker, rank or shuffle-buffer
 state, so a run resumes with any `num_workers`, world size or batch size (elastic).
 Version 2 adds the step count, the run's re-dealing points (`Redeal`) and the manifest's
-URI, so a state alone names the records of any step; version 1 states still load.
+URI, so a state alone names the records of any step; version 1 states still load. Under an
+approval's amendments (set by the approved loader) a state also names the amendment it runs
+under, and each re-dealing point the view it dealt from (an older trainvault refuses such a
+state rather than misread it).
 The state is a strict pydantic model like every other document; its dict form is flat
 (the order identity's fields beside the position), as ``state_dict()`` has always given it.
 """
@@ -16,6 +19,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError, field_validator, model_validator
 
+from trainvault.canonical import is_sha256_hex
 from trainvault.documents import StrictModel, describe_validation_error
 from trainvault.errors import ResumeStateError
 from trainvault.loading.order import REMAINDER_DROP, REMAINDER_PAD, Redeal, steps_until
@@ -54,12 +58,15 @@ class RedealPoint(StrictModel):
     batch_size: int
     world_size: int
     remainder: str
+    amendment: int | None = None
+    bridged_from: int | None = None
 
     @model_validator(mode="after")
     def _in_range(self) -> RedealPoint:
         if self.remainder not in (REMAINDER_PAD, REMAINDER_DROP):
             raise ValueError(f"loader state history remainder must be pad or drop, got {self.remainder!r}")
-        if min(self.step, self.epoch, self.position) < 0 or min(self.batch_size, self.world_size) < 1:
+        levels = [v for v in (self.amendment, self.bridged_from) if v is not None]
+        if min(self.step, self.epoch, self.position, *levels) < 0 or min(self.batch_size, self.world_size) < 1:
             raise ValueError(f"loader state history entry {self.model_dump()!r} is out of range")
         return self
 
@@ -73,11 +80,35 @@ class RedealPoint(StrictModel):
             batch_size=h.batch_size,
             world_size=h.world_size,
             remainder=remainder,
+            amendment=h.amendment,
+            bridged_from=h.bridged_from,
         )
 
     def redeal(self) -> Redeal:
         drop = self.remainder == REMAINDER_DROP
-        return Redeal(self.step, self.epoch, self.position, self.batch_size, self.world_size, drop)
+        return Redeal(
+            self.step,
+            self.epoch,
+            self.position,
+            self.batch_size,
+            self.world_size,
+            drop,
+            self.amendment,
+            self.bridged_from,
+        )
+
+
+class AmendmentMark(StrictModel):
+    """The amendment of an approval whose view a loader deals: its sequence and envelope sha256."""
+
+    sequence: int
+    sha256: str
+
+    @model_validator(mode="after")
+    def _named(self) -> AmendmentMark:
+        if self.sequence < 1 or not is_sha256_hex(self.sha256):
+            raise ValueError(f"loader state amendment {self.model_dump()!r} must have sequence >= 1 and a sha256")
+        return self
 
 
 class LoaderState(StrictModel):
@@ -106,6 +137,8 @@ class LoaderState(StrictModel):
     step: int | None = None
     #: Where the run (re)started dealing, oldest first; None in a version 1 state.
     history: list[RedealPoint] | None = None
+    #: The amendment whose view of an approval the run deals now (None: no amendment).
+    amendment: AmendmentMark | None = None
 
     @classmethod
     def at(
@@ -121,6 +154,7 @@ class LoaderState(StrictModel):
         step: int,
         history: tuple[Redeal, ...],
         manifest_uri: str | None,
+        amendment: AmendmentMark | None = None,
     ) -> LoaderState:
         """The state of a run under `identity` (the loader's own; not validated again)."""
         return cls.model_construct(
@@ -134,6 +168,7 @@ class LoaderState(StrictModel):
             step=step,
             history=[RedealPoint.of(h) for h in history],
             manifest_uri=manifest_uri,
+            amendment=amendment,
         )
 
     @property
@@ -158,9 +193,13 @@ class LoaderState(StrictModel):
         """The dict ``state_dict()`` returns (plain JSON types; always the current version)."""
         out = self.model_dump(mode="json")
         out["version"] = STATE_VERSION
-        for optional in ("view_sha256", "exclude_sha256"):
+        for optional in ("view_sha256", "exclude_sha256", "amendment"):
             if out[optional] is None:
-                del out[optional]  # a state without a view or exclusions keeps the shape it had
+                del out[optional]  # a state without a view, exclusions or amendment keeps the shape it had
+        for point in out["history"] or ():
+            for optional in ("amendment", "bridged_from"):
+                if point[optional] is None:
+                    del point[optional]
         return out
 
     @classmethod
@@ -303,10 +342,20 @@ def _check_run_fields(state: LoaderState) -> None:
 
 
 def _check_history(state: LoaderState) -> None:
-    """Re-dealing points lie within an epoch, never go back, and none is past where the run stands."""
+    """Re-dealing points lie within an epoch, never go back, and none is past where the run stands.
+    Positions count the records of one view: points dealt under an earlier amendment's view are
+    compared by epoch only."""
     if state.history is None:
         return
-    points = [(h.epoch, h.position) for h in state.history]
+    level = None if state.amendment is None else state.amendment.sequence
+    epochs = [h.epoch for h in state.history]
+    if epochs != sorted(epochs) or epochs[-1] > state.epoch:
+        raise ValueError(
+            f"loader state history epochs {epochs} must be in order and not past epoch {state.epoch}; it is damaged"
+        )
+    points = [(h.epoch, h.position) for h in state.history if h.amendment in (None, level)]
+    if not points:
+        return
     if (
         any(position > state.epoch_records for _, position in points)
         or points != sorted(points)
@@ -321,7 +370,9 @@ def _check_history(state: LoaderState) -> None:
 def _resume_error(exc: ValidationError) -> ResumeStateError:
     """The first problem of a state pydantic refused, worded for a trainer."""
     err = exc.errors()[0]
-    name = str(err["loc"][-1]) if err["loc"] else "(state)"
+    loc = err["loc"]
+    # A field of the amendment mark is named with it; history entries keep their short names.
+    name = ".".join(map(str, loc)) if loc and loc[0] == "amendment" else str(loc[-1]) if loc else "(state)"
     if err["type"] == "missing":
         return ResumeStateError(f"loader state lacks field {name!r}; it is damaged")
     if err["type"] == "extra_forbidden":

@@ -67,7 +67,7 @@ def trace_batch(
         blocks, local = order.members(k, lo, hi)
         plan_blocks += blocks.tolist()
         locals_ += local.tolist()
-    plan, shards = dataset.blocks, dataset.fetcher.shards
+    plan, shards = order.plan, dataset.fetcher.shards
     where = [
         (shards[int(plan.shard[i])].key, plan.record_index(i, r)) for i, r in zip(plan_blocks, locals_, strict=False)
     ]

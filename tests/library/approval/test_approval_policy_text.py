@@ -12,7 +12,7 @@ from trainvault.approval.keys import write_keypair
 from trainvault.cli import build_parser
 from trainvault.cli.approval import policy_from_args
 from trainvault.contamination.contract import BenchmarkLimits
-from trainvault.errors import ConfigurationError
+from trainvault.errors import ApprovalError, ConfigurationError, TrainVaultError
 
 SHA = "ab" * 32
 
@@ -40,6 +40,8 @@ def policies(keys: list[str]) -> list[tuple[ApprovalPolicy, list[str]]]:
         (ApprovalPolicy(scanner_keys=loaded, rescan_min_shards=0, rescan_fraction=(0, 1)), keys),
         (ApprovalPolicy(allow_exclusions=True), []),
         (ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 20), unscanned_fields=["meta.url", "b"]), []),
+        (ApprovalPolicy(max_removed_fraction=(1, 10)), []),
+        (ApprovalPolicy(scanner_keys=loaded[:1], max_removed_fraction=(3, 1000), rescan_seed=2), keys[:1]),
     ]
 
 
@@ -69,6 +71,20 @@ def test_a_policys_python_source_evaluates_to_the_same_policy(key_files: list[st
 def test_defaults_are_left_out() -> None:
     assert ApprovalPolicy().cli_words() == []
     assert ApprovalPolicy().python_source() == "ApprovalPolicy()"
+    assert ApprovalPolicy(max_removed_fraction=(1, 100)).cli_words() == []
+
+
+def test_the_removal_limit_is_written_and_parsed_as_a_fraction() -> None:
+    policy = ApprovalPolicy(max_removed_fraction=(1, 10))
+    assert policy.cli_words() == ["--max-removed", "1/10"]
+    assert policy.python_source() == "ApprovalPolicy(max_removed_fraction=(1, 10))"
+    for command in ("verify", "amend", "removed-reads"):
+        extra = {"amend": ["--removals", "r.json"], "removed-reads": ["--state", "s.json"]}.get(command, [])
+        assert parsed(["--max-removed", "1/20", *extra], command).max_removed_fraction == (1, 20)
+    with pytest.raises(TrainVaultError, match=r"--max-removed \(N/D\) takes a whole number, got 'x'"):
+        parsed(["--max-removed", "x/2"], "verify")
+    with pytest.raises(ApprovalError, match=r"ApprovalPolicy.max_removed_fraction must be .* got \(3, 2\)"):
+        parsed(["--max-removed", "3/2"], "verify")
 
 
 def test_key_files_must_hold_the_policys_keys(key_files: list[str]) -> None:
