@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, trusted_key_set, unverified_payload, verify_envelope
+from trainvault.approval.dsse import STATEMENT_TYPE, Envelope, trusted_key_set, unverified_statement, verify_envelope
 from trainvault.approval.keys import VerifyingKey
 from trainvault.approval.revocation import RevocationSource, source_uris
-from trainvault.canonical import loads_strict, sha256_hex
+from trainvault.canonical import sha256_hex
 from trainvault.documents import Document, StrictModel
 from trainvault.errors import AmendmentError, ApprovalError, ManifestError, TrainVaultError
 from trainvault.refs import Sha256
@@ -247,15 +247,7 @@ def _parse(storage: Storage, uri: str) -> tuple[Envelope, str, Amendment]:
         raw = storage.get_document(uri)
     except TrainVaultError as exc:
         raise AmendmentError(f"cannot read amendment {uri}: {exc}; no amended view, no load") from exc
-    try:
-        envelope = Envelope.from_json_bytes(raw, source=uri)
-        statement = loads_strict(unverified_payload(envelope, source=uri), source=f"{uri} (its statement)")
-    except ManifestError:
-        raise
-    except (ApprovalError, ValueError) as exc:
-        raise ManifestError(f"{uri} is not an amendment ({exc}); remove it from the amendment source") from None
-    if not isinstance(statement, dict) or statement.get("predicateType") != AMENDMENT_PREDICATE:
-        raise ManifestError(f"{uri} is not an amendment ({AMENDMENT_PREDICATE} statement); remove it from the source")
+    envelope, statement = unverified_statement(raw, uri, AMENDMENT_PREDICATE, "an amendment")
     document = Amendment.from_obj(statement.get("predicate"), source=uri)
     subjects = statement.get("subject")
     digests = [

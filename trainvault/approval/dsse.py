@@ -11,6 +11,7 @@ import base64
 import binascii
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -95,6 +96,24 @@ def unverified_payload(
     if envelope.payloadType != payload_type:
         raise ApprovalError(f"{source}: payload type {envelope.payloadType!r} is not {payload_type!r}")
     return _b64decode(envelope.payload, f"{source}: payload")
+
+
+def unverified_statement(raw: bytes, uri: str, predicate_type: str, what: str) -> tuple[Envelope, dict[str, Any]]:
+    """The envelope in `raw` and its in-toto statement of `predicate_type`, signatures not yet
+    checked; otherwise `ManifestError` saying the file is not `what` (e.g. "a revocation")."""
+    noun = what.split()[-1]
+    try:
+        envelope = Envelope.from_json_bytes(raw, source=uri)
+        statement = loads_strict(unverified_payload(envelope, source=uri), source=f"{uri} (its statement)")
+    except ManifestError:
+        raise
+    except (ApprovalError, ValueError) as exc:
+        raise ManifestError(f"{uri} is not {what} ({exc}); remove it from the {noun} source") from None
+    if not isinstance(statement, dict) or statement.get("predicateType") != predicate_type:
+        raise ManifestError(
+            f"{uri} is not {what} (its statement is not a {predicate_type} statement); remove it from the {noun} source"
+        )
+    return envelope, statement
 
 
 def _trusted_key(source: object) -> VerifyingKey:

@@ -25,11 +25,10 @@ from trainvault.approval.dsse import (
     STATEMENT_TYPE,
     Envelope,
     trusted_key_set,
-    unverified_payload,
+    unverified_statement,
     verify_envelope,
 )
 from trainvault.approval.keys import VerifyingKey
-from trainvault.canonical import loads_strict
 from trainvault.documents import Document
 from trainvault.errors import ApprovalError, ManifestError, RevokedError, TrainVaultError
 from trainvault.refs import Sha256
@@ -186,18 +185,7 @@ def _read(store: Storage, uri: str, approval_sha256: str, keys: list[VerifyingKe
 
 def _parse(raw: bytes, uri: str) -> tuple[Envelope, Revocation]:
     """The envelope and its revocation, signatures not yet checked; `ManifestError` if it is not one."""
-    try:
-        envelope = Envelope.from_json_bytes(raw, source=uri)
-        statement = loads_strict(unverified_payload(envelope, source=uri), source=f"{uri} (its statement)")
-    except ManifestError:
-        raise
-    except (ApprovalError, ValueError) as exc:
-        raise ManifestError(f"{uri} is not a revocation ({exc}); remove it from the revocation source") from None
-    if not isinstance(statement, dict) or statement.get("predicateType") != REVOCATION_PREDICATE:
-        raise ManifestError(
-            f"{uri} is not a revocation (its statement is not a {REVOCATION_PREDICATE} statement); remove it "
-            "from the revocation source"
-        )
+    envelope, statement = unverified_statement(raw, uri, REVOCATION_PREDICATE, "a revocation")
     document = Revocation.from_obj(statement.get("predicate"), source=uri)
     subjects = statement.get("subject")
     if subjects != [{"name": document.approval_uri, "digest": {"sha256": document.approval_sha256}}]:
