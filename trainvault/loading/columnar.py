@@ -1,0 +1,63 @@
+"""Columnar batches: a batch as a mapping field -> column, built without a record per row.
+
+Asked for with ``batch_format="columns"``. A field of numbers is one tensor of the batch's
+rows; a field of arrays is one ``(rows, ...)`` tensor when every row of the batch has the
+same shape, else (ragged: tokens) one flat tensor of every row's values under the field's
+name plus int64 offsets under ``"<field>.offsets"`` (rows + 1 of them; row i is
+``values[offsets[i]:offsets[i + 1]]``) — the same rule by which the record collate stacks
+or lists; any other field (strings, bytes, None) is a list. Parquet blocks become columns
+straight from their Arrow table; msgpack.zst and jsonl.gz blocks are decoded to records
+first and turned into columns per block. Imports torch: import it through the loader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainvault.errors import ConfigurationError
+from trainvault.formats.columns import ColumnBlock, Dense, Objects, Ragged, concat
+
+#: The key suffix of a ragged field's offsets.
+OFFSETS_SUFFIX = ".offsets"
+
+ColumnBatch = dict[str, Any]
+
+
+def _tensor(values: Any) -> torch.Tensor:
+    # Gathered arrays are fresh copies (writable); a view of a block's read-only bytes is copied once.
+    array = np.ascontiguousarray(values)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
+def column_batch(pieces: list[ColumnBlock]) -> ColumnBatch:
+    """The batch of the rows `pieces` hold, in order, as tensors and lists."""
+    block = concat(pieces)
+    out: ColumnBatch = {}
+    for name, column in block.columns.items():
+        if isinstance(column, Objects):
+            out[name] = column.values
+        elif isinstance(column, Dense):
+            out[name] = _tensor(column.values)
+        else:
+            _put_ragged(out, name, column, block.columns.keys())
+    return out
+
+
+def _put_ragged(out: ColumnBatch, name: str, column: Ragged, fields: Any) -> None:
+    lengths = column.lengths()
+    if len(lengths) and (lengths == lengths[0]).all():
+        out[name] = _tensor(column.values.reshape(len(lengths), int(lengths[0])))
+        return
+    key = name + OFFSETS_SUFFIX
+    if key in fields:
+        raise ConfigurationError(
+            f"field {name!r} is ragged, so its offsets go under {key!r}, which is also a field of these records; "
+            "rename that field or use batch_format='records'"
+        )
+    out[name] = _tensor(column.values)
+    out[key] = torch.from_numpy(np.ascontiguousarray(column.offsets, dtype=np.int64))
