@@ -109,6 +109,21 @@ def test_columns_with_two_workers_match_the_record_path(datasets: dict[str, str]
     assert [rows(b) for b in factory(uri, "columns", workers=2, rank=1).load("train")] == expected
 
 
+@pytest.mark.parametrize("fmt", ["msgpack.zst", "parquet"])
+def test_columnar_tensors_from_workers_cross_in_shared_memory(datasets: dict[str, str], fmt: str) -> None:
+    uri = datasets[fmt]
+    expected = [record_rows(b) for b in factory(uri, "records", rank=1).load("train")]
+    got = list(factory(uri, "columns", workers=2, rank=1).load("train"))
+    assert [rows(b) for b in got] == expected
+    # A tensor from a DataLoader worker arrives through torch's shared memory (its
+    # multiprocessing pickler moves the storage there), not as pickled bytes.
+    tensors = [v for b in got for v in b.values() if isinstance(v, torch.Tensor)]
+    assert tensors and all(t.is_shared() for t in tensors)
+    # In the trainer's own process nothing is shared: the check above can fail.
+    local = next(iter(factory(uri, "columns", rank=1).load("train")))
+    assert not any(v.is_shared() for v in local.values() if isinstance(v, torch.Tensor))
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_columns_resume_where_the_record_path_does(datasets: dict[str, str], workers: int) -> None:
     uri = datasets["parquet"]
