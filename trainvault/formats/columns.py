@@ -199,26 +199,42 @@ def from_arrow(table: Any) -> ColumnBlock:
 
 
 def _arrow_column(chunked: Any) -> Column:
-    pa = require("pyarrow", "parquet")
-    types = pa.types
+    types = require("pyarrow", "parquet").types
     array = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
     t = array.type
-    if array.null_count == 0 and (types.is_integer(t) or types.is_floating(t) or types.is_boolean(t)):
-        return Dense(array.to_numpy(zero_copy_only=False))
-    if array.null_count == 0 and (types.is_list(t) or types.is_large_list(t)) and _numeric_arrow(t.value_type):
-        values = array.values
-        if values.null_count == 0:
-            np = _np()
-            offsets = np.asarray(array.offsets, dtype=np.int64)
-            flat = values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
-            return Ragged(flat, offsets - offsets[0])
-    if array.null_count == 0 and types.is_fixed_size_list(t) and _numeric_arrow(t.value_type):
-        flat = array.flatten()
-        if flat.null_count == 0:
-            return Dense(flat.to_numpy(zero_copy_only=False).reshape(len(array), t.list_size))
+    dense = _primitive(array)
+    if dense is not None:
+        return Dense(dense)
+    if array.null_count == 0 and (types.is_list(t) or types.is_large_list(t)):
+        offsets = _primitive(array.offsets)
+        flat = _primitive(array.values)
+        if offsets is not None and flat is not None and flat.dtype.kind != "b":
+            offsets = offsets.astype(_np().int64)
+            return Ragged(flat[offsets[0] : offsets[-1]], offsets - offsets[0])
+    if array.null_count == 0 and types.is_fixed_size_list(t):
+        flat = _primitive(array.flatten())
+        if flat is not None and flat.dtype.kind != "b":
+            return Dense(flat.reshape(len(array), t.list_size))
     return Objects(array.to_pylist())
 
 
-def _numeric_arrow(t: Any) -> bool:
+def _primitive(array: Any) -> Any:
+    """A NumPy view of a null-free Arrow array of numbers (a copy for booleans, which Arrow
+    packs in bits), else None. Read from the buffers: pyarrow's own ``to_numpy`` imports pandas."""
+    np = _np()
     types = require("pyarrow", "parquet").types
-    return bool(types.is_integer(t) or types.is_floating(t))
+    t = array.type
+    if array.null_count:
+        return None
+    lo, n = array.offset, len(array)
+    if types.is_boolean(t):
+        bits = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little")[lo : lo + n].astype(bool)
+    if types.is_integer(t):
+        kind = "i" if types.is_signed_integer(t) else "u"
+    elif types.is_floating(t):
+        kind = "f"
+    else:
+        return None
+    dtype = np.dtype(f"<{kind}{t.bit_width // 8}")
+    return np.frombuffer(array.buffers()[1], dtype=dtype)[lo : lo + n]

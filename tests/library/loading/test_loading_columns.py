@@ -204,3 +204,15 @@ def test_a_mixture_refuses_columnar_batches(datasets: dict[str, str]) -> None:
     mix = Mixture("train", [MixtureComponent("a", 1)])
     with pytest.raises(ConfigurationError, match="mixture loader forms record batches only"):
         load_mixture(SplitLoaderFactory(TrainVault().storage, datasets["msgpack.zst"], plan), mix)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "msgpack.zst"])
+def test_booleans_and_float_lists_become_tensors(tmp_path: Path, fmt: str) -> None:
+    records = [{"flag": i % 3 == 0, "w": [i / 2] * (1 + i % 2), "n": np.uint16(i)} for i in range(6)]
+    uri = _save(tmp_path, records, fmt=fmt)
+    batches = _columns(uri)
+    flags = [f for b in batches for f in b["flag"].tolist()]
+    assert flags == [True, False, False, True, False, False] and batches[0]["flag"].dtype == torch.bool
+    b = batches[0]
+    assert b["w"].tolist() == [0.0, 0.5, 0.5, 1.0, 1.5, 1.5] and b["w.offsets"].tolist() == [0, 1, 3, 4, 6]
+    assert b["n"].tolist() == [0, 1, 2, 3]
