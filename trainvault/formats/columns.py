@@ -36,6 +36,9 @@ class Dense:
     def take(self, rows: Any) -> Dense:
         return Dense(self.values[rows])
 
+    def slice(self, lo: int, hi: int) -> Dense:
+        return Dense(self.values[lo:hi])
+
 
 @dataclass(frozen=True)
 class Ragged:
@@ -54,11 +57,24 @@ class Ragged:
         np = _np()
         starts = self.offsets[:-1][rows]
         lengths = self.offsets[1:][rows] - starts
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = _offsets(lengths)
         # Each output value's source index: its row's start plus its place within the row.
         source = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
         return Ragged(self.values[source], offsets)
+
+    def slice(self, lo: int, hi: int) -> Ragged:
+        """Rows lo:hi; the values are a view, the offsets rebased to 0."""
+        offsets = self.offsets[lo : hi + 1]
+        return Ragged(self.values[offsets[0] : offsets[-1]], offsets - offsets[0])
+
+
+def _offsets(lengths: Any) -> Any:
+    """int64 offsets (a leading 0, then the running sum) of rows of `lengths`."""
+    np = _np()
+    offsets = np.empty(len(lengths) + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,9 @@ class Objects:
     def take(self, rows: Any) -> Objects:
         values = self.values
         return Objects([values[i] for i in rows.tolist()])
+
+    def slice(self, lo: int, hi: int) -> Objects:
+        return Objects(self.values[lo:hi])
 
 
 Column = Dense | Ragged | Objects
@@ -93,8 +112,9 @@ class ColumnBlock:
         return ColumnBlock({k: c.take(rows) for k, c in self.columns.items()}, len(rows))
 
     def slice(self, lo: int, hi: int) -> ColumnBlock:
-        np = _np()
-        return self.take(np.arange(lo, max(lo, min(hi, self.length)), dtype=np.int64))
+        """Rows lo:hi (views where the columns allow)."""
+        lo, hi = min(lo, self.length), max(min(lo, self.length), min(hi, self.length))
+        return ColumnBlock({k: c.slice(lo, hi) for k, c in self.columns.items()}, hi - lo)
 
 
 def concat(blocks: Sequence[ColumnBlock]) -> ColumnBlock:
@@ -131,9 +151,7 @@ def _concat_column(name: str, parts: list[Column]) -> Column:
             raise ConfigurationError(f"field {name!r} has rows of shapes {sorted(shapes)}; one batch needs one shape")
         return Dense(np.concatenate([p.values for p in dense]))
     ragged = [p for p in parts if isinstance(p, Ragged)]
-    lengths = np.concatenate([p.lengths() for p in ragged])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = _offsets(np.concatenate([p.lengths() for p in ragged]))
     return Ragged(np.concatenate([p.values[p.offsets[0] : p.offsets[-1]] for p in ragged]), offsets)
 
 
@@ -163,28 +181,24 @@ def _column(values: list[Any]) -> Column:
     first = values[0]
     if _is_number(first) and all(_is_number(v) for v in values):
         return Dense(np.asarray(values))
-    if isinstance(first, np.ndarray) and first.ndim >= 2:
-        if all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values):
+    ndarray = np.ndarray
+    if isinstance(first, ndarray) and first.ndim >= 2:
+        if all(isinstance(v, ndarray) and v.shape == first.shape for v in values):
             return Dense(np.stack(values))
         return Objects(values)
-    if all(_is_sequence(v) for v in values):
+    if isinstance(first, ndarray) and all(type(v) is ndarray and v.ndim == 1 for v in values):
+        if all(v.dtype.kind in _NUMERIC for v in values):
+            return _ragged(values)
+    elif all(isinstance(v, list) and all(_is_number(x) for x in v) for v in values):
         return _ragged(values)
     return Objects(values)
 
 
-def _is_sequence(v: Any) -> bool:
-    np = _np()
-    return (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in _NUMERIC) or (
-        isinstance(v, list) and all(_is_number(x) for x in v)
-    )
-
-
 def _ragged(values: list[Any]) -> Column:
     np = _np()
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum([len(v) for v in values], out=offsets[1:])
-    flat = np.concatenate([np.asarray(v) for v in values])
-    if flat.dtype.kind not in _NUMERIC:  # e.g. every list empty: float64 zeros, still numbers
+    offsets = _offsets([len(v) for v in values])
+    flat = np.concatenate(values) if type(values[0]) is np.ndarray else np.asarray([x for v in values for x in v])
+    if flat.dtype.kind not in _NUMERIC:  # ints beyond int64 make an object array
         return Objects(values)
     return Ragged(flat, offsets)
 

@@ -27,9 +27,10 @@ ColumnBatch = dict[str, Any]
 
 
 def _tensor(values: Any) -> torch.Tensor:
-    # Gathered arrays are fresh copies (writable); a view of a block's read-only bytes is copied once.
+    """A tensor that owns its memory: a view (of a window the loader still reads from, or of a
+    block's read-only bytes) is copied once, so a trainer writing into a batch changes nothing else."""
     array = np.ascontiguousarray(values)
-    if not array.flags.writeable:
+    if not (array.flags.owndata and array.flags.writeable):
         array = array.copy()
     return torch.from_numpy(array)
 
@@ -51,7 +52,7 @@ def column_batch(pieces: list[ColumnBlock]) -> ColumnBatch:
 def _put_ragged(out: ColumnBatch, name: str, column: Ragged, fields: Any) -> None:
     lengths = column.lengths()
     if len(lengths) and (lengths == lengths[0]).all():
-        out[name] = _tensor(column.values.reshape(len(lengths), int(lengths[0])))
+        out[name] = _tensor(column.values).view(len(lengths), int(lengths[0]))
         return
     key = name + OFFSETS_SUFFIX
     if key in fields:
