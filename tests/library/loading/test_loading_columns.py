@@ -119,6 +119,9 @@ def test_columnar_tensors_from_workers_cross_in_shared_memory(datasets: dict[str
     # multiprocessing pickler moves the storage there), not as pickled bytes.
     tensors = [v for b in got for v in b.values() if isinstance(v, torch.Tensor)]
     assert tensors and all(t.is_shared() for t in tensors)
+    # All of a batch's tensors lie in one segment: one handle crosses per batch, not one per tensor.
+    for b in got:
+        assert len({v.untyped_storage().data_ptr() for v in b.values() if isinstance(v, torch.Tensor)}) == 1
     # In the trainer's own process nothing is shared: the check above can fail.
     local = next(iter(factory(uri, "columns", rank=1).load("train")))
     assert not any(v.is_shared() for v in local.values() if isinstance(v, torch.Tensor))
