@@ -11,6 +11,9 @@ offsets, texts as a list):
   formats under a torch DataLoader (WebDataset batches in its pipeline, its usual way);
   a peer whose package is missing is skipped with the reason;
 - trainvault resume: time to the first batch after `load_state_dict` at 0% and 90%;
+- trainvault `batch_format="columns"` (msgpack.zst and Parquet): the loader's own columnar
+  batch (tokens flat with int64 offsets, texts a list), no collate of ours; its rows are
+  compared with the record rows and LitData in the same run;
 - trainvault msgpack.zst with an identity collate (batches stay lists of records, as the
   raw loop's records do): the fair row for the "% of raw decode limit" goal (>= 85%);
 - the raw parquet row path: every row group of the parquet shards read with pyarrow and
@@ -127,10 +130,12 @@ def _loader(kind: str, path: Any, workers: int, batch: int) -> Any:
         from trainvault import TrainVault
 
         manifest = path if path.startswith("s3:") else str(Path(path) / "data-manifest-v1.json")
+        columns = kind.endswith("columns")
         sdl = TrainVault.from_env().ungated_loader_factory(
             manifest,
-            collate_fn=records_batch if kind.endswith("identity") else collate,
+            collate_fn=None if columns else records_batch if kind.endswith("identity") else collate,
             dataloader_args={"batch_size": batch, "num_workers": workers},
+            batch_format="columns" if columns else "records",
         )
         return sdl.load("train")
     path = Path(path)  # a peer's local folder
@@ -318,6 +323,9 @@ def write_all(
             readers[f"trainvault {fmt}"] = (f"trainvault-{fmt}", str(out))
         except ImportError as exc:
             skipped[f"trainvault {fmt}"] = str(exc)
+    for fmt in ("msgpack.zst", "parquet"):
+        if f"trainvault {fmt}" in readers:
+            readers[f"trainvault {fmt}, columns"] = ("trainvault-columns", readers[f"trainvault {fmt}"][1])
     if "trainvault msgpack.zst" in readers:
         readers["trainvault msgpack.zst, identity collate"] = (
             "trainvault-identity",
@@ -408,13 +416,18 @@ def table(
         )
     for name, why in skipped.items():
         print(f"| {name} | skipped: {why} | | | | | | |")
-    ratios = [
-        f"{w} workers {rate['trainvault msgpack.zst', w] / rate['litdata', w]:.2f}x"
-        for (name, w) in rate
-        if name == "litdata" and ("trainvault msgpack.zst", w) in rate
-    ]
+    print()
+    for name in ("trainvault msgpack.zst", "trainvault msgpack.zst, columns", "trainvault parquet, columns"):
+        _ratios(rate, name, "litdata", "LitData")
+    for fmt in ("msgpack.zst", "parquet"):
+        _ratios(rate, f"trainvault {fmt}, columns", f"trainvault {fmt}", f"trainvault {fmt} records")
+
+
+def _ratios(rate: dict[tuple[str, int], float], name: str, base: str, label: str) -> None:
+    """One line of `name`'s rec/s over `base`'s, per worker count both ran with."""
+    ratios = [f"{w} workers {rate[name, w] / rate[base, w]:.2f}x" for (b, w) in rate if b == base and (name, w) in rate]
     if ratios:
-        print(f"\ntrainvault msgpack.zst / LitData, same collate and batches: {', '.join(ratios)}")
+        print(f"{name} / {label}, the trainer's batch (tokens + offsets, texts): {', '.join(ratios)}")
 
 
 def resume_and_overhead(path: str, args: Any) -> None:

@@ -108,6 +108,7 @@ class TrainVault:
         rank: int | None = None,
         world_size: int | None = None,
         observe: Observability | None = None,
+        batch_format: str = "records",
     ) -> SplitLoaderFactory:
         """A `SplitLoaderFactory` over the manifest at `manifest_uri`, **without the approval gate**
         (needs the ``torch`` extra). It reads whatever the manifest names: nothing checks that the
@@ -135,6 +136,7 @@ class TrainVault:
             rank=rank,
             world_size=world_size,
             observe=observe,
+            batch_format=batch_format,
         )
         return SplitLoaderFactory(self.storage, manifest_uri, plan)
 

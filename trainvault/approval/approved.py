@@ -169,6 +169,7 @@ class ApprovedDataset:
         world_size: int | None = None,
         observe: Observability | None = None,
         materializer: Any = None,
+        batch_format: str = "records",
     ) -> ApprovedLoaderFactory:
         """The factory of this dataset's loaders (needs the ``torch`` extra), with the options of
         `TrainVault.ungated_loader_factory` (`LoaderPlan.create`: order, ranks from
@@ -176,7 +177,8 @@ class ApprovedDataset:
         DataLoader that reads the approved shards only, verifies every block before yielding its
         records and never deals a record of the bound exclusions; opened with ``revocations=``, its
         loaders check them again at every resume. With a `materializer` (from
-        `component_range_materializer`) it batches its logical records."""
+        `component_range_materializer`) it batches its logical records; with
+        ``batch_format="columns"``, batches are columns (`trainvault.loading.columnar`)."""
         from trainvault.approval.approved_loader import issue_loader_factory
 
         return issue_loader_factory(
@@ -194,6 +196,7 @@ class ApprovedDataset:
             rank=rank,
             world_size=world_size,
             observe=observe,
+            batch_format=batch_format,
         )
 
     def removed_reads(self, state: Mapping[str, Any]) -> list[RemovedRead]:

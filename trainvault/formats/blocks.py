@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainvault.errors import EncodeError, ObjectTooLargeError
+from trainvault.formats.columns import ColumnBlock, from_records
 
 DEFAULT_BLOCK_BYTES = 1 << 20
 
@@ -84,6 +85,11 @@ class ShardFormat(Protocol):
     def decode_block(self, data: bytes, block_index: int, context: Any) -> list[dict[str, Any]]:
         """The records of one verified block."""
         return self.block_records(self.inflate_block(data, block_index, context), block_index)
+
+    def block_columns(self, inflated: Any, block_index: int) -> ColumnBlock:
+        """The records of an inflated block as columns. This default builds the records first
+        (msgpack.zst, jsonl.gz); a columnar format overrides it to skip them."""
+        return from_records(self.block_records(inflated, block_index))
 
 
 @dataclass

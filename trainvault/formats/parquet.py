@@ -19,6 +19,7 @@ from typing import Any
 from trainvault.errors import DecodeError, EncodeError
 from trainvault.extras import require
 from trainvault.formats.blocks import ShardFormat, check_record_keys
+from trainvault.formats.columns import ColumnBlock, from_arrow
 
 ZSTD_LEVEL = 3
 
@@ -194,3 +195,11 @@ class ParquetFormat(ShardFormat):
         except pa.ArrowException as exc:
             raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None
         return records
+
+    def block_columns(self, inflated: Any, block_index: int) -> ColumnBlock:
+        """The row group's columns straight from its Arrow table, no record built."""
+        pa = _pa()
+        try:
+            return from_arrow(inflated)
+        except pa.ArrowException as exc:
+            raise DecodeError(f"block {block_index} is not a valid parquet row group: {exc}") from None

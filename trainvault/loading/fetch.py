@@ -110,12 +110,13 @@ class BlockFetcher:
         finally:
             self.reading.pop(me, None)
 
-    def _finish(self, shard: int, block: int, inflated: Any) -> list[dict[str, Any]]:
+    def _finish(self, shard: int, block: int, inflated: Any, columns: bool) -> Any:
         t0 = time.perf_counter()
-        records = self._reader(shard).records(block, inflated)
+        reader = self._reader(shard)
+        decoded = reader.columns(block, inflated) if columns else reader.records(block, inflated)
         self.times.clock("decode", time.perf_counter() - t0)
-        self.times.count(0, len(records), 0)
-        return records
+        self.times.count(0, len(decoded), 0)
+        return decoded
 
     def run_blocks(self, lookahead: int) -> int:
         """The longest run read as one: 1 from local files, where a request costs nothing and
@@ -135,10 +136,16 @@ class BlockFetcher:
         ]
 
     def iter_blocks(
-        self, wanted: Iterable[tuple[int, int]], lookahead: int, watchdog: Watchdog | None = None
-    ) -> Generator[list[dict[str, Any]], None, None]:
-        """Records of each (shard, block) in `wanted`, in that order. While it waits for a read,
-        a `watchdog` that gives up (``on_stall="raise"``) ends the wait with its error."""
+        self,
+        wanted: Iterable[tuple[int, int]],
+        lookahead: int,
+        watchdog: Watchdog | None = None,
+        *,
+        columns: bool = False,
+    ) -> Generator[Any, None, None]:
+        """Records of each (shard, block) in `wanted`, in that order (a `ColumnBlock` each with
+        `columns`). While it waits for a read, a `watchdog` that gives up (``on_stall="raise"``)
+        ends the wait with its error."""
         runs = block_runs(wanted, self.run_blocks(lookahead))
         pending: deque[tuple[int, list[int], Future[Any]]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="trainvault-read")
@@ -161,7 +168,7 @@ class BlockFetcher:
                 in_flight -= len(run)
                 fill()
                 for block, inflated in zip(run, loaded, strict=False):
-                    yield self._finish(shard, block, inflated)
+                    yield self._finish(shard, block, inflated, columns)
         finally:
             # A stopped iteration (break, error, worker shutdown) abandons queued reads.
             for _, _, f in pending:

@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from itertools import tee
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 from trainvault.errors import ConfigurationError, IntegrityError
+from trainvault.formats.columns import ColumnBlock, concat
 from trainvault.loading.bridge import Bridge, BridgedOrder
+from trainvault.loading.columnar import column_batch
 from trainvault.loading.fetch import BlockFetcher
 from trainvault.loading.metrics import IN_PROCESS
 from trainvault.loading.order import BlockPlan, EpochOrder, RankSchedule, chunk_batches, worker_batches
@@ -28,6 +31,18 @@ Item = tuple[int, int, int, Any, int | str, tuple[float, ...]]
 
 #: Unshuffled reads keep this many blocks in flight per worker.
 SEQUENTIAL_LOOKAHEAD_BLOCKS = 8
+
+
+def _keep_columns(kept: tuple[int, ...] | None, block: ColumnBlock) -> ColumnBlock:
+    """The rows of a block the plan deals (exclusions skipped), as `BlockPlan.keep` does for records."""
+    return block if kept is None else block.take(np.asarray(kept, dtype=np.int64))
+
+
+def _piece(window: Any, perm: Any, lo: int, hi: int, columns: bool) -> Any:
+    """Rows lo:hi of a window in its order: through the permutation `perm` when shuffled."""
+    if columns:
+        return window.slice(lo, hi) if perm is None else window.take(perm[lo:hi])
+    return window[lo:hi] if perm is None else [window[i] for i in perm[lo:hi]]
 
 
 def _windows_needed(
@@ -155,6 +170,25 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
             )
         return out
 
+    def _window(
+        self, order: EpochOrder | BridgedOrder, w: int, blocks: list[int], stream: Iterator[Any], columns: bool
+    ) -> tuple[Any, Any]:
+        """Window `w`'s dealt rows (records, or one `ColumnBlock`) and its record permutation (None: in order);
+        a bridged epoch keeps the rows of the view its order comes from."""
+        shuffled = order.record_permutation(w)
+        plan = order.plan
+        if columns:
+            parts = [_keep_columns(plan.kept.get(i), next(stream)) for i in blocks]
+            return concat(parts), shuffled
+        view = self.plan.view
+        window: list[Any] = []
+        for i in blocks:
+            block = plan.keep(i, next(stream))  # exclusions skipped
+            if view is not None:
+                block = self._expand(view, i, block)
+            window.extend(block)
+        return window, None if shuffled is None else shuffled.tolist()
+
     def _epoch(
         self,
         order: EpochOrder | BridgedOrder,
@@ -170,37 +204,27 @@ class SplitIterableDataset(torch.utils.data.IterableDataset[Item]):
         plan = order.plan  # a bridged epoch decodes the blocks of the view its order comes from
         wanted = ((int(plan.shard[i]), int(plan.block[i])) for _, blocks in for_reads for i in blocks)
         lookahead = self.plan.shuffle_window_blocks if order.shuffle else SEQUENTIAL_LOOKAHEAD_BLOCKS
-        stream = self.fetcher.iter_blocks(wanted, lookahead, watch)
+        columns = self.plan.batch_format == "columns"
+        stream = self.fetcher.iter_blocks(wanted, lookahead, watch, columns=columns)
         times = self.fetcher.times
-        loaded: dict[int, tuple[list[dict[str, Any]], list[int] | None]] = {}
-        view = self.plan.view
+        loaded: dict[int, tuple[Any, Any]] = {}
         if watch is not None:
             watch.busy()
         try:
             for t in mine:
                 b = schedule.batch(t)
-                records: list[dict[str, Any]] = []
+                pieces: list[Any] = []
                 for k, lo, hi in order.pieces(b.start, b.count):
                     while k not in loaded:
                         # Windows before k are finished: this worker's positions only grow.
                         for old in [w for w in loaded if w < k]:
                             del loaded[old]
-                        window: list[Any] = []
                         w, blocks = next(for_batches)
-                        for i in blocks:
-                            block = plan.keep(i, next(stream))  # exclusions skipped
-                            if view is not None:
-                                block = self._expand(view, i, block)
-                            window.extend(block)
-                        shuffled = order.record_permutation(w)
-                        loaded[w] = (window, None if shuffled is None else shuffled.tolist())
+                        loaded[w] = self._window(order, w, blocks, stream, columns)
                     window, perm = loaded[k]
-                    if perm is None:
-                        records.extend(window[lo:hi])
-                    else:
-                        records.extend([window[i] for i in perm[lo:hi]])
+                    pieces.append(_piece(window, perm, lo, hi, columns))
                 t0 = time.perf_counter()
-                batch = self.collate_fn(records)
+                batch = column_batch(pieces) if columns else self.collate_fn([r for p in pieces for r in p])
                 times.clock("collate", time.perf_counter() - t0)
                 if watch is not None:
                     watch.idle()

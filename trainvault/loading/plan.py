@@ -33,11 +33,15 @@ _REFUSED_ARGS = {
 
 Collate = Callable[[list[Any]], Any]
 
+#: What a batch is: "records" (the collate's output) or "columns" (a `ColumnBatch` mapping).
+BATCH_FORMATS = ("records", "columns")
+
 
 @dataclass(frozen=True, eq=False)
 class LoaderPlan:
     """Order (`shuffle`, `seed`, `shuffle_window_blocks`), dealing (`rank` of `world_size`),
-    batching (`batch_size`, `drop_last`, `collate_fn`, a record `view`), what is reported
+    batching (`batch_size`, `drop_last`, `collate_fn`, a record `view`, `batch_format`:
+    ``"records"`` collated, or ``"columns"``, see `trainvault.loading.columnar`), what is reported
     (`observe`) and the rest of `torch.utils.data.DataLoader`'s arguments (`dataloader_args`:
     never ``batch_size``, ``drop_last``, ``shuffle``, ``sampler``, ``batch_sampler`` or
     ``collate_fn``). Build one with `create`, which takes the DataLoader's arguments as a
@@ -54,6 +58,7 @@ class LoaderPlan:
     collate_fn: Collate | None = None
     view: RecordView | None = None
     observe: Observability = field(default_factory=Observability)
+    batch_format: str = "records"
     #: (name, value) pairs, so the plan stays immutable and pickles into workers.
     dataloader_args: tuple[tuple[str, Any], ...] = ()
 
@@ -78,6 +83,7 @@ class LoaderPlan:
             )
         if not isinstance(self.observe, Observability):
             raise ConfigurationError(f"observe must be an Observability, got {type(self.observe).__name__}")
+        self._check_batch_format()
         args = dict(self.dataloader_args)
         for name, why in _REFUSED_ARGS.items():
             if name in args:
@@ -87,6 +93,15 @@ class LoaderPlan:
                 raise ConfigurationError(f"dataloader_args[{name!r}] is not accepted: the plan's {name} field holds it")
         if args.get("in_order", True) is not True:
             raise ConfigurationError("dataloader_args['in_order'] must stay True: the loader's order is exact")
+
+    def _check_batch_format(self) -> None:
+        if self.batch_format not in BATCH_FORMATS:
+            raise ConfigurationError(f"batch_format must be one of {BATCH_FORMATS}, got {self.batch_format!r}")
+        if self.batch_format == "columns" and (self.collate_fn is not None or self.view is not None):
+            raise ConfigurationError(
+                "batch_format='columns' builds the batch itself: it takes no collate_fn and no record view "
+                "(materializer); use batch_format='records' for those"
+            )
 
     @classmethod
     def create(
@@ -101,11 +116,13 @@ class LoaderPlan:
         shuffle_window_blocks: int | None = None,
         view: RecordView | None = None,
         observe: Observability | None = None,
+        batch_format: str = "records",
     ) -> LoaderPlan:
         """A plan from the DataLoader's arguments as a trainer writes them: ``batch_size`` and
         ``drop_last`` inside `dataloader_args` (the loader applies them itself), `rank` and
         `world_size` from `torch.distributed` when it is initialised (given ones must agree),
-        `shuffle_window_blocks` None for `DEFAULT_SHUFFLE_WINDOW_BLOCKS`."""
+        `shuffle_window_blocks` None for `DEFAULT_SHUFFLE_WINDOW_BLOCKS`, `batch_format` one of
+        `BATCH_FORMATS`."""
         require("torch", "torch")
         require("numpy", "torch")
         if dataloader_args is not None and not isinstance(dataloader_args, Mapping):
@@ -128,6 +145,7 @@ class LoaderPlan:
             view=view,
             observe=Observability() if observe is None else observe,
             dataloader_args=tuple(args.items()),
+            batch_format=batch_format,
         )
 
     def torch_args(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from trainvault.errors import ConfigurationError
 from trainvault.loading.iterable import SEQUENTIAL_LOOKAHEAD_BLOCKS
 from trainvault.loading.order import RankSchedule, Redeal, worker_batches
 from trainvault.loading.plan import LoaderPlan
@@ -78,6 +79,13 @@ class MixtureIterableDataset(torch.utils.data.IterableDataset[MixtureItem]):
 
     def __init__(self, plan: LoaderPlan, sources: Sequence[ComponentSource] = ()):
         super().__init__()
+        if plan.batch_format != "records":
+            # Fail closed: a mixture batch draws rows of several components' windows, which only
+            # the record path gathers so far; silently handing records would break the caller.
+            raise ConfigurationError(
+                f"a mixture loader forms record batches only, not batch_format={plan.batch_format!r}: "
+                "use batch_format='records' (the default) for mixtures"
+            )
         self.sources = list(sources)
         # The plan's batching, flattened: these are read for every batch a worker forms.
         self.batch_size, self.drop_last = plan.batch_size, plan.drop_last

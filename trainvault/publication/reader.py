@@ -18,6 +18,7 @@ from trainvault.errors import (
 )
 from trainvault.formats import get_format
 from trainvault.formats.blocks import BlockRef
+from trainvault.formats.columns import ColumnBlock
 from trainvault.publication.manifest import DataManifest, ShardDescriptor, ShardEntry
 from trainvault.storage import Storage
 from trainvault.storage.readable import ReadableStorage
@@ -223,6 +224,15 @@ class ShardReader:
             raise DecodeError(f"{self.entry.uri}: {exc}") from None
         self.check_count(index, len(records))
         return records
+
+    def columns(self, index: int, inflated: Any) -> ColumnBlock:
+        """`records`, as columns (`ShardFormat.block_columns`), with the same count check."""
+        try:
+            columns = self.format.block_columns(inflated, index)
+        except DecodeError as exc:
+            raise DecodeError(f"{self.entry.uri}: {exc}") from None
+        self.check_count(index, len(columns))
+        return columns
 
     def check_count(self, index: int, decoded: int) -> None:
         """Refuse block `index` unless it decoded to the record count its descriptor declares.
