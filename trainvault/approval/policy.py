@@ -138,14 +138,16 @@ class ApprovalPolicy:
         return min(shards, max(self.rescan_min_shards, -(-shards * n // d)))
 
     def cli_words(self, scanner_key_paths: Sequence[str] = ()) -> list[str]:
-        """This policy as the options of ``trainvault verify|read|trace``, defaults left out; the CLI
-        parses them back to an equal policy. `scanner_key_paths`: the files of `scanner_keys`, in
-        order (key objects cannot be written out; each file is checked to hold its key)."""
+        """This policy as the options of ``trainvault verify|read|trace``, defaults left out (an
+        exclusion allowance keeps its limit); the CLI parses them back to an equal policy.
+        `scanner_key_paths`: the files of `scanner_keys`, in order (key objects cannot be written
+        out; each file is checked to hold its key)."""
         return _cli_words(self, scanner_key_paths)
 
     def python_source(self, scanner_key_paths: Sequence[str] = ()) -> str:
-        """This policy as a Python expression, defaults left out, for a scope that imports
-        `ApprovalPolicy` and `load_verifying_key` from `trainvault.approval`."""
+        """This policy as a Python expression, defaults left out (an exclusion allowance keeps its
+        limit), for a scope that imports `ApprovalPolicy` and `load_verifying_key` from
+        `trainvault.approval`."""
         return _python_source(self, scanner_key_paths)
 
 
@@ -199,10 +201,8 @@ def _cli_words(policy: ApprovalPolicy, scanner_key_paths: Sequence[str]) -> list
             words += ["--rescan", str(policy.rescan_min_shards), _fraction(policy.rescan_fraction)]
     if policy.rescan_seed is not None:
         words += ["--rescan-seed", str(policy.rescan_seed)]
-    if policy.allow_exclusions:
-        words.append("--allow-exclusions")
-        if policy.max_excluded_fraction != _DEFAULT.max_excluded_fraction:
-            words += ["--max-excluded", _fraction(policy.max_excluded_fraction)]
+    if policy.allow_exclusions:  # with the limit always: what a trainer accepts should be read, not looked up
+        words += ["--allow-exclusions", "--max-excluded", _fraction(policy.max_excluded_fraction)]
     if policy.max_removed_fraction != _DEFAULT.max_removed_fraction:
         words += ["--max-removed", _fraction(policy.max_removed_fraction)]
     return words + [w for f in policy.unscanned_fields for w in ("--unscanned-field", f)]
@@ -216,6 +216,7 @@ def _python_source(policy: ApprovalPolicy, scanner_key_paths: Sequence[str]) -> 
     args = [f"scanner_keys=[{', '.join(f'load_verifying_key({p!r})' for p in paths)}]"] if paths else []
     for name in _PYTHON_FIELDS:
         value = getattr(policy, name)
-        if value != getattr(_DEFAULT, name):
+        # An exclusion allowance is written with its limit always, as on the command line.
+        if value != getattr(_DEFAULT, name) or (name == "max_excluded_fraction" and policy.allow_exclusions):
             args.append(f"{name}={list(value) if name == 'unscanned_fields' else value!r}")
     return f"ApprovalPolicy({', '.join(args)})"

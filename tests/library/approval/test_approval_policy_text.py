@@ -68,9 +68,12 @@ def test_a_policys_python_source_evaluates_to_the_same_policy(key_files: list[st
         assert eval(source, scope) == policy, source
 
 
-def test_defaults_are_left_out() -> None:
+def test_defaults_are_left_out_but_an_exclusion_allowance_keeps_its_limit() -> None:
     assert ApprovalPolicy().cli_words() == []
     assert ApprovalPolicy().python_source() == "ApprovalPolicy()"
+    allowed = ApprovalPolicy(allow_exclusions=True)
+    assert allowed.cli_words() == ["--allow-exclusions", "--max-excluded", "1/100"]
+    assert allowed.python_source() == "ApprovalPolicy(allow_exclusions=True, max_excluded_fraction=(1, 100))"
     assert ApprovalPolicy(max_removed_fraction=(1, 100)).cli_words() == []
 
 
