@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.dealt import dealt_ids
+
 from trainvault import TrainVault
-from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tests" / "support" / "hf_torchrun.py"
@@ -21,23 +22,9 @@ SCRIPT = ROOT / "tests" / "support" / "hf_torchrun.py"
 DEADLINE_S = 300
 
 
-def dealt(manifest: str, rank: int) -> list[list[str]]:
-    """An epoch and a half of what trainvault deals `rank` of 2, read without the Trainer."""
-    plan = LoaderPlan.create(
-        collate_fn=lambda rs: [r["id"] for r in rs],
-        dataloader_args={"batch_size": 5},
-        shuffle=True,
-        seed=4,
-        rank=rank,
-        world_size=2,
-    )
-    loader = SplitLoaderFactory(TrainVault().storage, manifest, plan).load("train")
-    return list(loader) + list(loader)
-
-
 def test_two_ranks_resume_exactly(build_chain: Callable[..., Any], tmp_path: Path) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=3, records_per_shard=30)
-    expected = [dealt(chain.manifest_uri, r) for r in range(2)]  # 9 batches an epoch per rank: 5 steps of 2
+    expected = [dealt_ids(chain.manifest_uri, r, seed=4) for r in range(2)]  # 9 batches an epoch per rank: 5 steps of 2
     out = tmp_path / "out"
     out.mkdir()
     env = {

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.dealt import dealt_ids
+
 from trainvault import TrainVault
-from trainvault.loading import LoaderPlan, SplitLoaderFactory
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tests" / "support" / "lightning_ddp.py"
@@ -35,25 +36,11 @@ def run(manifest: str, out: Path, *flags: str) -> list[dict[str, Any]]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-def dealt(manifest: str, rank: int) -> list[list[str]]:
-    """Two epochs of what trainvault deals `rank` of 2, read without Lightning."""
-    plan = LoaderPlan.create(
-        collate_fn=lambda rs: [r["id"] for r in rs],
-        dataloader_args={"batch_size": 5},
-        shuffle=True,
-        seed=9,
-        rank=rank,
-        world_size=2,
-    )
-    loader = SplitLoaderFactory(TrainVault().storage, manifest, plan).load("train")
-    return list(loader) + list(loader)
-
-
 def test_ddp_ranks_train_on_what_trainvault_deals_them_and_resume(
     build_chain: Callable[..., Any], tmp_path: Path
 ) -> None:
     chain = build_chain(TrainVault(), str(tmp_path / "data"), shards=3, records_per_shard=30)
-    expected = [dealt(chain.manifest_uri, r) for r in range(2)]  # 90 records: 9 steps an epoch per rank
+    expected = [dealt_ids(chain.manifest_uri, r, seed=9) for r in range(2)]  # 90 records: 9 steps an epoch per rank
     assert len(expected[0]) == len(expected[1]) == 18
     # Stopped at step 14, into the second epoch; checkpoints at steps 6 and 12; resumed from 12 to 16.
     runs = run(chain.manifest_uri, tmp_path / "out", "--stop-at=14", "--steps=16", "--resume=epoch=1-step=12.ckpt")
