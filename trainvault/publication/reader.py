@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from trainvault.canonical import sha256_hex
 from trainvault.errors import (
@@ -63,6 +63,10 @@ def check_descriptor(entry: ShardEntry, desc: ShardDescriptor, where: str) -> Sh
     if mismatched:
         raise IntegrityError(f"{where}: differs from the manifest entry: {'; '.join(mismatched)}")
     return desc
+
+
+#: What a block decodes to: its records, or its columns.
+Decoded = TypeVar("Decoded", bound=Sized)
 
 
 @dataclass(frozen=True)
@@ -218,21 +222,20 @@ class ShardReader:
     def records(self, index: int, inflated: Any) -> list[dict[str, Any]]:
         """The records of an inflated block, as many as its descriptor declares (`check_count`);
         holds the GIL, so run it where the records are consumed."""
-        try:
-            records = self.format.block_records(inflated, index)
-        except DecodeError as exc:
-            raise DecodeError(f"{self.entry.uri}: {exc}") from None
-        self.check_count(index, len(records))
-        return records
+        return self._decoded(self.format.block_records, index, inflated)
 
     def columns(self, index: int, inflated: Any) -> ColumnBlock:
         """`records`, as columns (`ShardFormat.block_columns`), with the same count check."""
+        return self._decoded(self.format.block_columns, index, inflated)
+
+    def _decoded(self, decode: Callable[[Any, int], Decoded], index: int, inflated: Any) -> Decoded:
+        """Block `index` decoded by `decode`, a decode error naming the shard, its count checked."""
         try:
-            columns = self.format.block_columns(inflated, index)
+            decoded = decode(inflated, index)
         except DecodeError as exc:
             raise DecodeError(f"{self.entry.uri}: {exc}") from None
-        self.check_count(index, len(columns))
-        return columns
+        self.check_count(index, len(decoded))
+        return decoded
 
     def check_count(self, index: int, decoded: int) -> None:
         """Refuse block `index` unless it decoded to the record count its descriptor declares.
